@@ -1,0 +1,11 @@
+# Use ccache as the compiler launcher when it is installed (DLRUN_CCACHE=OFF to disable).
+option(DLRUN_CCACHE "Use ccache when found" ON)
+find_program(CCACHE_PROGRAM ccache)
+if(DLRUN_CCACHE AND CCACHE_PROGRAM)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(DLRUN_CCACHE_USED ON)
+else()
+  set(DLRUN_CCACHE_USED OFF)
+endif()

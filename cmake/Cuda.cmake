@@ -1,0 +1,33 @@
+# DLRUN_CUDA=AUTO|ON|OFF. AUTO compiles the .cu sources whenever a CUDA toolkit (nvcc) is
+# present, even on machines without a GPU (CI does this); ON fails without one.
+set(DLRUN_CUDA AUTO CACHE STRING "Compile CUDA sources: AUTO|ON|OFF")
+set_property(CACHE DLRUN_CUDA PROPERTY STRINGS AUTO ON OFF)
+
+set(DLRUN_WITH_CUDA OFF)
+if(NOT DLRUN_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # Hopper (H100/H200) plus a PTX fallback; override with -DCMAKE_CUDA_ARCHITECTURES=...
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(DLRUN_WITH_CUDA ON)
+  elseif(DLRUN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DLRUN_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")
+  endif()
+endif()
+
+# What LibTorch itself was built with (a CPU-only wheel has no libtorch_cuda).
+set(DLRUN_TORCH_HAS_CUDA OFF)
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR EXISTS "${DLRUN_TORCH_LIBDIR}/libtorch_cuda.so")
+  set(DLRUN_TORCH_HAS_CUDA ON)
+endif()
+# cuDNN / NCCL headers (for the summary and USE_C10D_NCCL).
+find_path(DLRUN_CUDNN_INCLUDE cudnn.h HINTS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
+find_path(DLRUN_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — install what dlrun needs, then configure and build it.
+#
+# Idempotent: a second run installs nothing and only rebuilds what changed.
+# Works offline once everything is installed. Uses sudo only when not root.
+#
+#   scripts/setup.sh              # deps + venv + configure + build (Release)
+#   DLRUN_SETUP_NO_BUILD=1 ...    # deps + venv only
+#
+# Environment:
+#   DLRUN_VENV       virtual environment (default ~/.cache/dlrun/venv-torch-$TORCH_VERSION,
+#                    shared by every clone so the 3 GB torch wheel installs once)
+#   DLRUN_BUILD_DIR  build directory (default ./build)
+#   DLRUN_CUDA       AUTO|ON|OFF (default AUTO: compile the .cu sources when nvcc is found)
+#   DLRUN_BUILD_TYPE CMake build type (default Release)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/versions.sh
+source "$ROOT/scripts/versions.sh"
+
+VENV="${DLRUN_VENV:-$HOME/.cache/dlrun/venv-torch-$TORCH_VERSION}"
+BUILD_DIR="${DLRUN_BUILD_DIR:-$ROOT/build}"
+say() { printf '[setup] %s\n' "$*"; }
+
+# ---- Debian packages ------------------------------------------------------------------
+DEBS=(cmake ninja-build ccache g++ pkg-config
+      libcli11-dev libyaml-cpp-dev libfmt-dev catch2 nlohmann-json3-dev
+      libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libcurl4-openssl-dev
+      dataset-fashion-mnist python3-venv)
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ---- Python virtual environment with the pinned torch ---------------------------------
+if [[ ! -x "$VENV/bin/python" ]]; then
+  say "creating virtual environment $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" - "${PY_PINS[@]}" >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        sys.exit(1)
+    if have.split("+")[0] != want:
+        sys.exit(1)
+PY
+then
+  say "installing Python packages into $VENV: ${PY_PINS[*]} (torch is ~3 GB with its CUDA libraries)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PINS[@]}"
+fi
+
+[[ -n "${DLRUN_SETUP_NO_BUILD:-}" ]] && exit 0
+
+# ---- configure + build ---------------------------------------------------------------
+TORCH_CMAKE="$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  say "configuring $BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${DLRUN_BUILD_TYPE:-Release}" \
+    -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" \
+    -DDLRUN_PYTHON="$VENV/bin/python" \
+    -DDLRUN_CUDA="${DLRUN_CUDA:-AUTO}"
+fi
+say "building (ninja -C $BUILD_DIR)"
+cmake --build "$BUILD_DIR" -- ${DLRUN_BUILD_JOBS:+-j$DLRUN_BUILD_JOBS}

@@ -1,0 +1,11 @@
+# scripts/versions.sh — the ONE place the Python-side versions are pinned.
+# torch 2.11.0 is also what the GPU host runs (2.11.0+cu130), so CI and the GPU build
+# compile against the same LibTorch.
+TORCH_VERSION=2.11.0
+PY_PINS=(
+  "torch==$TORCH_VERSION"
+  "torchvision==0.26.0"
+  "numpy==2.3.5"
+  "tensorboard==2.20.0"
+  "safetensors==0.7.0"
+)

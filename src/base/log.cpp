@@ -1,0 +1,41 @@
+// Implementation of the rank-aware logger (see log.h).
+#include "base/log.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace dlrun::log {
+namespace {
+int g_rank = 0;
+int g_world = 1;
+Level g_level = Level::kInfo;
+std::mutex g_mutex;
+}  // namespace
+
+void set_rank(int rank, int world_size) { g_rank = rank; g_world = world_size; }
+int rank() { return g_rank; }
+void set_level(Level level) { g_level = level; }
+
+void init_from_env() {
+  if (const char* v = std::getenv("DLRUN_LOG_LEVEL")) {
+    std::string s(v);
+    if (s == "debug") g_level = Level::kDebug;
+    else if (s == "info") g_level = Level::kInfo;
+    else if (s == "warn") g_level = Level::kWarn;
+    else if (s == "error") g_level = Level::kError;
+  }
+}
+
+void write(Level level, bool rank0_only, std::string_view message) {
+  if (level < g_level) return;
+  if (rank0_only && g_rank != 0) return;
+  const char* tag = level == Level::kWarn ? "warning: " : level == Level::kError ? "error: " : "";
+  std::string prefix = g_world > 1 ? fmt::format("dlrun[r{}]: ", g_rank) : std::string("dlrun: ");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::fputs(fmt::format("{}{}{}\n", prefix, tag, message).c_str(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace dlrun::log

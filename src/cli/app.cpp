@@ -1,0 +1,60 @@
+// Entry point of the CLI: builds the app, dispatches, maps errors to exit codes.
+#include "cli/app.h"
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <string>
+
+#include "base/build_info.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace dlrun::cli {
+
+const char* version_string() {
+  static const std::string s =
+      fmt::format("dlrun {} (git {}, torch {}, {})", DLRUN_VERSION, DLRUN_GIT_REV, TORCH_VERSION, DLRUN_BUILD_TYPE);
+  return s.c_str();
+}
+
+namespace {
+void print_error(const Error& e) {
+  const char* kind = e.code() == ExitCode::kBadInput ? "error" : "fatal";
+  std::fprintf(stderr, "dlrun: %s: %s\n", kind, e.render().c_str());
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::init_from_env();
+  CLI::App app{"dlrun — train image models from a YAML experiment file (LibTorch)", "dlrun"};
+  app.set_version_flag("--version", version_string());
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 finished, 1 runtime failure, 2 bad input (usage, config, data, checkpoint),\n"
+      "75 interrupted with a committed checkpoint (safe to requeue). See README.md.");
+  setup_info(app);
+  setup_config(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help / --version
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return static_cast<int>(ExitCode::kBadInput);
+  } catch (const Error& e) {
+    print_error(e);
+    return static_cast<int>(e.code());
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dlrun: fatal: torch: %s\n", e.what_without_backtrace());
+    return static_cast<int>(ExitCode::kRuntime);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlrun: fatal: %s\n", e.what());
+    return static_cast<int>(ExitCode::kRuntime);
+  }
+  return 0;
+}
+
+}  // namespace dlrun::cli

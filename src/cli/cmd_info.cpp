@@ -1,0 +1,91 @@
+// `dlrun info [--json]`: versions, build features, devices, CPU threads — for bug reports.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <thread>
+
+#include "base/build_info.h"
+#include "cli/app.h"
+#include "cuda/device_query.h"
+
+namespace dlrun::cli {
+namespace {
+
+nlohmann::json collect() {
+  nlohmann::json j;
+  j["dlrun"] = {{"version", DLRUN_VERSION}, {"git", DLRUN_GIT_REV}, {"build_type", DLRUN_BUILD_TYPE},
+                {"compiler", DLRUN_CXX_COMPILER}};
+  j["torch"] = {{"version", TORCH_VERSION},
+                {"cuda_available", torch::cuda::is_available()},
+                {"cuda_device_count", torch::cuda::device_count()},
+                {"cudnn_available", torch::cuda::cudnn_is_available()},
+                {"mkldnn", at::hasMKLDNN()},
+                {"openmp", at::hasOpenMP()},
+                {"parallel_info", at::get_parallel_info()}};
+  bool torch_cuda = false;
+#ifdef DLRUN_TORCH_HAS_CUDA
+  torch_cuda = true;
+#endif
+  j["features"] = {{"cuda_sources_compiled", cuda::cuda_compiled()},
+                   {"nvcc", DLRUN_CUDA_COMPILER_VERSION},
+                   {"torch_built_with_cuda", torch_cuda},
+#ifdef DLRUN_HAVE_CURL
+                   {"cloud_notices_http", true},
+#else
+                   {"cloud_notices_http", false},
+#endif
+  };
+  j["cuda"] = {{"driver", cuda::driver_version()}, {"runtime", cuda::runtime_version()}};
+  nlohmann::json devs = nlohmann::json::array();
+  for (const auto& d : cuda::devices())
+    devs.push_back({{"index", d.index}, {"name", d.name},
+                    {"compute_capability", std::to_string(d.major) + "." + std::to_string(d.minor)},
+                    {"memory_gib", static_cast<double>(d.total_memory) / (1ull << 30)},
+                    {"multiprocessors", d.multiprocessors}});
+  j["devices"] = devs;
+  j["cpu"] = {{"hardware_threads", std::thread::hardware_concurrency()},
+              {"torch_threads", at::get_num_threads()},
+              {"torch_interop_threads", at::get_num_interop_threads()}};
+  return j;
+}
+
+void print_text(const nlohmann::json& j) {
+  auto yn = [](bool b) { return b ? "yes" : "no"; };
+  std::printf("dlrun      %s (git %s, %s, %s)\n", j["dlrun"]["version"].get<std::string>().c_str(),
+              j["dlrun"]["git"].get<std::string>().c_str(), j["dlrun"]["build_type"].get<std::string>().c_str(),
+              j["dlrun"]["compiler"].get<std::string>().c_str());
+  std::printf("torch      %s\n", j["torch"]["version"].get<std::string>().c_str());
+  std::printf("features   CUDA sources compiled: %s (nvcc %s); torch built with CUDA: %s; "
+              "cloud notice HTTP (libcurl): %s\n",
+              yn(j["features"]["cuda_sources_compiled"]), j["features"]["nvcc"].get<std::string>().c_str(),
+              yn(j["features"]["torch_built_with_cuda"]), yn(j["features"]["cloud_notices_http"]));
+  std::printf("           MKLDNN: %s; OpenMP: %s; cuDNN usable: %s\n", yn(j["torch"]["mkldnn"]),
+              yn(j["torch"]["openmp"]), yn(j["torch"]["cudnn_available"]));
+  std::printf("cuda       available to torch: %s; driver %s; runtime %s\n", yn(j["torch"]["cuda_available"]),
+              j["cuda"]["driver"].get<std::string>().empty() ? "none" : j["cuda"]["driver"].get<std::string>().c_str(),
+              j["cuda"]["runtime"].get<std::string>().empty() ? "-" : j["cuda"]["runtime"].get<std::string>().c_str());
+  if (j["devices"].empty()) std::printf("devices    cpu only (no CUDA device visible)\n");
+  for (const auto& d : j["devices"])
+    std::printf("device     cuda:%d %s, compute %s, %.1f GiB, %d SMs\n", d["index"].get<int>(),
+                d["name"].get<std::string>().c_str(), d["compute_capability"].get<std::string>().c_str(),
+                d["memory_gib"].get<double>(), d["multiprocessors"].get<int>());
+  std::printf("cpu        %u hardware threads; torch intra-op %d, inter-op %d\n",
+              j["cpu"]["hardware_threads"].get<unsigned>(), j["cpu"]["torch_threads"].get<int>(),
+              j["cpu"]["torch_interop_threads"].get<int>());
+}
+
+}  // namespace
+
+void setup_info(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "versions, build features, devices and CPU threads");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "print as JSON");
+  cmd->callback([json] {
+    auto j = collect();
+    if (*json) std::printf("%s\n", j.dump(2).c_str());
+    else print_text(j);
+  });
+}
+
+}  // namespace dlrun::cli

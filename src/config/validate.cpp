@@ -1,0 +1,95 @@
+// Cross-field validation (see validate.h). Each rule reports the key whose value is wrong.
+#include "config/validate.h"
+
+#include <filesystem>
+#include <regex>
+
+namespace fs = std::filesystem;
+
+namespace dlrun::config {
+namespace {
+
+[[noreturn]] void bad(const Config& c, const std::string& key, const std::string& msg, const std::string& hint = {}) {
+  throw Error(ExitCode::kBadInput, c.where(key), key, msg, hint);
+}
+
+}  // namespace
+
+std::string default_data_root(const std::string& dataset) {
+  if (dataset == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
+  return "";
+}
+
+std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
+  std::vector<std::string> warnings;
+
+  static const std::regex device_re("^(auto|cpu|cuda|cuda:[0-9]+)$");
+  if (!std::regex_match(c.run.device, device_re))
+    bad(c, "run.device", "invalid device '" + c.run.device + "'", "use auto, cpu, cuda or cuda:N");
+
+  // Batch geometry: the global batch is split over ranks and accumulation steps.
+  int64_t split = static_cast<int64_t>(ctx.world_size) * c.train.grad_accum;
+  if (c.data.batch_size % split != 0)
+    bad(c, "data.batch_size",
+        fmt::format("global batch size {} is not divisible by world size {} x train.grad_accum {} = {}",
+                    c.data.batch_size, ctx.world_size, c.train.grad_accum, split),
+        fmt::format("use a multiple of {}", split));
+
+  // Data.
+  const std::string& ds = c.data.name;
+  if (ds != "synthetic") {
+    std::string root = c.data.root.empty() ? default_data_root(ds) : c.data.root;
+    if (root.empty())
+      bad(c, "data.root", "data.name=" + ds + " needs data.root (the directory with its files)");
+    if (!fs::is_directory(root))
+      bad(c, c.data.root.empty() ? "data.name" : "data.root", "data directory does not exist: " + root,
+          ds == "fashion_mnist" ? "install Debian's dataset-fashion-mnist (scripts/setup.sh does)" : "");
+  } else {
+    if (c.data.synthetic_shape.size() != 3)
+      bad(c, "data.synthetic_shape", fmt::format("expected [C, H, W], got {} values", c.data.synthetic_shape.size()));
+    if (c.data.synthetic_shape[0] != c.model.in_channels)
+      bad(c, "data.synthetic_shape",
+          fmt::format("{} channels, but model.in_channels is {}", c.data.synthetic_shape[0], c.model.in_channels));
+  }
+  if (!c.data.mean.empty() && static_cast<int64_t>(c.data.mean.size()) != c.model.in_channels)
+    bad(c, "data.mean", fmt::format("{} values for {} channels (model.in_channels)", c.data.mean.size(), c.model.in_channels));
+  if (!c.data.std.empty() && static_cast<int64_t>(c.data.std.size()) != c.model.in_channels)
+    bad(c, "data.std", fmt::format("{} values for {} channels (model.in_channels)", c.data.std.size(), c.model.in_channels));
+  for (size_t i = 0; i < c.data.std.size(); ++i)
+    if (c.data.std[i] <= 0) bad(c, "data.std", "standard deviations must be > 0");
+  if (c.data.resized_crop_scale.size() != 2 || c.data.resized_crop_scale[0] > c.data.resized_crop_scale[1] ||
+      c.data.resized_crop_scale[0] <= 0)
+    bad(c, "data.resized_crop_scale", "expected [min, max] with 0 < min <= max <= 1");
+
+  // Model.
+  if (c.model.name == "mlp" && c.model.hidden.empty()) bad(c, "model.hidden", "mlp needs at least one hidden layer");
+
+  // Optimizer and schedule.
+  if (c.optim.betas.size() != 2) bad(c, "optim.betas", fmt::format("expected [beta1, beta2], got {} values", c.optim.betas.size()));
+  if (c.sched.name == "multistep") {
+    if (c.sched.milestones.empty()) bad(c, "sched.milestones", "multistep needs at least one milestone (in epochs)");
+    for (size_t i = 1; i < c.sched.milestones.size(); ++i)
+      if (c.sched.milestones[i] <= c.sched.milestones[i - 1])
+        bad(c, "sched.milestones", "milestones must be strictly increasing");
+  }
+  if (c.optim.name == "adamw" && c.optim.nesterov) warnings.push_back("optim.nesterov has no effect with adamw");
+
+  // Devices.
+  if (c.amp.enabled && c.run.device == "cpu")
+    bad(c, "amp.enabled", "automatic mixed precision needs a CUDA device, but run.device is cpu");
+  if (c.dist.backend == "nccl" && c.run.device == "cpu")
+    bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=cpu");
+  if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
+    warnings.push_back("data.workers is unused with data.device_resident: true");
+
+  // Preemption.
+  if (c.preemption.watch == "file" && c.preemption.endpoint.empty())
+    bad(c, "preemption.endpoint", "preemption.watch=file needs the path to watch in preemption.endpoint");
+
+  // Checkpoints.
+  if (c.checkpoint.keep_last == 0 && c.checkpoint.keep_every > 0)
+    warnings.push_back("checkpoint.keep_every has no effect with keep_last: 0 (every checkpoint is kept)");
+  return warnings;
+}
+
+}  // namespace dlrun::config
