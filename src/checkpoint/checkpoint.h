@@ -1,0 +1,129 @@
+// Checkpoint sets on disk (DESIGN.md §4): commit protocol, verification, listing,
+// retention, asynchronous writing, loading.
+//
+// A checkpoint is a directory RUN_DIR/checkpoints/step-00001200/ holding
+//   model.pt        parameters and buffers: torch::pickle_save of a dict name -> tensor
+//                   (Python: torch.load(path) gives a dict of tensors)
+//   optim.pt        optimizer state, same format
+//   rng-rank00000.pt  CPU/CUDA generator states of one rank (one file per rank)
+//   state.json      step, epoch, sample cursor, scheduler, grad scaler, config hash,
+//                   architecture signature, optimizer type, versions, world size, ...
+//   config.yaml     the resolved config
+//   manifest.json   written LAST: every other file with size and SHA-256, step, epoch,
+//                   config hash, versions, world size
+// Commit: write into step-N.tmp/, fsync each file, write+fsync manifest.json, rename to
+// step-N/, fsync the parent, then replace LATEST atomically (write LATEST.tmp, fsync,
+// rename, fsync parent). A crash at any instant leaves the previous checkpoint usable.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/options.h"
+
+namespace dlrun::ckpt {
+
+using TensorDict = std::vector<std::pair<std::string, torch::Tensor>>;  ///< ordered
+
+/// Everything one checkpoint holds. Tensors must be host (CPU) tensors owned by the
+/// snapshot (already copied off the live model), so the writer can run in the background.
+struct Snapshot {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  std::map<std::string, TensorDict> tensor_files;  ///< file stem ("model", "optim", "rng-rank00000") -> tensors
+  nlohmann::json state;                            ///< written as state.json
+  std::string config_yaml;                         ///< written as config.yaml
+  std::string config_hash;                         ///< SHA-256 of config_yaml (hex)
+  int world_size = 1;
+};
+
+/// Copy tensors to host memory (pinned when `pinned` and CUDA is available), detached.
+TensorDict host_copy(const TensorDict& tensors, bool pinned = false);
+
+/// "step-00001200"
+std::string dir_name(int64_t step);
+
+/// Write and commit synchronously into `checkpoints_dir`. Returns the committed directory.
+/// Throws dlrun::Error (exit 1) on I/O failure; never touches other checkpoints.
+std::string commit(const Snapshot& snap, const std::string& checkpoints_dir);
+
+struct VerifyResult {
+  bool ok = false;
+  std::string reason;   ///< why not (first problem found)
+  int64_t step = -1;
+  int64_t epoch = -1;
+  nlohmann::json manifest;
+};
+
+/// Check a checkpoint directory: manifest present and parseable, every listed file present
+/// with the listed size and SHA-256, no `.tmp` suffix.
+VerifyResult verify(const std::string& ckpt_dir);
+
+struct Entry {
+  std::string path;
+  std::string name;
+  int64_t step = -1;
+  bool partial = false;   ///< a leftover step-N.tmp/
+  VerifyResult verified;
+  uint64_t bytes = 0;
+  double mtime = 0;       ///< seconds since epoch
+};
+
+/// Every checkpoint (committed and partial) under `checkpoints_dir`, oldest first.
+std::vector<Entry> list(const std::string& checkpoints_dir);
+
+/// Newest checkpoint that verifies, or nullopt. Each one skipped (partial or corrupt) is
+/// reported through `on_skip(path, reason)`; nothing is deleted.
+std::optional<std::string> latest_verified(const std::string& checkpoints_dir,
+                                           const std::function<void(const std::string&, const std::string&)>& on_skip = {});
+
+/// Load a (verified) checkpoint. Throws dlrun::Error(exit 2) if it does not verify.
+Snapshot load(const std::string& ckpt_dir);
+
+/// Retention: keep the newest `keep_last` verified checkpoints (0 = all) plus those whose
+/// step is a multiple of `keep_every`; never remove the newest verified one; partial
+/// (.tmp) directories are left alone (reported by `dlrun ckpt list`).
+void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every);
+
+/// Background writer: save() waits for any write still running, then (async) hands the
+/// snapshot to a thread that writes, hashes and commits it, then applies retention.
+class Writer {
+ public:
+  Writer(std::string checkpoints_dir, CheckpointOptions opts);
+  ~Writer();  ///< waits for a pending write
+  void save(Snapshot snap);
+  /// Block until nothing is pending; rethrows a failure of the last write.
+  void wait();
+  struct Stats {
+    int64_t step = -1;
+    std::string path;
+    double write_s = 0;   ///< time the write+commit took (background)
+    double wait_s = 0;    ///< time save() blocked waiting for the previous write
+  };
+  /// Stats of the last committed checkpoint (step -1 if none yet).
+  Stats last() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Fault injection for tests: when DLRUN_FAULT=ckpt:<point> is set, abort() (as kill -9
+/// would) on reaching that point of a commit. Points, in order: "file" (after the first
+/// tensor file), "files" (all files written, before the manifest), "manifest" (manifest
+/// written, before the rename), "rename" (after the rename, before LATEST), "latest"
+/// (after LATEST). An empty or unknown point never fires.
+void fault_point(const char* point);
+/// Every point name, for tests that iterate them.
+std::vector<std::string> fault_points();
+
+}  // namespace dlrun::ckpt

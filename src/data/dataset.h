@@ -1,0 +1,47 @@
+// Datasets: a registry keyed by config name. A dataset yields uint8 images (C, H, W) and
+// int64 labels; normalization and augmentation happen in the transforms (transforms.h).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/options.h"
+
+namespace dlrun::data {
+
+struct DatasetInfo {
+  int64_t channels = 1;
+  int64_t height = 0, width = 0;   ///< native size (0 when images vary: image_folder)
+  int64_t num_classes = 0;
+  std::vector<double> mean, std;   ///< per-channel defaults for `normalize`, in [0,1] units
+  std::vector<std::string> class_names;
+};
+
+/// Random-access dataset. Implementations must be safe to call get() from several
+/// threads at once.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  /// Image (C, H, W) uint8 and its label.
+  virtual std::pair<torch::Tensor, int64_t> get(int64_t index) const = 0;
+  virtual DatasetInfo info() const = 0;
+  /// For sets held in memory: all images (N, C, H, W) uint8 and labels (N) int64, used by
+  /// the device-resident mode. Undefined tensors when the set is not in memory.
+  virtual std::pair<torch::Tensor, torch::Tensor> all() const { return {}; }
+};
+
+enum class Split { kTrain, kEval };
+
+/// Open the dataset named by opts.name for a split. Corrupt, truncated or mismatched files
+/// (wrong magic, counts that disagree, label out of range, undecodable image) throw
+/// dlrun::Error with exit 2 naming the file. Applies data.limit_train / limit_eval.
+std::shared_ptr<Dataset> open(const DataOptions& opts, Split split, uint64_t seed);
+
+/// Names accepted by open().
+std::vector<std::string> names();
+
+}  // namespace dlrun::data

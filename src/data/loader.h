@@ -1,0 +1,56 @@
+// The data loader: distributed sampling by a global sample cursor, per-sample augmentation
+// seeded by (seed, epoch, sample index), worker threads with prefetch, pinned memory and
+// non-blocking copies on CUDA, and a device-resident mode.
+//
+// Sampling contract (checkpoints rely on it): epoch e visits perm(seed, e) — a permutation
+// of [0, N) (identity when data.shuffle is false) — in global batches of data.batch_size
+// samples; the last partial batch is dropped. Global step s of the epoch covers positions
+// [s*B, (s+1)*B) of the permutation. Within it, micro-batch m (of grad_accum A) of rank r
+// (of world W) takes the positions [s*B + (m*W + r)*b, ... + b), b = B / (W*A). The
+// "cursor" is the number of samples of the epoch already consumed by all ranks (s*B), so
+// a run resumed with another world size continues at the same data.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+
+#include "config/options.h"
+#include "data/dataset.h"
+
+namespace dlrun::data {
+
+struct LoaderSpec {
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  int64_t grad_accum = 1;
+  torch::Device device = torch::kCPU;  ///< batches are delivered here
+  bool train = true;                   ///< false: no shuffle, no augmentation, keep the last partial batch
+};
+
+struct Batch {
+  torch::Tensor x;  ///< (b, C, H, W) float32, normalized, on the target device
+  torch::Tensor y;  ///< (b) int64
+  int64_t step_in_epoch = 0;  ///< global step this micro-batch belongs to
+  int micro = 0;              ///< micro-batch index within the step (0..grad_accum-1)
+};
+
+class Loader {
+ public:
+  Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const LoaderSpec& spec);
+  ~Loader();
+  /// Global optimizer steps per epoch (train) or eval batches (eval).
+  int64_t steps_per_epoch() const;
+  /// Begin epoch `epoch` at global sample `cursor` (a multiple of the global batch).
+  void start_epoch(int64_t epoch, int64_t cursor = 0);
+  /// Next micro-batch of this rank, or nullopt at the end of the epoch.
+  std::optional<Batch> next();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlrun::data
