@@ -37,10 +37,14 @@ int main(int argc, char** argv) {
       "75 interrupted with a committed checkpoint (safe to requeue). See README.md.");
   setup_info(app);
   setup_config(app);
+  setup_train(app);
+  setup_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help / --version
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a subcommand's own non-zero exit (train: 75 when preempted)
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return static_cast<int>(ExitCode::kBadInput);

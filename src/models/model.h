@@ -26,7 +26,8 @@ class Model : public torch::nn::Module {
 /// torchvision's init for ResNets (kaiming_normal fan_out for convs, BN weight 1 bias 0,
 /// Linear default) and PyTorch's default init otherwise.
 /// Unknown name: dlrun::Error (exit 2) listing the valid names.
-std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed);
+/// `input_hw` is the input height (= width) the model will see; only `mlp` needs it.
+std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_hw = 28);
 
 /// Names accepted by build().
 std::vector<std::string> names();

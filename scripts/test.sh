@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# scripts/test.sh — set up (idempotent), build, and run every test (the README's test command;
+# .ci/run calls it). Extra arguments go to ctest, e.g. `scripts/test.sh -L unit`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/scripts/setup.sh"
+BUILD_DIR="${DLRUN_BUILD_DIR:-$ROOT/build}"
+cd "$BUILD_DIR"
+# Tests run one at a time by default: several train real models and would fight over 2 cores.
+ctest --output-on-failure -j "${DLRUN_TEST_JOBS:-1}" --timeout 900 "$@"

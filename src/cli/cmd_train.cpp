@@ -1,0 +1,33 @@
+// `dlrun train CONFIG.yaml [key=value ...] [--run-dir DIR] [--resume auto|never|PATH]`
+#include <CLI/CLI.hpp>
+
+#include "base/log.h"
+#include "cli/app.h"
+#include "cli/config_args.h"
+#include "config/loader.h"
+#include "train/trainer.h"
+
+namespace dlrun::cli {
+
+void setup_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model from an experiment file");
+  auto o = std::make_shared<ConfigArgs>();
+  auto t = std::make_shared<train::TrainArgs>();
+  add_config_args(cmd, *o);
+  cmd->add_option("--run-dir", t->run_dir, "run directory (default: run.dir, else runs/<run.name>)");
+  cmd->add_option("--resume", t->resume,
+                  "auto: continue from the newest checkpoint that verifies (default); never: start fresh; "
+                  "PATH: continue from that checkpoint directory");
+  cmd->add_flag("--force", t->force, "with --resume never: set existing checkpoints aside and start fresh");
+  cmd->add_option("--save-init", t->save_init, "write the initial weights (torch.load-able dict) to this file");
+  cmd->callback([o, t] {
+    train::TrainArgs args = *t;
+    args.cfg = load_validated(*o);
+    args.run_dir = train::resolve_run_dir(args.cfg, t->run_dir);
+    log0::info("{}", "resolved config:\n" + config::to_yaml(args.cfg, false));
+    int code = train::run(args);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace dlrun::cli

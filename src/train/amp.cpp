@@ -1,0 +1,61 @@
+// Autocast scope and dynamic loss scaler (see amp.h).
+#include "train/amp.h"
+
+#include <ATen/autocast_mode.h>
+
+namespace dlrun::train {
+
+AutocastScope::AutocastScope(bool enabled, torch::ScalarType dtype) : enabled_(enabled) {
+  if (!enabled_) return;
+  prev_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  prev_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+}
+
+AutocastScope::~AutocastScope() {
+  if (!enabled_) return;
+  at::autocast::set_autocast_enabled(at::kCUDA, prev_enabled_);
+  at::autocast::set_autocast_dtype(at::kCUDA, prev_dtype_);
+  at::autocast::clear_cache();
+}
+
+GradScaler::GradScaler(const AmpOptions& o, bool active)
+    : active_(active), scale_(o.init_scale), growth_interval_(o.growth_interval) {}
+
+torch::Tensor GradScaler::scale(const torch::Tensor& loss) const { return active_ ? loss * scale_ : loss; }
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  if (!active_) return true;
+  torch::NoGradGuard g;
+  bool finite = true;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    p.grad().mul_(1.0 / scale_);
+    if (finite && !torch::isfinite(p.grad()).all().item<bool>()) finite = false;
+  }
+  return finite;
+}
+
+void GradScaler::update(bool finite) {
+  if (!active_) return;
+  if (!finite) {
+    scale_ *= backoff_factor_;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= growth_interval_) {
+    scale_ *= growth_factor_;
+    growth_tracker_ = 0;
+  }
+}
+
+nlohmann::json GradScaler::state() const {
+  return {{"active", active_}, {"scale", scale_}, {"growth_tracker", growth_tracker_}};
+}
+
+void GradScaler::load_state(const nlohmann::json& j) {
+  if (j.is_null()) return;
+  scale_ = j.value("scale", scale_);
+  growth_tracker_ = j.value("growth_tracker", growth_tracker_);
+}
+
+}  // namespace dlrun::train

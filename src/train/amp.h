@@ -1,0 +1,48 @@
+// CUDA automatic mixed precision: an autocast scope and a dynamic loss scaler with the
+// semantics of torch.cuda.amp.GradScaler (scale the loss, unscale before clipping, skip
+// steps with inf/NaN gradients, halve on overflow, double after growth_interval good steps).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "config/options.h"
+
+namespace dlrun::train {
+
+/// Enables CUDA autocast (fp16 or bf16) for its lifetime; a no-op when `enabled` is false.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, torch::ScalarType dtype);
+  ~AutocastScope();
+
+ private:
+  bool enabled_;
+  bool prev_enabled_ = false;
+  torch::ScalarType prev_dtype_ = torch::kHalf;
+};
+
+class GradScaler {
+ public:
+  /// Active only for fp16 (bf16 needs no scaling); inactive scalers pass everything through.
+  GradScaler(const AmpOptions& opts, bool active);
+  bool active() const { return active_; }
+  torch::Tensor scale(const torch::Tensor& loss) const;
+  /// Divide gradients by the scale; returns false when any gradient is inf/NaN.
+  bool unscale(const std::vector<torch::Tensor>& params);
+  /// After a step attempt: adjust the scale given whether the gradients were finite.
+  void update(bool finite);
+  double scale_value() const { return scale_; }
+  nlohmann::json state() const;
+  void load_state(const nlohmann::json& j);
+
+ private:
+  bool active_;
+  double scale_;
+  double growth_factor_ = 2.0, backoff_factor_ = 0.5;
+  int64_t growth_interval_;
+  int64_t growth_tracker_ = 0;
+};
+
+}  // namespace dlrun::train

@@ -1,0 +1,41 @@
+// Evaluation loop (see evaluate.h).
+#include "train/evaluate.h"
+
+namespace dlrun::train {
+
+EvalResult evaluate(models::Model& model, data::Loader& loader, const std::function<void(torch::Tensor&)>& reduce) {
+  const bool was_training = model.is_training();
+  model.eval();
+  torch::NoGradGuard no_grad;
+  double c1 = 0, c5 = 0, loss_sum = 0, count = 0;
+  loader.start_epoch(0, 0);
+  while (auto b = loader.next()) {
+    auto logits = model.forward(b->x).to(torch::kFloat32);  // (b, classes)
+    auto y = b->y.to(logits.device());
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    const int64_t k = std::min<int64_t>(5, logits.size(1));
+    auto topk = std::get<1>(logits.topk(k, 1));           // (b, k)
+    auto hit = topk.eq(y.unsqueeze(1));                    // (b, k)
+    c1 += hit.select(1, 0).sum().item<double>();
+    c5 += hit.any(1).sum().item<double>();
+    count += static_cast<double>(y.size(0));
+  }
+  if (reduce) {
+    auto t = torch::tensor({c1, c5, loss_sum, count}, torch::kFloat64);
+    reduce(t);
+    c1 = t[0].item<double>(), c5 = t[1].item<double>(), loss_sum = t[2].item<double>(), count = t[3].item<double>();
+  }
+  if (was_training) model.train();
+  EvalResult r;
+  r.samples = static_cast<int64_t>(count);
+  if (count > 0) {
+    r.accuracy = c1 / count;
+    r.top5 = c5 / count;
+    r.loss = loss_sum / count;
+  }
+  return r;
+}
+
+}  // namespace dlrun::train

@@ -1,0 +1,24 @@
+// Evaluation: top-1, top-5 and mean loss over a loader, in eval mode without gradients.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "data/loader.h"
+#include "models/model.h"
+
+namespace dlrun::train {
+
+struct EvalResult {
+  double accuracy = 0;  ///< top-1, in [0, 1]
+  double top5 = 0;      ///< top-5 (top-k with k = min(5, classes))
+  double loss = 0;      ///< mean cross-entropy (no label smoothing)
+  int64_t samples = 0;
+};
+
+/// Evaluate `model` on one pass of `loader` (epoch 0). Restores train mode afterwards.
+/// The sums are returned unreduced across ranks when `reduce` is given: it receives the
+/// tensor [correct1, correct5, loss_sum, count] (float64) to all-reduce in place.
+EvalResult evaluate(models::Model& model, data::Loader& loader,
+                    const std::function<void(torch::Tensor&)>& reduce = {});
+
+}  // namespace dlrun::train

@@ -1,0 +1,33 @@
+// Optimizers (sgd, adamw) built from OptimOptions, and their state as named tensors so a
+// checkpoint stores it in a Python-loadable dict ("<param>.momentum_buffer", ...).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/options.h"
+
+namespace dlrun::train {
+
+using TensorDict = std::vector<std::pair<std::string, torch::Tensor>>;
+
+/// Build the optimizer over `model`'s parameters. With no_decay_norm_bias, biases and 1-D
+/// parameters (norm weights) go in a second group with weight_decay 0.
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& opts, torch::nn::Module& model);
+
+/// Set the learning rate of every parameter group.
+void set_lr(torch::optim::Optimizer& opt, double lr);
+
+/// Optimizer state keyed by parameter name: sgd "<p>.momentum_buffer"; adamw "<p>.exp_avg",
+/// "<p>.exp_avg_sq", "<p>.step" (0-dim int64). Parameters without state are absent.
+TensorDict optimizer_state(const OptimOptions& opts, torch::optim::Optimizer& opt, torch::nn::Module& model);
+
+/// Inverse of optimizer_state(); tensors are moved to each parameter's device.
+/// Unknown keys are a checkpoint error (exit 2).
+void load_optimizer_state(const OptimOptions& opts, torch::optim::Optimizer& opt, torch::nn::Module& model,
+                          const TensorDict& state);
+
+}  // namespace dlrun::train

@@ -1,0 +1,202 @@
+// Snapshot <-> live training state (see run_state.h).
+#include "train/run_state.h"
+
+#include <torch/version.h>
+
+#include <fstream>
+#include <unordered_map>
+
+#include "base/build_info.h"
+#include "base/log.h"
+#include "config/loader.h"
+#include "metrics/writers.h"
+#include "train/optim.h"
+
+namespace dlrun::train {
+
+std::string version_line() {
+  return fmt::format("dlrun {} (git {}), torch {}", DLRUN_VERSION, DLRUN_GIT_REV, TORCH_VERSION);
+}
+
+namespace {
+
+ckpt::TensorDict rng_states(const torch::Device& device) {
+  ckpt::TensorDict out;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    out.emplace_back("cpu", gen.get_state());
+  }
+  if (device.is_cuda()) {
+    auto gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    out.emplace_back("cuda", gen.get_state());
+  }
+  return out;
+}
+
+void set_rng_states(const ckpt::TensorDict& states, const torch::Device& device) {
+  for (const auto& [name, t] : states) {
+    if (name == "cpu") {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(t);
+    } else if (name == "cuda" && device.is_cuda()) {
+      auto gen = at::globalContext().defaultGenerator(device);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(t);
+    }
+  }
+}
+
+const ckpt::TensorDict& file(const ckpt::Snapshot& s, const std::string& stem) {
+  auto it = s.tensor_files.find(stem);
+  if (it == s.tensor_files.end()) throw Error(ExitCode::kBadInput, "checkpoint has no " + stem + ".pt");
+  return it->second;
+}
+
+}  // namespace
+
+ckpt::Snapshot make_snapshot(const Config& cfg, models::Model& model, torch::optim::Optimizer& optim,
+                             const GradScaler& scaler, const RunState& st, int64_t total_steps,
+                             const torch::Device& device) {
+  const bool pinned = device.is_cuda();
+  ckpt::Snapshot s;
+  s.step = st.step;
+  s.epoch = st.epoch;
+  s.tensor_files["model"] = ckpt::host_copy(models::state_dict(model), pinned);
+  s.tensor_files["optim"] = ckpt::host_copy(optimizer_state(cfg.optim, optim, model), pinned);
+  s.tensor_files["rng-rank00000"] = ckpt::host_copy(rng_states(device));
+  s.config_yaml = config::to_yaml(cfg, false);
+  s.config_hash = metrics::sha256_hex(s.config_yaml.data(), s.config_yaml.size());
+  s.world_size = 1;
+  s.state = {
+      {"step", st.step},
+      {"epoch", st.epoch},
+      {"cursor", st.cursor},
+      {"total_steps", total_steps},
+      {"global_batch_size", cfg.data.batch_size},
+      {"grad_accum", cfg.train.grad_accum},
+      {"world_size", 1},
+      {"seed", cfg.run.seed},
+      {"model", cfg.model.name},
+      {"architecture", models::architecture_signature(model)},
+      {"optimizer", cfg.optim.name},
+      {"schedule", {{"name", cfg.sched.name}, {"total_steps", total_steps}, {"base_lr", cfg.optim.lr}}},
+      {"grad_scaler", scaler.state()},
+      {"augmentation_seed_scheme", "splitmix64(seed, epoch, sample index)"},
+      {"steps_lost_total", st.steps_lost_total},
+      {"config_hash", s.config_hash},
+      {"versions", version_line()},
+      {"time", metrics::wall_now()},
+  };
+  return s;
+}
+
+void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model, torch::optim::Optimizer& optim,
+             GradScaler& scaler, RunState& st, int64_t total_steps) {
+  const auto& j = snap.state;
+  // Incompatible changes: refuse.
+  const std::string saved_model = j.value("model", std::string("?"));
+  const std::string saved_arch = j.value("architecture", std::string());
+  const std::string arch = models::architecture_signature(model);
+  if (saved_arch != arch) {
+    // Name the first parameter that differs.
+    auto split = [](const std::string& s) {
+      std::vector<std::string> v;
+      size_t p = 0;
+      while (p < s.size()) {
+        size_t q = s.find(';', p);
+        v.push_back(s.substr(p, q == std::string::npos ? std::string::npos : q - p));
+        if (q == std::string::npos) break;
+        p = q + 1;
+      }
+      return v;
+    };
+    auto a = split(saved_arch), b = split(arch);
+    std::string diff;
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      std::string x = i < a.size() ? a[i] : "(none)", y = i < b.size() ? b[i] : "(none)";
+      if (x != y) {
+        diff = fmt::format("checkpoint has {}, the config's model has {}", x, y);
+        break;
+      }
+    }
+    throw Error(ExitCode::kBadInput,
+                fmt::format("cannot resume: the checkpoint was written for a different model architecture "
+                            "(checkpoint model.name={}, config model.name={}; {})",
+                            saved_model, cfg.model.name, diff),
+                "start a new run (--run-dir) or restore the original model settings");
+  }
+  const std::string saved_opt = j.value("optimizer", std::string("?"));
+  if (saved_opt != cfg.optim.name)
+    throw Error(ExitCode::kBadInput,
+                fmt::format("cannot resume: the checkpoint used optim.name={}, the config has optim.name={}", saved_opt,
+                            cfg.optim.name),
+                "optimizer state cannot be carried across optimizer types; start a new run");
+  // Changes that alter results: warn.
+  if (j.value("total_steps", total_steps) != total_steps)
+    log0::warn("resuming with a different schedule length: {} total steps, the checkpoint planned {}", total_steps,
+               j.value("total_steps", int64_t{0}));
+  const int64_t saved_batch = j.value("global_batch_size", cfg.data.batch_size);
+  if (saved_batch != cfg.data.batch_size)
+    log0::warn("resuming with global batch size {} (checkpoint: {}): results will differ from an uninterrupted run",
+               cfg.data.batch_size, saved_batch);
+  if (j.value("world_size", 1) != 1)
+    log0::warn("resuming on world size 1 from world size {}: the sampler re-shards from the global cursor",
+               j.value("world_size", 1));
+  if (j.value("config_hash", std::string()) != snap.config_hash)
+    log0::warn("resuming with a changed config (hash differs from the checkpoint's)");
+
+  // Model parameters and buffers.
+  std::unordered_map<std::string, torch::Tensor> saved;
+  for (const auto& [n, t] : file(snap, "model")) saved[n] = t;
+  {
+    torch::NoGradGuard g;
+    for (auto& [n, t] : models::state_dict(model)) {
+      auto it = saved.find(n);
+      DLRUN_CHECK_INPUT(it != saved.end(), "checkpoint model.pt has no tensor '{}'", n);
+      t.copy_(it->second);
+    }
+  }
+  load_optimizer_state(cfg.optim, optim, model, file(snap, "optim"));
+  scaler.load_state(j.value("grad_scaler", nlohmann::json()));
+  auto rng = snap.tensor_files.find("rng-rank00000");
+  if (rng != snap.tensor_files.end()) set_rng_states(rng->second, model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters()[0].device());
+
+  st.step = j.at("step").get<int64_t>();
+  st.epoch = j.at("epoch").get<int64_t>();
+  st.cursor = j.at("cursor").get<int64_t>();
+  if (st.cursor % cfg.data.batch_size != 0) {
+    int64_t rounded = st.cursor / cfg.data.batch_size * cfg.data.batch_size;
+    log0::warn("sample cursor {} is not a multiple of the new batch size; continuing at {}", st.cursor, rounded);
+    st.cursor = rounded;
+  }
+  st.steps_lost_total = j.value("steps_lost_total", int64_t{0});
+  st.resumed_from_step = st.step;
+}
+
+void note_resume(RunState& st, const std::string& metrics_path) {
+  if (st.resumed_from_step < 0) return;
+  std::ifstream in(metrics_path);
+  std::string line;
+  int64_t furthest = st.step;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer())
+      furthest = std::max<int64_t>(furthest, j["step"].get<int64_t>());
+  }
+  st.steps_lost_last = furthest - st.step;
+  st.steps_lost_total += st.steps_lost_last;
+}
+
+void save_weights(const torch::nn::Module& model, const std::string& path) {
+  c10::Dict<std::string, at::Tensor> d;
+  for (const auto& [n, t] : models::state_dict(model)) d.insert(n, t.detach().to(torch::kCPU).contiguous());
+  auto bytes = torch::pickle_save(c10::IValue(d));
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) fail_runtime("cannot write {}", path);
+}
+
+}  // namespace dlrun::train
