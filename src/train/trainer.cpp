@@ -5,6 +5,8 @@
 //   Session::finish()  final eval, final checkpoint, summary.json
 #include "train/trainer.h"
 
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -44,6 +46,31 @@ torch::Device resolve_device(const std::string& d) {
                     "run.device={} but only {} CUDA device(s) are visible", d, torch::cuda::device_count());
   return dev.has_index() ? dev : torch::Device(torch::kCUDA, 0);
 }
+
+// Test hooks (docs/testing.md): DLRUN_FAULT=abort_at_step:K aborts the process right after
+// step K, as kill -9 would; DLRUN_FAULT=signal_at_step:K sends SIGTERM to itself after step K.
+struct StepFault {
+  int64_t abort_at = -1, signal_at = -1;
+  static StepFault from_env() {
+    StepFault f;
+    const char* v = std::getenv("DLRUN_FAULT");
+    if (!v) return f;
+    std::string s(v);
+    auto num = [&](const std::string& prefix) -> int64_t {
+      return s.rfind(prefix, 0) == 0 ? std::atoll(s.c_str() + prefix.size()) : -1;
+    };
+    f.abort_at = num("abort_at_step:");
+    f.signal_at = num("signal_at_step:");
+    return f;
+  }
+  void after_step(int64_t step) const {
+    if (step == abort_at) {
+      std::fprintf(stderr, "dlrun: DLRUN_FAULT: aborting after step %lld\n", static_cast<long long>(step));
+      std::abort();
+    }
+    if (step == signal_at) std::raise(SIGTERM);
+  }
+};
 
 class Session {
  public:
@@ -85,6 +112,7 @@ class Session {
   int64_t loss_count_ = 0;
   std::string last_ckpt_;
   nlohmann::json last_eval_;
+  StepFault fault_ = StepFault::from_env();
 };
 
 void Session::setup() {
@@ -327,6 +355,7 @@ int Session::run() {
       if (static_cast<int64_t>(micro.size()) < cfg_.train.grad_accum) continue;
       train_step(micro);
       micro.clear();
+      fault_.after_step(st_.step);
       // Step boundary: everything below sees a consistent state.
       if (preempt::stop_requested()) return interrupted();
       maybe_eval(false);

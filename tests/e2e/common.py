@@ -1,0 +1,89 @@
+"""Shared helpers of the end-to-end tests: run dlrun, read a run directory, compare runs.
+
+The tests run the real `dlrun` binary (path in $DLRUN) on small configs under
+tests/e2e/data, each in a fresh temporary run directory that is removed afterwards.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+DLRUN = os.environ["DLRUN"]
+SRC = os.environ["DLRUN_SOURCE_DIR"]
+DATA = os.path.join(SRC, "tests", "e2e", "data")
+
+
+def cfg(name):
+    return os.path.join(DATA, name)
+
+
+class RunDir:
+    """A temporary run directory (removed on exit unless DLRUN_KEEP_TMP is set)."""
+
+    def __enter__(self):
+        self.path = tempfile.mkdtemp(prefix="dlrun-e2e-")
+        return self
+
+    def __exit__(self, *exc):
+        if not os.environ.get("DLRUN_KEEP_TMP"):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def file(self, *parts):
+        return os.path.join(self.path, *parts)
+
+    def summary(self):
+        with open(self.file("summary.json")) as f:
+            return json.load(f)
+
+    def metrics(self):
+        with open(self.file("metrics.jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def step_losses(self):
+        """step -> loss from metrics.jsonl (the last record of a step wins)."""
+        return {m["step"]: m["loss"] for m in self.metrics() if "loss" in m and "event" not in m}
+
+
+def dlrun(*args, env=None, check=None, timeout=600):
+    """Run dlrun; return CompletedProcess. `check` = expected exit code (None: any)."""
+    e = dict(os.environ)
+    e.pop("DLRUN_FAULT", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([DLRUN, *args], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    if check is not None and p.returncode != check:
+        print(p.stdout)
+        raise AssertionError(f"dlrun {' '.join(args)} exited {p.returncode}, expected {check}")
+    return p
+
+
+def train(config, run_dir, *overrides, env=None, check=0, extra=()):
+    return dlrun("train", config, *overrides, "--run-dir", run_dir, "log.progress=none", *extra,
+                 env=env, check=check)
+
+
+def expect(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def main(tests):
+    """Run test functions; print a pytest-like closing line; exit non-zero on failure."""
+    failed = 0
+    only = sys.argv[1:]
+    for t in tests:
+        if only and t.__name__ not in only:
+            continue
+        start = time.time()
+        try:
+            t()
+            print(f"PASS {t.__name__} ({time.time() - start:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every failure the same way
+            failed += 1
+            print(f"FAIL {t.__name__}: {e}", flush=True)
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,69 @@
+"""End-to-end training: run directory contents, determinism, learning on real data."""
+import glob
+import os
+
+from common import RunDir, cfg, expect, main, train
+
+TINY = cfg("tiny.yaml")
+
+
+def test_run_directory_contract():
+    with RunDir() as r:
+        train(TINY, r.path)
+        s = r.summary()
+        for key in ("status", "steps", "epochs", "final_train_loss", "eval", "wall_time_s", "samples_per_s",
+                    "checkpoint", "params_sha256"):
+            expect(key in s, f"summary.json lacks {key}")
+        expect(s["status"] == "completed", s["status"])
+        expect(s["steps"] == 48, f"steps {s['steps']}")
+        expect(abs(s["epochs"] - 3.0) < 1e-9, s["epochs"])
+        expect(len(s["params_sha256"]) == 64, s["params_sha256"])
+        expect(0.0 <= s["eval"]["accuracy"] <= 1.0 and "loss" in s["eval"], s["eval"])
+        expect(os.path.isfile(r.file("config.yaml")), "no config.yaml")
+        expect("torch" in open(r.file("config.yaml")).readline(), "config.yaml lacks the versions line")
+        expect(glob.glob(r.file("events.out.tfevents.*")), "no TensorBoard event file")
+        latest = open(r.file("checkpoints", "LATEST")).read().strip()
+        expect(latest == "step-00000048", latest)
+        ckpts = sorted(os.listdir(r.file("checkpoints")))
+        # keep_last 2: the newest two of steps 5..45 and the final 48.
+        expect([c for c in ckpts if c.startswith("step-")] == ["step-00000045", "step-00000048"], ckpts)
+        steps = r.step_losses()
+        expect(sorted(steps) == list(range(1, 49)), "metrics.jsonl lacks per-step records")
+        evals = [m for m in r.metrics() if m.get("event") == "eval"]
+        expect(len(evals) == 3, f"expected an eval per epoch, got {len(evals)}")
+
+
+def test_deterministic_runs_match():
+    with RunDir() as a, RunDir() as b:
+        train(TINY, a.path, "train.epochs=1")
+        train(TINY, b.path, "train.epochs=1", "data.workers=0")
+        expect(a.summary()["params_sha256"] == b.summary()["params_sha256"],
+               "two deterministic runs (2 workers vs 0) ended with different parameters")
+
+
+def test_different_seed_differs():
+    with RunDir() as a, RunDir() as b:
+        train(TINY, a.path, "train.max_steps=3")
+        train(TINY, b.path, "train.max_steps=3", "run.seed=2")
+        expect(a.summary()["params_sha256"] != b.summary()["params_sha256"], "seed has no effect")
+
+
+def test_fashion_mnist_learns():
+    """A short run on real Fashion-MNIST must show a clear learning signal."""
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        print("SKIP: /usr/share/datasets/fashion-mnist missing (install dataset-fashion-mnist)")
+        return
+    with RunDir() as r:
+        train(os.path.join(os.environ["DLRUN_SOURCE_DIR"], "configs", "quickstart.yaml"), r.path,
+              "data.limit_train=8192", "data.limit_eval=2000", "train.epochs=1", "model.width=16",
+              "checkpoint.every_minutes=0", "sched.name=constant", "optim.lr=0.05")
+        s = r.summary()
+        losses = r.step_losses()
+        first = sum(losses[k] for k in sorted(losses)[:5]) / 5
+        expect(s["eval"]["accuracy"] > 0.70, f"accuracy {s['eval']['accuracy']:.3f} after 64 steps")
+        expect(s["final_train_loss"] < 0.6 * first, f"loss {first:.3f} -> {s['final_train_loss']:.3f}")
+
+
+if __name__ == "__main__":
+    main([test_run_directory_contract, test_deterministic_runs_match, test_different_seed_differs,
+          test_fashion_mnist_learns])
