@@ -5,7 +5,8 @@
 #               LibTorch; one precompiled header carries the torch includes.
 #   dlrun       the executable: src/main.cpp only.
 file(GLOB_RECURSE DLRUN_BASE_SOURCES CONFIGURE_DEPENDS
-     ${CMAKE_SOURCE_DIR}/src/base/*.cpp ${CMAKE_SOURCE_DIR}/src/config/*.cpp)
+     ${CMAKE_SOURCE_DIR}/src/base/*.cpp ${CMAKE_SOURCE_DIR}/src/config/*.cpp
+     ${CMAKE_SOURCE_DIR}/src/metrics/*.cpp ${CMAKE_SOURCE_DIR}/src/preempt/*.cpp)
 file(GLOB_RECURSE DLRUN_ALL_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*.cpp)
 set(DLRUN_CORE_SOURCES ${DLRUN_ALL_SOURCES})
 list(REMOVE_ITEM DLRUN_CORE_SOURCES ${DLRUN_BASE_SOURCES} ${CMAKE_SOURCE_DIR}/src/main.cpp)

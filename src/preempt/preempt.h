@@ -10,8 +10,10 @@
 
 namespace dlrun::preempt {
 
-/// Install SIGTERM, SIGUSR1 and SIGINT handlers. A first signal only sets the flag (and
-/// records which signal and when); a second one exits the process at once with 128+signo.
+/// Install SIGTERM, SIGUSR1 and SIGINT handlers (SA_RESTART). A first signal only sets the
+/// flag (and records which signal and when) — even after a notice already asked to stop; a
+/// second signal exits the process at once with _exit(128+signo). SIGINT is handled like
+/// SIGTERM; stop_signal() lets the loop print a message for Ctrl-C.
 void install_signal_handlers();
 /// Restore default dispositions (tests).
 void uninstall_signal_handlers();
@@ -21,16 +23,35 @@ bool stop_requested();
 /// Ask to stop (used by notice watchers and tests). `reason` like "aws spot notice".
 void request_stop(const std::string& reason);
 /// What asked to stop ("SIGTERM", "aws notice: ...") and when (seconds since epoch; 0 if not).
+/// The first cause wins: later requests do not change the reason or the time.
 std::string stop_reason();
 double stop_time();
+/// The signal number when a signal asked first (SIGTERM, SIGUSR1, SIGINT); 0 otherwise.
+int stop_signal();
 /// Clear the flag (tests).
 void reset();
 
 /// Polls a cloud notice source on a background thread while alive; on a notice it calls
-/// request_stop(). watch=none starts nothing. Endpoints default to the providers' metadata
-/// URLs (AWS spot/instance-action with an IMDSv2 token, GCP instance/preempted, Azure
-/// Scheduled Events "Preempt"), but only when the user configured preemption.watch.
-/// Without libcurl, aws/gcp/azure are a bad-input error (exit 2); `file` always works.
+/// request_stop("<watch> notice: <detail>") and stops polling. watch=none starts nothing.
+/// Endpoints default to the providers' metadata URLs (AWS spot/instance-action with an
+/// IMDSv2 token, GCP instance/preempted, Azure Scheduled Events "Preempt"), but only when
+/// the user configured preemption.watch. Without libcurl, aws/gcp/azure are a bad-input
+/// error (exit 2); `file` always works. An unknown watch, file without a path, or
+/// poll_s <= 0 are bad input too, thrown by the constructor.
+///
+/// What preemption.endpoint means for each watch:
+///   aws    the metadata service's base URL (default "http://169.254.169.254"); trailing
+///          '/' are dropped and dlrun appends "/latest/api/token" (PUT, IMDSv2 token) and
+///          "/latest/meta-data/spot/instance-action" (GET). E.g. "http://127.0.0.1:8080".
+///          Notice: 200 with a JSON object holding "action"; 404: none. If the token PUT
+///          fails, the GET goes without a token (IMDSv1).
+///   gcp    the full URL (default ".../computeMetadata/v1/instance/preempted"), sent with
+///          "Metadata-Flavor: Google"; notice: 200 and body "TRUE".
+///   azure  the full URL (default ".../metadata/scheduledevents?api-version=2020-07-01"),
+///          sent with "Metadata: true"; notice: an Events[] entry with EventType "Preempt".
+///   file   a path; notice: the path exists (its first line is the detail).
+/// HTTP requests: connect timeout 1 s, total 2 s, no redirects followed, no proxy; a
+/// network error is "no notice" (logged once) and polling goes on.
 class NoticeWatcher {
  public:
   explicit NoticeWatcher(const PreemptionOptions& opts);
@@ -46,7 +67,7 @@ class NoticeWatcher {
 /// One poll, synchronously: true when the source reports a pending preemption.
 /// `detail` receives the notice text. Network errors count as "no notice".
 bool poll_once(const std::string& watch, const std::string& endpoint, std::string* detail = nullptr);
-/// The default endpoint of a provider ("" for file/none).
+/// The default endpoint of a provider ("" for file/none); see NoticeWatcher for the rule.
 std::string default_endpoint(const std::string& watch);
 
 }  // namespace dlrun::preempt

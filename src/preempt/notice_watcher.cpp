@@ -1,0 +1,78 @@
+// NoticeWatcher: a background thread that polls one notice source every poll_s seconds
+// and turns the first notice into request_stop(). The destructor wakes the thread through
+// a condition variable, so shutting down never waits for a poll interval (at most for one
+// HTTP request in flight, bounded by its 2 s timeout).
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "preempt/preempt.h"
+#include "preempt/providers.h"
+
+namespace dlrun::preempt {
+
+struct NoticeWatcher::Impl {
+  std::string watch;
+  std::string endpoint;
+  double poll_s = 5.0;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread thread;
+
+  void run() {
+    bool reported_error = false;
+    for (;;) {
+      PollResult r;
+      try {
+        r = poll_source(watch, endpoint);
+      } catch (const std::exception& e) {  // checked in the constructor; keep the thread alive
+        r.error = e.what();
+      }
+      if (r.notice) {
+        log::warn("preemption notice from {} ({}): {}", watch, endpoint, r.detail);
+        request_stop(watch + " notice: " + r.detail);
+        return;
+      }
+      if (!r.error.empty() && !reported_error) {  // once: a misconfigured endpoint, not spam
+        log::warn("preemption watch {}: {} (will keep polling every {}s)", watch, r.error, poll_s);
+        reported_error = true;
+      }
+      std::unique_lock<std::mutex> lock(mutex);
+      if (cv.wait_for(lock, std::chrono::duration<double>(poll_s), [this] { return stopping; }))
+        return;
+    }
+  }
+};
+
+NoticeWatcher::NoticeWatcher(const PreemptionOptions& opts) {
+  if (opts.watch == "none") return;
+  auto impl = std::make_unique<Impl>();
+  impl->watch = opts.watch;
+  impl->endpoint = opts.endpoint.empty() ? default_endpoint(opts.watch) : opts.endpoint;
+  DLRUN_CHECK_INPUT(opts.poll_s > 0, "preemption.poll_s: must be > 0, got {}", opts.poll_s);
+  impl->poll_s = opts.poll_s;
+  // Fails at start-up (exit 2), not inside the thread, for a bad watch or endpoint.
+  check_source(impl->watch, impl->endpoint);
+  log::info("watching for preemption notices: {} at {} every {}s", impl->watch, impl->endpoint,
+            impl->poll_s);
+  Impl* p = impl.get();
+  impl->thread = std::thread([p] { p->run(); });
+  impl_ = std::move(impl);
+}
+
+NoticeWatcher::~NoticeWatcher() {
+  if (!impl_) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::string NoticeWatcher::endpoint() const { return impl_ ? impl_->endpoint : std::string(); }
+
+}  // namespace dlrun::preempt

@@ -1,0 +1,154 @@
+// The cloud notice sources, one function each. What counts as a notice:
+//   aws    IMDSv2 token (PUT), then GET spot/instance-action: 200 with {"action": ...};
+//          404 means none. If the token request fails, the GET is tried without a token
+//          (IMDSv1).
+//   gcp    GET instance/preempted with "Metadata-Flavor: Google": body "TRUE".
+//   azure  GET Scheduled Events with "Metadata: true": an event with EventType "Preempt".
+//   file   the path exists (its first line, if any, is the detail).
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "preempt/http.h"
+#include "preempt/preempt.h"
+#include "preempt/providers.h"
+
+namespace dlrun::preempt {
+namespace {
+
+std::string trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(0, s.find_first_not_of(ws));
+  s.erase(s.find_last_not_of(ws) + 1);
+  return s;
+}
+
+std::string strip_trailing_slashes(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
+/// A JSON field as text: strings as they are, anything else dumped, "?" when absent.
+std::string field(const nlohmann::json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return "?";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+/// Turns a non-answer into PollResult::error; true when the source answered.
+bool answered(const HttpResponse& r, const std::string& url, PollResult* out) {
+  if (r.status == 0) {
+    out->error = url + ": " + r.error;
+    return false;
+  }
+  return true;
+}
+
+PollResult poll_aws(const std::string& base_in) {
+  const std::string base = strip_trailing_slashes(base_in);
+  PollResult out;
+  std::vector<std::string> headers;
+  HttpResponse tok = http_request("PUT", base + "/latest/api/token",
+                                  {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
+  if (tok.status == 200 && !trim(tok.body).empty())
+    headers.push_back("X-aws-ec2-metadata-token: " + trim(tok.body));
+  const std::string url = base + "/latest/meta-data/spot/instance-action";
+  HttpResponse r = http_request("GET", url, headers);
+  if (!answered(r, url, &out) || r.status != 200) {
+    if (r.status != 0 && r.status != 404) out.error = url + ": HTTP " + std::to_string(r.status);
+    return out;
+  }
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("action")) {
+    out.error = url + ": HTTP 200 without an \"action\" field";
+    return out;
+  }
+  out.notice = true;
+  out.detail = "action=" + field(j, "action") + " time=" + field(j, "time");
+  return out;
+}
+
+PollResult poll_gcp(const std::string& url) {
+  PollResult out;
+  HttpResponse r = http_request("GET", url, {"Metadata-Flavor: Google"});
+  if (!answered(r, url, &out)) return out;
+  if (r.status != 200) {
+    out.error = url + ": HTTP " + std::to_string(r.status);
+    return out;
+  }
+  out.notice = trim(r.body) == "TRUE";
+  if (out.notice) out.detail = "instance/preempted=TRUE";
+  return out;
+}
+
+PollResult poll_azure(const std::string& url) {
+  PollResult out;
+  HttpResponse r = http_request("GET", url, {"Metadata: true"});
+  if (!answered(r, url, &out)) return out;
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status != 200 || j.is_discarded() || !j.is_object()) {
+    out.error = url + ": HTTP " + std::to_string(r.status) + (r.status == 200 ? " (not JSON)" : "");
+    return out;
+  }
+  auto events = j.find("Events");
+  if (events == j.end() || !events->is_array()) return out;
+  for (const auto& e : *events) {
+    if (!e.is_object() || field(e, "EventType") != "Preempt") continue;
+    out.notice = true;
+    out.detail = "EventId=" + field(e, "EventId") + " NotBefore=" + field(e, "NotBefore");
+    return out;
+  }
+  return out;
+}
+
+PollResult poll_file(const std::string& path) {
+  PollResult out;
+  std::ifstream f(path);
+  if (!f) return out;  // absent (or unreadable, which the user will notice when creating it)
+  std::string line;
+  std::getline(f, line);
+  line = trim(line);
+  out.notice = true;
+  out.detail = line.empty() ? path : path + ": " + line.substr(0, 200);
+  return out;
+}
+
+}  // namespace
+
+std::string default_endpoint(const std::string& watch) {
+  if (watch == "aws") return "http://169.254.169.254";
+  if (watch == "gcp") return "http://metadata.google.internal/computeMetadata/v1/instance/preempted";
+  if (watch == "azure") return "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01";
+  return "";
+}
+
+void check_source(const std::string& watch, const std::string& endpoint) {
+  if (watch == "file") {
+    DLRUN_CHECK_INPUT(!endpoint.empty(),
+                      "preemption.endpoint: preemption.watch=file needs the path to watch");
+    return;
+  }
+  DLRUN_CHECK_INPUT(watch == "aws" || watch == "gcp" || watch == "azure",
+                    "preemption.watch: unknown source '{}' (none | aws | gcp | azure | file)", watch);
+  DLRUN_CHECK_INPUT(have_http(),
+                    "preemption.watch: {} needs libcurl, and dlrun was built without it "
+                    "(install libcurl and rebuild, or use preemption.watch: file)", watch);
+}
+
+PollResult poll_source(const std::string& watch, const std::string& endpoint) {
+  const std::string ep = endpoint.empty() ? default_endpoint(watch) : endpoint;
+  check_source(watch, ep);
+  if (watch == "file") return poll_file(ep);
+  if (watch == "aws") return poll_aws(ep);
+  if (watch == "gcp") return poll_gcp(ep);
+  return poll_azure(ep);
+}
+
+bool poll_once(const std::string& watch, const std::string& endpoint, std::string* detail) {
+  PollResult r = poll_source(watch, endpoint);
+  if (detail) *detail = r.detail;
+  return r.notice;
+}
+
+}  // namespace dlrun::preempt

@@ -1,0 +1,111 @@
+// The stop flag and the signal handlers that set it (DESIGN.md §5). A handler only stores
+// into lock-free atomics (async-signal-safe); the training loop polls stop_requested() at
+// step boundaries, saves and exits 75. A second signal means "now": _exit(128 + signo).
+#include "preempt/preempt.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <mutex>
+
+namespace dlrun::preempt {
+namespace {
+
+static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
+static_assert(std::atomic<int64_t>::is_always_lock_free, "signal handlers need lock-free atomics");
+static_assert(std::atomic<bool>::is_always_lock_free, "signal handlers need lock-free atomics");
+
+constexpr int kSignals[] = {SIGTERM, SIGUSR1, SIGINT};
+constexpr int kByRequest = -1;  // g_first value when request_stop() came first
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_first{0};          // 0: none; a signal number; or kByRequest
+std::atomic<int> g_signals{0};        // signals received since reset()
+std::atomic<int64_t> g_stop_ns{0};    // wall time of the first request, ns since epoch
+std::mutex g_reason_mutex;            // guards g_reason (never touched by the handler)
+std::string g_reason;
+
+int64_t wall_ns() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void on_signal(int signo) {
+  if (g_signals.fetch_add(1) > 0) ::_exit(128 + signo);
+  const int64_t now = wall_ns();
+  int expected = 0;
+  if (g_first.compare_exchange_strong(expected, signo)) g_stop_ns.store(now);
+  g_stop.store(true);
+}
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    default: return "signal";
+  }
+}
+
+}  // namespace
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kSignals) sigaddset(&sa.sa_mask, s);  // handlers never interleave
+  sa.sa_flags = SA_RESTART;  // blocking reads in data loaders are not interrupted
+  for (int s : kSignals) ::sigaction(s, &sa, nullptr);
+}
+
+void uninstall_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kSignals) ::sigaction(s, &sa, nullptr);
+}
+
+bool stop_requested() { return g_stop.load(); }
+
+void request_stop(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(g_reason_mutex);
+    if (g_first.load() == 0) {
+      g_reason = reason;
+      const int64_t now = wall_ns();
+      int expected = 0;
+      if (g_first.compare_exchange_strong(expected, kByRequest)) g_stop_ns.store(now);
+    }
+  }
+  g_stop.store(true);
+}
+
+std::string stop_reason() {
+  const int first = g_first.load();
+  if (first == 0) return "";
+  if (first > 0) return signal_name(first);
+  std::lock_guard<std::mutex> lock(g_reason_mutex);
+  return g_reason;
+}
+
+int stop_signal() {
+  const int first = g_first.load();
+  return first > 0 ? first : 0;
+}
+
+double stop_time() { return double(g_stop_ns.load()) / 1e9; }
+
+void reset() {
+  std::lock_guard<std::mutex> lock(g_reason_mutex);
+  g_stop.store(false);
+  g_first.store(0);
+  g_signals.store(0);
+  g_stop_ns.store(0);
+  g_reason.clear();
+}
+
+}  // namespace dlrun::preempt
