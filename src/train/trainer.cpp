@@ -170,7 +170,10 @@ void Session::setup() {
   writer_ = std::make_unique<ckpt::Writer>(ckpt_dir_, c.checkpoint);
   jsonl_ = std::make_unique<metrics::JsonlWriter>((fs::path(run_dir_) / "metrics.jsonl").string());
   if (c.log.tensorboard) tb_ = std::make_unique<metrics::TensorBoardWriter>(run_dir_);
-  watcher_ = std::make_unique<preempt::NoticeWatcher>(c.preemption);
+  if (c.preemption.watch != "none") {
+    watcher_ = std::make_unique<preempt::NoticeWatcher>(c.preemption);
+    log0::info("watching for preemption notices: {} ({})", c.preemption.watch, watcher_->endpoint());
+  }
 }
 
 void Session::resume_or_start() {
@@ -253,6 +256,7 @@ void Session::log_step(double lr) {
     tb_->add_scalar("train/loss", last_loss_, st_.step);
     tb_->add_scalar("train/lr", lr, st_.step);
     tb_->add_scalar("train/samples_per_s", ips, st_.step);
+    tb_->flush();
   }
   samples_since_log_ = 0;
   loss_accum_ = 0;

@@ -1,0 +1,66 @@
+"""Bad input stops with exit 2 and a message naming the file or the difference: corrupt
+data files, incompatible resumes, unsafe fresh starts, bad checkpoint paths."""
+import gzip
+import os
+import shutil
+
+from common import RunDir, cfg, dlrun, expect, main, train
+
+TINY = cfg("tiny.yaml")
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def test_corrupt_idx_files():
+    if not os.path.isdir(FMNIST):
+        print("SKIP: Fashion-MNIST not installed")
+        return
+    with RunDir() as r:
+        root = r.file("data")
+        os.makedirs(root)
+        for f in os.listdir(FMNIST):
+            shutil.copy(os.path.join(FMNIST, f), root)
+        imgs = os.path.join(root, "t10k-images-idx3-ubyte.gz")
+        raw = gzip.open(imgs).read()
+        cases = {
+            "truncated": raw[: len(raw) // 2],
+            "bad magic": b"\x00\x00\x09\x03" + raw[4:],
+        }
+        for what, data in cases.items():
+            with gzip.open(imgs, "wb") as f:
+                f.write(data)
+            p = dlrun("train", cfg("tiny.yaml"), "data.name=fashion_mnist", f"data.root={root}",
+                      "data.synthetic_shape=[1,28,28]", "--run-dir", r.file("run"), check=2)
+            expect("t10k-images-idx3-ubyte" in p.stdout, f"{what}: message does not name the file:\n{p.stdout}")
+            expect(not os.path.exists(r.file("run", "checkpoints")), f"{what}: a checkpoint was written")
+
+
+def test_incompatible_resume_is_refused():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=5")
+        p = dlrun("train", TINY, "train.max_steps=10", "model.width=16", "--run-dir", r.path, check=2)
+        expect("architecture" in p.stdout and "conv" in p.stdout, p.stdout[-1500:])
+        p = dlrun("train", TINY, "train.max_steps=10", "optim.name=adamw", "--run-dir", r.path, check=2)
+        expect("optim.name=sgd" in p.stdout and "adamw" in p.stdout, p.stdout[-1500:])
+        p = dlrun("train", TINY, "train.max_steps=10", "--run-dir", r.path, check=0)
+        expect("different schedule length" in p.stdout, "no warning for a changed schedule length")
+
+
+def test_fresh_start_does_not_mix_runs():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=5")
+        p = dlrun("train", TINY, "train.max_steps=5", "--resume", "never", "--run-dir", r.path, check=2)
+        expect("--force" in p.stdout, p.stdout[-1000:])
+        dlrun("train", TINY, "train.max_steps=5", "--resume", "never", "--force", "--run-dir", r.path, check=0)
+        aside = [d for d in os.listdir(r.path) if d.startswith("checkpoints.old-")]
+        expect(len(aside) == 1 and os.listdir(os.path.join(r.path, aside[0])), "old checkpoints were not kept")
+
+
+def test_bad_resume_path():
+    with RunDir() as r:
+        p = dlrun("train", TINY, "--resume", r.file("nope"), "--run-dir", r.path, check=2)
+        expect("nope" in p.stdout, p.stdout[-800:])
+
+
+if __name__ == "__main__":
+    main([test_corrupt_idx_files, test_incompatible_resume_is_refused, test_fresh_start_does_not_mix_runs,
+          test_bad_resume_path])
