@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   setup_config(app);
   setup_train(app);
   setup_eval(app);
+  setup_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

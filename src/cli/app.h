@@ -18,5 +18,6 @@ void setup_info(CLI::App& app);
 void setup_config(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_eval(CLI::App& app);
+void setup_bench(CLI::App& app);
 
 }  // namespace dlrun::cli
