@@ -4,6 +4,9 @@
 // fsync, commit), for a model's full training state (weights, SGD momentum, RNG).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 
 #include "base/log.h"
