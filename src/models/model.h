@@ -25,8 +25,15 @@ class Model : public torch::nn::Module {
 /// `seed` (the same seed gives bitwise-identical weights on every machine), using
 /// torchvision's init for ResNets (kaiming_normal fan_out for convs, BN weight 1 bias 0,
 /// Linear default) and PyTorch's default init otherwise.
+/// Building never changes the global RNG state (its state is restored afterwards).
+/// `input_h` x `input_w` is the image size the model will see; only `mlp` needs it (its first
+/// Linear has in_channels*input_h*input_w inputs); the conv models accept any size (convnet:
+/// at least 4x4) thanks to adaptive average pooling.
+/// opts.channels_last: 4-D parameters are stored NHWC and forward() converts its input.
 /// Unknown name: dlrun::Error (exit 2) listing the valid names.
-/// `input_hw` is the input height (= width) the model will see; only `mlp` needs it.
+std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_h, int64_t input_w);
+
+/// build() for square images of side `input_hw` (28: MNIST / Fashion-MNIST).
 std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_hw = 28);
 
 /// Names accepted by build().
@@ -39,7 +46,10 @@ int64_t num_parameters(const torch::nn::Module& m);
 /// architecture fingerprint that checkpoints use to refuse an incompatible resume.
 std::string architecture_signature(const torch::nn::Module& m);
 
-/// Parameters then buffers, in state-dict order (names as torchvision/PyTorch write them).
+/// Parameters then buffers, in state-dict order (names as torchvision/PyTorch write them):
+/// module by module in registration order, each module's own parameters then its own
+/// buffers — exactly the key order of PyTorch's `model.state_dict()`. The tensors are the
+/// module's own (aliases, not copies; possibly channels_last): copy_() into them to load.
 std::vector<std::pair<std::string, torch::Tensor>> state_dict(const torch::nn::Module& m);
 
 }  // namespace dlrun::models

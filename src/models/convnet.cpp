@@ -1,0 +1,60 @@
+// `convnet`: a small, fast CNN for 28x28 / 32x32 images (the quickstart model).
+//
+// Two stages of two 3x3 conv-BN-ReLU layers, each stage ending in a 2x2 max pool, then global
+// average pooling and a linear classifier. With width w: 1->w->w, pool, w->2w->2w, pool.
+// Sized to train Fashion-MNIST to >= 90% test accuracy in 3 epochs on a 2-core CPU. Convs
+// have no bias (the BatchNorm after each one has it).
+#include <fmt/ranges.h>
+
+#include "models/zoo.h"
+
+namespace dlrun::models::detail {
+namespace {
+
+void add_conv_bn_relu(torch::nn::Sequential& seq, int64_t in, int64_t out) {
+  seq->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
+  seq->push_back(torch::nn::BatchNorm2d(out));
+  seq->push_back(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)));
+}
+
+class ConvNet : public Model {
+ public:
+  explicit ConvNet(const ModelOptions& opts) : channels_last_(opts.channels_last) {
+    const int64_t w = opts.width;
+    features_ = register_module("features", torch::nn::Sequential());
+    add_conv_bn_relu(features_, opts.in_channels, w);
+    add_conv_bn_relu(features_, w, w);
+    features_->push_back(torch::nn::MaxPool2d(2));
+    add_conv_bn_relu(features_, w, 2 * w);
+    add_conv_bn_relu(features_, 2 * w, 2 * w);
+    features_->push_back(torch::nn::MaxPool2d(2));
+    features_->push_back(torch::nn::AdaptiveAvgPool2d(1));
+    classifier_ = register_module("classifier", torch::nn::Sequential());
+    if (opts.dropout > 0) classifier_->push_back(torch::nn::Dropout(opts.dropout));
+    classifier_->push_back(torch::nn::Linear(2 * w, opts.num_classes));
+  }
+
+  // (N, C, H, W) -> (N, num_classes)
+  torch::Tensor forward(torch::Tensor x) override {
+    DLRUN_CHECK_INPUT(x.dim() == 4 && x.size(2) >= 4 && x.size(3) >= 4,
+                      "convnet needs (N, C, H, W) images of at least 4x4, got shape {}",
+                      fmt::format("{}", fmt::join(x.sizes(), "x")));
+    if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    x = features_->forward(x);                   // (N, 2w, 1, 1)
+    return classifier_->forward(x.flatten(1));  // (N, num_classes)
+  }
+
+ private:
+  bool channels_last_;
+  torch::nn::Sequential features_{nullptr};
+  torch::nn::Sequential classifier_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_convnet(const ModelOptions& opts) {
+  DLRUN_CHECK_INPUT(opts.width > 0, "model.width must be positive, got {}", opts.width);
+  return std::make_shared<ConvNet>(opts);
+}
+
+}  // namespace dlrun::models::detail

@@ -1,0 +1,73 @@
+// Seeded weight initialization, independent of the global RNG.
+//
+// LibTorch layers initialize themselves from the global generator when constructed, so their
+// values depend on whatever drew from it before. dlrun instead re-draws every parameter from a
+// generator seeded by run.seed, walking modules in state-dict order: the same seed gives the
+// same weights whatever ran earlier in the process. Draws happen in float64 (ATen's scalar
+// path) and are rounded to the parameter's dtype, so they do not depend on vector width.
+#include <cmath>
+
+#include "models/zoo.h"
+
+namespace dlrun::models::detail {
+namespace {
+
+// Fill `p` (any dtype / layout) with U(-bound, bound) drawn in float64 from `gen`.
+void fill_uniform(torch::Tensor& p, double bound, at::Generator& gen) {
+  torch::Tensor draw = torch::empty(p.sizes(), torch::kFloat64);
+  draw.uniform_(-bound, bound, gen);
+  p.copy_(draw);
+}
+
+// Fill `p` with N(0, std^2) drawn in float64 from `gen`.
+void fill_normal(torch::Tensor& p, double std, at::Generator& gen) {
+  torch::Tensor draw = torch::empty(p.sizes(), torch::kFloat64);
+  draw.normal_(0.0, std, gen);
+  p.copy_(draw);
+}
+
+// fan_in / fan_out of a Linear (out, in) or Conv (out, in/groups, kh, kw) weight.
+int64_t fan_in(const torch::Tensor& w) { return w.numel() / w.size(0); }
+int64_t fan_out(const torch::Tensor& w) { return w.numel() / w.size(1); }
+
+// PyTorch's reset_parameters() of Linear and Conv: kaiming_uniform(a=sqrt(5)) for the
+// weight, which is U(+-1/sqrt(fan_in)), and U(+-1/sqrt(fan_in)) for the bias.
+void default_affine(torch::Tensor& weight, torch::Tensor& bias, at::Generator& gen) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in(weight)));
+  fill_uniform(weight, bound, gen);
+  if (bias.defined()) fill_uniform(bias, bound, gen);
+}
+
+void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
+  if (auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(&m)) {
+    if (scheme == InitScheme::kTorchvisionResNet) {
+      // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / fan_out).
+      fill_normal(conv->weight, std::sqrt(2.0 / static_cast<double>(fan_out(conv->weight))), gen);
+      if (conv->bias.defined()) conv->bias.zero_();
+    } else {
+      default_affine(conv->weight, conv->bias, gen);
+    }
+  } else if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m)) {
+    default_affine(linear->weight, linear->bias, gen);
+  } else if (auto* bn = dynamic_cast<torch::nn::BatchNorm2dImpl*>(&m)) {
+    bn->reset_parameters();  // weight 1, bias 0, running mean 0 / var 1, 0 batches tracked
+  }
+}
+
+}  // namespace
+
+void initialize(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  init_module(m, scheme, gen);
+  for (const auto& child : m.modules(/*include_self=*/false)) init_module(*child, scheme, gen);
+}
+
+void to_channels_last(torch::nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters())
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  for (auto& b : m.buffers())
+    if (b.dim() == 4) b.set_data(b.contiguous(torch::MemoryFormat::ChannelsLast));
+}
+
+}  // namespace dlrun::models::detail

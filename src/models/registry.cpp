@@ -1,0 +1,100 @@
+// The model registry: config name -> constructor, plus the seeded, side-effect-free build.
+//
+// build() is the only way the rest of dlrun gets a model. It constructs the network, then
+// re-draws its weights from a generator seeded by `seed` (init.cpp). LibTorch layers draw
+// from the global CPU generator while being constructed; build() saves and restores that
+// generator's state, so building a model never shifts the data order or augmentation stream.
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <functional>
+#include <mutex>
+
+#include "models/zoo.h"
+
+namespace dlrun::models {
+namespace {
+
+// Everything a constructor may need; only mlp uses the image size.
+struct BuildInput {
+  const ModelOptions& opts;
+  int64_t input_h;
+  int64_t input_w;
+};
+
+struct Entry {
+  const char* name;
+  detail::InitScheme scheme;
+  std::function<std::shared_ptr<Model>(const BuildInput&)> make;
+};
+
+const std::vector<Entry>& registry() {
+  using detail::InitScheme;
+  static const std::vector<Entry> entries = {
+      {"mlp", InitScheme::kPytorchDefault,
+       [](const BuildInput& in) {
+         return detail::make_mlp(in.opts, in.opts.in_channels * in.input_h * in.input_w);
+       }},
+      {"convnet", InitScheme::kPytorchDefault, [](const BuildInput& in) { return detail::make_convnet(in.opts); }},
+      {"resnet18", InitScheme::kTorchvisionResNet, [](const BuildInput& in) { return detail::make_resnet(in.opts, 18); }},
+      {"resnet34", InitScheme::kTorchvisionResNet, [](const BuildInput& in) { return detail::make_resnet(in.opts, 34); }},
+      {"resnet50", InitScheme::kTorchvisionResNet, [](const BuildInput& in) { return detail::make_resnet(in.opts, 50); }},
+  };
+  return entries;
+}
+
+// Saves the global CPU generator's state and puts it back on scope exit.
+class GlobalCpuRngGuard {
+ public:
+  GlobalCpuRngGuard() : gen_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    state_ = gen_.get_state();
+  }
+  ~GlobalCpuRngGuard() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(state_);
+  }
+  GlobalCpuRngGuard(const GlobalCpuRngGuard&) = delete;
+  GlobalCpuRngGuard& operator=(const GlobalCpuRngGuard&) = delete;
+
+ private:
+  at::Generator gen_;
+  at::Tensor state_;
+};
+
+}  // namespace
+
+std::vector<std::string> names() {
+  std::vector<std::string> out;
+  for (const auto& e : registry()) out.emplace_back(e.name);
+  return out;
+}
+
+std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_h, int64_t input_w) {
+  const Entry* entry = nullptr;
+  for (const auto& e : registry())
+    if (opts.name == e.name) entry = &e;
+  if (entry == nullptr)
+    throw Error(ExitCode::kBadInput, SourceLoc{}, "model.name",
+                fmt::format("unknown model '{}'; valid names: {}", opts.name, fmt::join(names(), ", ")));
+  DLRUN_CHECK_INPUT(opts.num_classes > 0, "model.num_classes must be positive, got {}", opts.num_classes);
+  DLRUN_CHECK_INPUT(opts.in_channels > 0, "model.in_channels must be positive, got {}", opts.in_channels);
+  DLRUN_CHECK_INPUT(input_h > 0 && input_w > 0, "model {}: bad input image size {}x{}", opts.name, input_h, input_w);
+
+  std::shared_ptr<Model> model;
+  {
+    GlobalCpuRngGuard keep_global_rng;
+    model = entry->make(BuildInput{opts, input_h, input_w});
+  }
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  detail::initialize(*model, entry->scheme, gen);
+  if (opts.channels_last) detail::to_channels_last(*model);
+  return model;
+}
+
+std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_hw) {
+  return build(opts, seed, input_hw, input_hw);
+}
+
+}  // namespace dlrun::models

@@ -1,0 +1,145 @@
+// `resnet18`, `resnet34`, `resnet50`: torchvision's ResNet v1.5, layer for layer.
+//
+// Modules are registered in torchvision's order and under its names (conv1, bn1, layer1.0.
+// conv1, layer1.0.downsample.0, fc, ...), so state_dict() keys, their order and shapes equal
+// torchvision.models.resnetXX().state_dict()'s and exported weights load there with
+// strict=True. Bottleneck strides on its 3x3 conv (v1.5). The `cifar` stem swaps the 7x7/2
+// conv + max pool for a 3x3/1 conv (same name, conv1) for 32x32 inputs.
+#include <fmt/ranges.h>
+
+#include <array>
+
+#include "models/zoo.h"
+
+namespace dlrun::models::detail {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
+}
+
+// A residual block: (N, in, H, W) -> (N, planes*expansion, H/stride, W/stride).
+class Block : public nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+// conv1x1 + BN projection of the shortcut, registered as "downsample" (0: conv, 1: bn).
+nn::Sequential projection(int64_t in, int64_t out, int64_t stride) {
+  return nn::Sequential(conv(in, out, 1, stride, 0), nn::BatchNorm2d(out));
+}
+
+// Two 3x3 convs (resnet18/34).
+class BasicBlock : public Block {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlock(int64_t in, int64_t planes, int64_t stride) {
+    conv1_ = register_module("conv1", conv(in, planes, 3, stride, 1));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, 1, 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    if (stride != 1 || in != planes) downsample_ = register_module("downsample", projection(in, planes, stride));
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
+    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
+    out = bn2_->forward(conv2_->forward(out));
+    return out.add_(identity).relu_();
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  nn::Sequential downsample_{nullptr};
+};
+
+// 1x1 reduce, 3x3 (strided, v1.5), 1x1 expand by 4 (resnet50).
+class Bottleneck : public Block {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in, int64_t planes, int64_t stride) {
+    const int64_t out = planes * kExpansion;
+    conv1_ = register_module("conv1", conv(in, planes, 1, 1, 0));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, stride, 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    conv3_ = register_module("conv3", conv(planes, out, 1, 1, 0));
+    bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) downsample_ = register_module("downsample", projection(in, out, stride));
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
+    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
+    out = bn2_->forward(conv2_->forward(out)).relu_();
+    out = bn3_->forward(conv3_->forward(out));
+    return out.add_(identity).relu_();
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  nn::Sequential downsample_{nullptr};
+};
+
+class ResNet : public Model {
+ public:
+  template <typename B>
+  ResNet(const ModelOptions& opts, const std::array<int64_t, 4>& blocks, B* /*block type tag*/)
+      : channels_last_(opts.channels_last), imagenet_stem_(opts.stem == "imagenet") {
+    conv1_ = register_module("conv1", imagenet_stem_ ? conv(opts.in_channels, 64, 7, 2, 3)
+                                                     : conv(opts.in_channels, 64, 3, 1, 1));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+    int64_t in = 64;
+    const std::array<int64_t, 4> planes = {64, 128, 256, 512};
+    for (size_t i = 0; i < 4; ++i) {
+      nn::Sequential layer;
+      for (int64_t b = 0; b < blocks[i]; ++b) {
+        const int64_t stride = (i > 0 && b == 0) ? 2 : 1;
+        layer->push_back(std::make_shared<B>(in, planes[i], stride));
+        in = planes[i] * B::kExpansion;
+      }
+      layers_[i] = register_module(fmt::format("layer{}", i + 1), layer);
+    }
+    fc_ = register_module("fc", nn::Linear(512 * B::kExpansion, opts.num_classes));
+  }
+
+  // (N, C, H, W) -> (N, num_classes)
+  torch::Tensor forward(torch::Tensor x) override {
+    DLRUN_CHECK_INPUT(x.dim() == 4, "resnet needs (N, C, H, W) images, got shape {}",
+                      fmt::format("{}", fmt::join(x.sizes(), "x")));
+    if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    x = bn1_->forward(conv1_->forward(x)).relu_();
+    if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
+    for (auto& layer : layers_) x = layer->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, 512*expansion)
+    return fc_->forward(x);
+  }
+
+ private:
+  bool channels_last_;
+  bool imagenet_stem_;
+  nn::Conv2d conv1_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr};
+  std::array<nn::Sequential, 4> layers_{nn::Sequential(nullptr), nn::Sequential(nullptr),
+                                        nn::Sequential(nullptr), nn::Sequential(nullptr)};
+  nn::Linear fc_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth) {
+  DLRUN_CHECK_INPUT(opts.stem == "imagenet" || opts.stem == "cifar",
+                    "model.stem must be imagenet or cifar, got '{}'", opts.stem);
+  switch (depth) {
+    case 18: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{2, 2, 2, 2}, static_cast<BasicBlock*>(nullptr));
+    case 34: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{3, 4, 6, 3}, static_cast<BasicBlock*>(nullptr));
+    case 50: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{3, 4, 6, 3}, static_cast<Bottleneck*>(nullptr));
+    default: fail_runtime("resnet{} is not implemented (18, 34, 50 are)", depth);
+  }
+}
+
+}  // namespace dlrun::models::detail

@@ -1,0 +1,38 @@
+// Private to src/models: the constructors behind the registry, and the initializers.
+//
+// registry.cpp maps a config name to one of the make_* functions below, then initializes the
+// result with a dedicated generator (init.cpp) so the weights depend on the seed only.
+#pragma once
+
+#include <ATen/core/Generator.h>
+
+#include <memory>
+
+#include "models/model.h"
+
+namespace dlrun::models::detail {
+
+/// flatten -> [Linear -> ReLU (-> Dropout)] per hidden width -> Linear(num_classes).
+std::shared_ptr<Model> make_mlp(const ModelOptions& opts, int64_t in_features);
+
+/// A 4-conv BN/ReLU CNN for small images (28x28, 32x32); base width opts.width.
+std::shared_ptr<Model> make_convnet(const ModelOptions& opts);
+
+/// torchvision's ResNet v1.5 (`depth` 18, 34 or 50), with the stem that opts.stem names.
+std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth);
+
+/// How parameters are drawn.
+enum class InitScheme {
+  kPytorchDefault,     ///< Conv/Linear: U(+-1/sqrt(fan_in)) weight and bias; norms: 1 and 0
+  kTorchvisionResNet,  ///< Conv: kaiming_normal(fan_out, relu); Linear: default; norms: 1 and 0
+};
+
+/// Re-draw every parameter of `m` and its descendants from `gen` alone, in state-dict order.
+/// Values are drawn in float64 and rounded, so they do not depend on the CPU's vector units.
+/// Also resets BatchNorm running statistics.
+void initialize(torch::nn::Module& m, InitScheme scheme, at::Generator& gen);
+
+/// Store every 4-D parameter and buffer of `m` in channels_last (NHWC) memory format.
+void to_channels_last(torch::nn::Module& m);
+
+}  // namespace dlrun::models::detail

@@ -1,0 +1,59 @@
+// Test helper: builds a model and writes its weights and the logits of a fixed input in files
+// Python's torch.load reads (torch::pickle_save of a dict), for torchvision_compat.py.
+//
+//   dlrun_model_dump NAME NUM_CLASSES IN_CHANNELS STEM SEED SIZE OUT_PREFIX
+// writes OUT_PREFIX.state.pt ({state-dict key: tensor}, in state-dict order) and
+// OUT_PREFIX.io.pt ({"input": (2, C, SIZE, SIZE), "logits": (2, NUM_CLASSES)}, eval mode).
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "models/model.h"
+
+namespace {
+
+void write_dict(const c10::Dict<std::string, at::Tensor>& dict, const std::string& path) {
+  std::vector<char> bytes = torch::pickle_save(dict);
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error(path + ": cannot write");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 8) {
+    std::cerr << "usage: dlrun_model_dump NAME NUM_CLASSES IN_CHANNELS STEM SEED SIZE OUT_PREFIX\n";
+    return 2;
+  }
+  try {
+    dlrun::ModelOptions opts;
+    opts.name = argv[1];
+    opts.num_classes = std::stoll(argv[2]);
+    opts.in_channels = std::stoll(argv[3]);
+    opts.stem = argv[4];
+    const uint64_t seed = std::stoull(argv[5]);
+    const int64_t size = std::stoll(argv[6]);
+    const std::string prefix = argv[7];
+
+    auto model = dlrun::models::build(opts, seed, size);
+    c10::Dict<std::string, at::Tensor> state;
+    for (const auto& [name, t] : dlrun::models::state_dict(*model)) state.insert(name, t.detach().contiguous());
+    write_dict(state, prefix + ".state.pt");
+
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
+    torch::Tensor input = torch::randn({2, opts.in_channels, size, size}, gen);  // (2, C, S, S)
+    model->eval();
+    torch::NoGradGuard no_grad;
+    c10::Dict<std::string, at::Tensor> io;
+    io.insert("input", input);
+    io.insert("logits", model->forward(input));
+    write_dict(io, prefix + ".io.pt");
+  } catch (const std::exception& e) {
+    std::cerr << "dlrun_model_dump: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
