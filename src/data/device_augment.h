@@ -1,0 +1,21 @@
+// The pipeline of transforms.h as batched tensor ops, for the device-resident loader mode:
+// the whole set lives on the device and a batch is gathered and augmented there. Sample
+// parameters still come from draw_params(), so randomness depends only on (seed, epoch,
+// index). flip, vflip and crop give exactly the CPU path's result; rotate/translate match it
+// up to float rounding; the base resize/resized crop uses bilinear grid sampling (no
+// antialiasing), unlike the CPU path's antialiased filter.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "data/transforms.h"
+
+namespace dlrun::data {
+
+/// images: (B, C, H, W) uint8 on any device; params: one per sample.
+/// Returns (B, C, out_h, out_w) float32 on the same device.
+torch::Tensor augment_batch(const torch::Tensor& images, const Pipeline& p, const std::vector<SampleParams>& params);
+
+}  // namespace dlrun::data

@@ -1,0 +1,228 @@
+// The loader (see loader.h for the sampling contract). A "task" is one micro-batch of this
+// rank; task t of an epoch is produced by worker t % workers, each worker running at most
+// `prefetch` tasks ahead of the consumer, and the consumer takes tasks strictly in order,
+// so the output order never depends on timing. With workers = 0 tasks are produced inline.
+// In device-resident mode the set is copied to the device once and every batch is gathered
+// and augmented there (device_augment.h), inline.
+#include "data/loader.h"
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "data/device_augment.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+
+namespace dlrun::data {
+
+struct Loader::Impl {
+  std::shared_ptr<Dataset> ds;
+  DataOptions opts;
+  LoaderSpec spec;
+  Pipeline pipeline;
+  SamplerGeometry geo;
+  bool pin = false;
+
+  // Device-resident copies: (N, C, H, W) uint8 and (N) int64 on spec.device.
+  torch::Tensor dev_images, dev_labels;
+
+  // The current epoch.
+  bool started = false;
+  int64_t epoch = 0, first_step = 0, ntasks = 0, next_task = 0;
+  std::shared_ptr<const std::vector<int64_t>> perm;
+
+  // Workers.
+  struct Result {
+    Batch batch;
+    std::exception_ptr error;
+  };
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int64_t, Result> ready;
+  int64_t consumed = 0;  // tasks handed out by next()
+  bool stop = false;
+
+  std::vector<int64_t> task_indices(int64_t t, int64_t* step, int* micro) const {
+    int64_t begin = 0, end = 0;
+    geo.task(first_step, t, &begin, &end, step, micro);
+    std::vector<int64_t> idx;
+    idx.reserve(static_cast<size_t>(end - begin));
+    for (int64_t i = begin; i < end; ++i) idx.push_back((*perm)[static_cast<size_t>(i)]);
+    return idx;
+  }
+
+  /// Task t on the CPU: decode + transform each sample into a (pinned) host batch.
+  Batch produce_cpu(int64_t t) const {
+    Batch out;
+    std::vector<int64_t> idx = task_indices(t, &out.step_in_epoch, &out.micro);
+    const int64_t n = static_cast<int64_t>(idx.size()), c = pipeline.channels;
+    const int64_t plane = c * pipeline.out_h * pipeline.out_w;
+    auto fopt = torch::TensorOptions().dtype(torch::kFloat).pinned_memory(pin);
+    out.x = torch::empty({n, c, pipeline.out_h, pipeline.out_w}, fopt);  // (b, C, H, W)
+    out.y = torch::empty({n}, fopt.dtype(torch::kLong));                 // (b)
+    float* xp = out.x.data_ptr<float>();
+    int64_t* yp = out.y.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      auto [img, label] = ds->get(idx[static_cast<size_t>(i)]);
+      DLRUN_CHECK(img.dim() == 3 && img.size(0) == c && img.scalar_type() == torch::kUInt8, ExitCode::kRuntime,
+                  "sample {} has shape {} (expected {} uint8 channels)", idx[static_cast<size_t>(i)], c10::str(img.sizes()), c);
+      torch::Tensor src = img.contiguous();
+      const int64_t h = src.size(1), w = src.size(2);
+      SampleParams sp = draw_params(pipeline, spec.seed, epoch, idx[static_cast<size_t>(i)], h, w);
+      apply_transforms(src.data_ptr<uint8_t>(), h, w, pipeline, sp, xp + i * plane);
+      yp[i] = label;
+    }
+    return out;
+  }
+
+  /// Task t in device-resident mode: gather + augment on the device.
+  Batch produce_resident(int64_t t) const {
+    Batch out;
+    std::vector<int64_t> idx = task_indices(t, &out.step_in_epoch, &out.micro);
+    const int64_t n = static_cast<int64_t>(idx.size());
+    torch::Tensor it = torch::from_blob(idx.data(), {n}, torch::kLong).to(spec.device);
+    std::vector<SampleParams> params;
+    params.reserve(idx.size());
+    for (int64_t i : idx)
+      params.push_back(draw_params(pipeline, spec.seed, epoch, i, dev_images.size(2), dev_images.size(3)));
+    out.x = augment_batch(dev_images.index_select(0, it), pipeline, params);
+    out.y = dev_labels.index_select(0, it);
+    return out;
+  }
+
+  void worker_loop(int w, int nworkers, int64_t prefetch) {
+    for (int64_t t = w; t < ntasks; t += nworkers) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || t < consumed + nworkers * prefetch; });
+        if (stop) return;
+      }
+      Result r;
+      try {
+        r.batch = produce_cpu(t);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready.emplace(t, std::move(r));
+      }
+      cv.notify_all();
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& th : threads) th.join();
+    threads.clear();
+    ready.clear();
+    stop = false;
+  }
+};
+
+Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const LoaderSpec& spec)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.ds = std::move(dataset);
+  m.opts = opts;
+  m.spec = spec;
+  DatasetInfo info = m.ds->info();
+  m.pipeline = make_pipeline(opts, info, spec.train);
+  m.geo.n = m.ds->size();
+  m.geo.world = spec.world_size;
+  m.geo.rank = spec.rank;
+  m.geo.train = spec.train;
+  m.geo.accum = spec.train ? spec.grad_accum : 1;
+  m.geo.batch = spec.train ? opts.batch_size : opts.eval_batch_size;
+  DLRUN_CHECK(spec.world_size >= 1 && spec.rank >= 0 && spec.rank < spec.world_size && m.geo.accum >= 1,
+              ExitCode::kRuntime, "loader: bad rank {} / world size {} / grad_accum {}", spec.rank, spec.world_size,
+              m.geo.accum);
+  if (spec.train) {
+    const int64_t split = spec.world_size * m.geo.accum;
+    DLRUN_CHECK_INPUT(opts.batch_size > 0 && opts.batch_size % split == 0,
+                      "data.batch_size {} is not divisible by world size {} x train.grad_accum {}", opts.batch_size,
+                      spec.world_size, m.geo.accum);
+    DLRUN_CHECK_INPUT(m.geo.n >= opts.batch_size, "data.batch_size {} is larger than the training set ({} samples)",
+                      opts.batch_size, m.geo.n);
+  } else {
+    DLRUN_CHECK_INPUT(opts.eval_batch_size > 0, "data.eval_batch_size must be > 0");
+  }
+  m.pin = spec.device.is_cuda() && opts.pin_memory;
+  if (opts.device_resident) {
+    auto [images, labels] = m.ds->all();
+    DLRUN_CHECK_INPUT(images.defined() && labels.defined(),
+                      "data.device_resident needs a dataset held in memory; data.name={} is read from files",
+                      opts.name);
+    m.dev_images = images.to(spec.device);
+    m.dev_labels = labels.to(spec.device);
+    log0::info("data: {} {} samples resident on {} ({:.1f} MiB)", spec.train ? "train" : "eval", m.geo.n,
+               spec.device.str(), images.numel() / 1048576.0);
+  }
+}
+
+Loader::~Loader() { impl_->stop_workers(); }
+
+int64_t Loader::steps_per_epoch() const { return impl_->geo.steps(); }
+
+void Loader::start_epoch(int64_t epoch, int64_t cursor) {
+  Impl& m = *impl_;
+  m.stop_workers();
+  const int64_t steps = m.geo.steps();
+  DLRUN_CHECK_INPUT(cursor >= 0 && cursor % m.geo.batch == 0 && cursor / m.geo.batch <= steps,
+                    "data cursor {} is not a multiple of the global batch {} within the epoch ({} steps)", cursor,
+                    m.geo.batch, steps);
+  m.epoch = epoch;
+  m.first_step = cursor / m.geo.batch;
+  m.perm = std::make_shared<const std::vector<int64_t>>(
+      epoch_permutation(m.spec.seed, epoch, m.geo.n, m.spec.train && m.opts.shuffle));
+  m.ntasks = m.geo.tasks(m.first_step);
+  m.next_task = 0;
+  m.consumed = 0;
+  m.started = true;
+  const int nworkers = m.opts.device_resident ? 0 : static_cast<int>(std::min<int64_t>(m.opts.workers, m.ntasks));
+  const int64_t prefetch = std::max<int64_t>(1, m.opts.prefetch);
+  for (int w = 0; w < nworkers; ++w) m.threads.emplace_back([&m, w, nworkers, prefetch] { m.worker_loop(w, nworkers, prefetch); });
+}
+
+std::optional<Batch> Loader::next() {
+  Impl& m = *impl_;
+  if (!m.started) start_epoch(0, 0);
+  if (m.next_task >= m.ntasks) return std::nullopt;
+  const int64_t t = m.next_task++;
+  Batch b;
+  if (m.opts.device_resident) {
+    b = m.produce_resident(t);
+  } else if (m.threads.empty()) {
+    b = m.produce_cpu(t);
+  } else {
+    Impl::Result r;
+    {
+      std::unique_lock<std::mutex> lock(m.mu);
+      m.cv.wait(lock, [&] { return m.ready.count(t) > 0; });
+      auto it = m.ready.find(t);
+      r = std::move(it->second);
+      m.ready.erase(it);
+      m.consumed = t + 1;
+    }
+    m.cv.notify_all();
+    if (r.error) std::rethrow_exception(r.error);
+    b = std::move(r.batch);
+  }
+  if (!b.x.device().is_cuda() && m.spec.device.is_cuda()) {
+    b.x = b.x.to(m.spec.device, /*non_blocking=*/m.pin);
+    b.y = b.y.to(m.spec.device, /*non_blocking=*/m.pin);
+  }
+  return b;
+}
+
+}  // namespace dlrun::data

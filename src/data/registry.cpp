@@ -1,0 +1,47 @@
+// The dataset registry: config name -> constructor. An unknown name lists the valid ones.
+#include <functional>
+#include <map>
+
+#include "base/error.h"
+#include "data/memory_dataset.h"
+
+namespace dlrun::data {
+
+namespace {
+
+using Factory = std::function<std::shared_ptr<Dataset>(const DataOptions&, Split, uint64_t)>;
+
+const std::map<std::string, Factory>& registry() {
+  static const std::map<std::string, Factory> r = {
+      {"synthetic", [](const DataOptions& o, Split s, uint64_t seed) { return open_synthetic(o, s, seed); }},
+      {"fashion_mnist", [](const DataOptions& o, Split s, uint64_t) { return open_idx(o, s, "fashion_mnist"); }},
+      {"mnist", [](const DataOptions& o, Split s, uint64_t) { return open_idx(o, s, "mnist"); }},
+      {"cifar10", [](const DataOptions& o, Split s, uint64_t) { return open_cifar(o, s, 10); }},
+      {"cifar100", [](const DataOptions& o, Split s, uint64_t) { return open_cifar(o, s, 100); }},
+      {"image_folder", [](const DataOptions& o, Split s, uint64_t) { return open_image_folder(o, s); }},
+  };
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string> names() {
+  std::vector<std::string> out;
+  for (const auto& [name, f] : registry()) out.push_back(name);
+  return out;
+}
+
+std::shared_ptr<Dataset> open(const DataOptions& opts, Split split, uint64_t seed) {
+  auto it = registry().find(opts.name);
+  if (it == registry().end()) {
+    std::string valid;
+    for (const auto& n : names()) valid += (valid.empty() ? "" : ", ") + n;
+    throw Error(ExitCode::kBadInput, fmt::format("unknown dataset '{}'", opts.name), "valid names: " + valid);
+  }
+  std::shared_ptr<Dataset> ds = it->second(opts, split, seed);
+  DLRUN_CHECK_INPUT(ds->size() > 0, "the {} set of dataset '{}' is empty", split == Split::kTrain ? "training" : "evaluation",
+                    opts.name);
+  return ds;
+}
+
+}  // namespace dlrun::data

@@ -1,0 +1,58 @@
+// Counter-based randomness for the data pipeline. Every random decision of the loader (the
+// epoch permutation, each sample's augmentation) is a pure function of (seed, epoch, sample
+// index, stream), so batches never depend on worker count, timing or resume point.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace dlrun::data {
+
+/// splitmix64's finalizer: a bijective 64-bit mixer.
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// Key of one sample's random stream: (seed, epoch, dataset index, stream id).
+inline uint64_t sample_key(uint64_t seed, int64_t epoch, int64_t index, uint64_t stream) {
+  uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ULL);
+  k = mix64(k ^ (static_cast<uint64_t>(epoch) + 0x632be59bd9b4e019ULL));
+  k = mix64(k ^ (static_cast<uint64_t>(index) + 0x8cb92ba72f3d8dd7ULL));
+  return mix64(k ^ (stream * 0xd6e8feb86659fd93ULL));
+}
+
+/// A small PRNG (splitmix64 stream) seeded by a key.
+class SampleRng {
+ public:
+  explicit SampleRng(uint64_t key) : state_(key) {}
+  uint64_t next() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return mix64(state_);
+  }
+  /// Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  /// Uniform in [lo, hi).
+  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+  /// Uniform integer in [0, n), n > 0.
+  int64_t below(int64_t n) { return static_cast<int64_t>(uniform() * static_cast<double>(n)); }
+  bool bernoulli(double p) { return uniform() < p; }
+
+ private:
+  uint64_t state_;
+};
+
+/// Stream ids: one per random decision, so enabling one transform never shifts another.
+enum Stream : uint64_t {
+  kStreamPermutation = 1,
+  kStreamFlip,
+  kStreamVFlip,
+  kStreamResizedCrop,
+  kStreamRotate,
+  kStreamTranslate,
+  kStreamCrop,
+  kStreamErase,
+};
+
+}  // namespace dlrun::data

@@ -1,0 +1,156 @@
+// The CPU image pipeline: plain loops over one float (C, H, W) image, run in the loader's
+// worker threads (no torch ops, so no per-op overhead and no intra-op thread pool).
+// Resampling is separable with a triangle filter widened on downscaling (antialiased, like
+// PIL's bilinear); rotate/translate sample bilinearly with zeros outside, the same rule as
+// grid_sample(padding_mode=zeros, align_corners=false) on the device path.
+#include <algorithm>
+#include <cmath>
+
+#include "data/transforms.h"
+
+namespace dlrun::data {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+/// Weights of a 1-D resampling: output i reads src[first[i] + k] * w[i][k].
+struct Taps {
+  std::vector<int64_t> first;
+  std::vector<std::vector<float>> w;
+};
+
+Taps make_taps(int64_t src_n, double b0, double bl, int64_t out_n) {
+  Taps t;
+  const double scale = bl / static_cast<double>(out_n);
+  const double support = std::max(scale, 1.0);
+  for (int64_t i = 0; i < out_n; ++i) {
+    double center = b0 + (static_cast<double>(i) + 0.5) * scale;  // continuous source coordinate
+    int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(std::floor(center - support)));
+    int64_t hi = std::min<int64_t>(src_n - 1, static_cast<int64_t>(std::ceil(center + support)));
+    std::vector<float> w;
+    double total = 0;
+    for (int64_t j = lo; j <= hi; ++j) {
+      double v = std::max(0.0, 1.0 - std::abs((static_cast<double>(j) + 0.5 - center) / support));
+      w.push_back(static_cast<float>(v));
+      total += v;
+    }
+    if (total <= 0) {  // degenerate: nearest pixel
+      lo = std::clamp<int64_t>(static_cast<int64_t>(center), 0, src_n - 1);
+      w.assign(1, 1.0f);
+      total = 1;
+    }
+    for (float& v : w) v = static_cast<float>(v / total);
+    t.first.push_back(lo);
+    t.w.push_back(std::move(w));
+  }
+  return t;
+}
+
+/// src (C, h, w) box -> dst (C, oh, ow).
+void resample(const float* src, int64_t c, int64_t h, int64_t w, const SampleParams& sp, int64_t oh, int64_t ow,
+              float* dst) {
+  Taps tx = make_taps(w, sp.box_x, sp.box_w, ow);
+  Taps ty = make_taps(h, sp.box_y, sp.box_h, oh);
+  std::vector<float> tmp(static_cast<size_t>(c * h * ow));  // (C, h, ow)
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t y = 0; y < h; ++y) {
+      const float* row = src + (ch * h + y) * w;
+      float* out = tmp.data() + (ch * h + y) * ow;
+      for (int64_t x = 0; x < ow; ++x) {
+        const float* s = row + tx.first[x];
+        float acc = 0;
+        for (size_t k = 0; k < tx.w[x].size(); ++k) acc += s[k] * tx.w[x][k];
+        out[x] = acc;
+      }
+    }
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t y = 0; y < oh; ++y) {
+      float* out = dst + (ch * oh + y) * ow;
+      std::fill(out, out + ow, 0.0f);
+      for (size_t k = 0; k < ty.w[y].size(); ++k) {
+        const float* s = tmp.data() + (ch * h + ty.first[y] + static_cast<int64_t>(k)) * ow;
+        const float wk = ty.w[y][k];
+        for (int64_t x = 0; x < ow; ++x) out[x] += s[x] * wk;
+      }
+    }
+}
+
+/// Rotation by angle about the image center, then a shift; bilinear, zeros outside.
+void affine(const float* src, int64_t c, int64_t h, int64_t w, double angle_deg, double sy, double sx, float* dst) {
+  const double a = angle_deg * kPi / 180.0, ca = std::cos(a), sa = std::sin(a);
+  const double cy = (h - 1) / 2.0, cx = (w - 1) / 2.0;
+  auto at = [&](const float* plane, int64_t y, int64_t x) -> float {
+    return (y < 0 || y >= h || x < 0 || x >= w) ? 0.0f : plane[y * w + x];
+  };
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      // Inverse map: output pixel -> source pixel (rotate back by -angle).
+      double qx = x - cx - sx, qy = y - cy - sy;
+      double px = ca * qx + sa * qy + cx, py = -sa * qx + ca * qy + cy;
+      int64_t x0 = static_cast<int64_t>(std::floor(px)), y0 = static_cast<int64_t>(std::floor(py));
+      float fx = static_cast<float>(px - x0), fy = static_cast<float>(py - y0);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float* plane = src + ch * h * w;
+        float v = (1 - fy) * ((1 - fx) * at(plane, y0, x0) + fx * at(plane, y0, x0 + 1)) +
+                  fy * ((1 - fx) * at(plane, y0 + 1, x0) + fx * at(plane, y0 + 1, x0 + 1));
+        dst[(ch * h + y) * w + x] = v;
+      }
+    }
+}
+
+}  // namespace
+
+void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& p, const SampleParams& sp,
+                      float* out) {
+  const int64_t c = p.channels, oh = p.out_h, ow = p.out_w;
+  const int64_t plane = oh * ow;
+  std::vector<float> a(static_cast<size_t>(c * h * w));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(src[i]) * (1.0f / 255.0f);
+
+  // Base geometry -> b (C, oh, ow).
+  std::vector<float> b;
+  if (sp.identity_base(h, w, p)) {
+    b = std::move(a);
+  } else {
+    b.resize(static_cast<size_t>(c * plane));
+    resample(a.data(), c, h, w, sp, oh, ow, b.data());
+  }
+
+  for (int64_t ch = 0; ch < c; ++ch) {
+    float* pl = b.data() + ch * plane;
+    if (sp.flip)
+      for (int64_t y = 0; y < oh; ++y) std::reverse(pl + y * ow, pl + (y + 1) * ow);
+    if (sp.vflip)
+      for (int64_t y = 0; y < oh / 2; ++y) std::swap_ranges(pl + y * ow, pl + (y + 1) * ow, pl + (oh - 1 - y) * ow);
+  }
+
+  if (sp.angle_deg != 0 || sp.shift_x != 0 || sp.shift_y != 0) {
+    std::vector<float> r(b.size());
+    affine(b.data(), c, oh, ow, sp.angle_deg, sp.shift_y, sp.shift_x, r.data());
+    b.swap(r);
+  }
+
+  // Crop from the zero-padded image (identity when crop is off), written to out.
+  const int64_t dy = p.crop ? sp.crop_y - p.crop_padding : 0, dx = p.crop ? sp.crop_x - p.crop_padding : 0;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float* pl = b.data() + ch * plane;
+    float* o = out + ch * plane;
+    const float mean = p.normalize ? p.mean[ch] : 0.0f, sd = p.normalize ? p.std[ch] : 1.0f;
+    for (int64_t y = 0; y < oh; ++y) {
+      int64_t sy = y + dy;
+      for (int64_t x = 0; x < ow; ++x) {
+        int64_t sx = x + dx;
+        float v = (sy < 0 || sy >= oh || sx < 0 || sx >= ow) ? 0.0f : pl[sy * ow + sx];
+        o[y * ow + x] = (v - mean) / sd;
+      }
+    }
+  }
+
+  if (sp.erase)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t y = sp.erase_y; y < sp.erase_y + sp.erase_h; ++y)
+        std::fill(out + ch * plane + y * ow + sp.erase_x, out + ch * plane + y * ow + sp.erase_x + sp.erase_w, 0.0f);
+}
+
+}  // namespace dlrun::data

@@ -1,0 +1,65 @@
+// The per-sample image pipeline of the loader, shared by the CPU path (worker threads,
+// transforms.cpp) and the device-resident path (device_augment.cpp).
+//
+// Order: base geometry (random resized crop, or resize + center crop when data.image_size
+// > 0) -> flip -> vflip -> rotate/translate (one affine map) -> crop (zero padding) ->
+// normalize -> erase. Every random parameter of a sample is drawn by draw_params() from
+// (seed, epoch, dataset index) alone, one stream per transform.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/options.h"
+#include "data/dataset.h"
+
+namespace dlrun::data {
+
+/// What the pipeline does, resolved from DataOptions and the dataset's info.
+struct Pipeline {
+  bool train = false;  ///< false: no augmentation at all
+  bool flip = false, vflip = false, crop = false, resized_crop = false, rotate = false, translate = false,
+       erase = false;
+  int64_t channels = 1;
+  int64_t out_h = 0, out_w = 0;  ///< output size: data.image_size, or the native size
+  bool resize = false;           ///< image_size > 0: resize shorter side + center crop
+  /// Resize shorter side to out / center_ratio before the center crop (eval of a set trained
+  /// with resized_crop uses the usual 0.875, i.e. 256 -> 224; otherwise 1).
+  double center_ratio = 1.0;
+  int64_t crop_padding = 4;
+  double scale_lo = 0.08, scale_hi = 1.0;
+  double rotate_degrees = 15.0, translate_frac = 0.1, erase_p = 0.5;
+  bool normalize = true;
+  std::vector<float> mean, std;
+};
+
+/// Resolves the pipeline. Throws dlrun::Error (exit 2) for an unknown augment name, a
+/// mean/std of the wrong length, or image_size 0 with a set of varying image sizes.
+Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool train);
+
+/// Names accepted in data.augment.
+const std::vector<std::string>& augment_names();
+
+/// One sample's random decisions.
+struct SampleParams {
+  double box_y = 0, box_x = 0, box_h = 0, box_w = 0;  ///< source box mapped onto the output
+  bool flip = false, vflip = false;
+  double angle_deg = 0, shift_y = 0, shift_x = 0;  ///< rotation about the center, then shift (pixels)
+  int64_t crop_y = 0, crop_x = 0;                  ///< crop offset in the padded image, 0..2*padding
+  bool erase = false;
+  int64_t erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
+  bool identity_base(int64_t h, int64_t w, const Pipeline& p) const {
+    return box_y == 0 && box_x == 0 && box_h == h && box_w == w && p.out_h == h && p.out_w == w;
+  }
+};
+
+/// The parameters of dataset sample `index` of `epoch`, for a source image of h x w.
+/// Deterministic in (seed, epoch, index); for an eval pipeline only the center box is set.
+SampleParams draw_params(const Pipeline& p, uint64_t seed, int64_t epoch, int64_t index, int64_t h, int64_t w);
+
+/// Applies the pipeline to one image. src: (C, h, w) uint8; out: (C, out_h, out_w) float32.
+void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& p, const SampleParams& sp,
+                      float* out);
+
+}  // namespace dlrun::data
