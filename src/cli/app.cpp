@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
       "75 interrupted with a committed checkpoint (safe to requeue). See README.md.");
   setup_info(app);
   setup_config(app);
+  setup_ckpt(app);
+  setup_export(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

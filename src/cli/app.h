@@ -16,5 +16,7 @@ const char* version_string();
 // Subcommand registration; each lives in its own cmd_<name>.cpp.
 void setup_info(CLI::App& app);
 void setup_config(CLI::App& app);
+void setup_ckpt(CLI::App& app);
+void setup_export(CLI::App& app);
 
 }  // namespace dlrun::cli
