@@ -54,6 +54,11 @@ std::string dir_name(int64_t step);
 
 /// Write and commit synchronously into `checkpoints_dir`. Returns the committed directory.
 /// Throws dlrun::Error (exit 1) on I/O failure; never touches other checkpoints.
+/// A stale step-N.tmp/ of the same step (a crashed writer) is removed first. When step-N/
+/// already exists (re-saving a step after resume), the new copy is written to step-N.tmp/
+/// and swapped in atomically (renameat2 RENAME_EXCHANGE; else via step-N.old-<pid>/), so a
+/// complete step-N/ exists at every instant; the old copy is removed afterwards.
+/// LATEST then names this checkpoint.
 std::string commit(const Snapshot& snap, const std::string& checkpoints_dir);
 
 struct VerifyResult {
@@ -85,6 +90,18 @@ std::vector<Entry> list(const std::string& checkpoints_dir);
 /// reported through `on_skip(path, reason)`; nothing is deleted.
 std::optional<std::string> latest_verified(const std::string& checkpoints_dir,
                                            const std::function<void(const std::string&, const std::string&)>& on_skip = {});
+
+/// The name LATEST holds (e.g. "step-00001200"), or nullopt when LATEST is absent or empty.
+std::optional<std::string> read_latest(const std::string& checkpoints_dir);
+
+/// The checkpoints directory of `path`: RUN_DIR/checkpoints when `path` is a run directory,
+/// else `path` itself. Throws dlrun::Error (exit 2) when `path` is not a directory.
+std::string checkpoints_dir_of(const std::string& path);
+
+/// The checkpoint a user names on the command line: a checkpoint directory (it has a
+/// manifest.json or is named step-N...) as is; a run or checkpoints directory -> the one
+/// LATEST names (or, without LATEST, the newest that verifies). Does not verify it.
+std::string resolve(const std::string& path);
 
 /// Load a (verified) checkpoint. Throws dlrun::Error(exit 2) if it does not verify.
 Snapshot load(const std::string& ckpt_dir);

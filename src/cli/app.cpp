@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   setup_train(app);
   setup_eval(app);
   setup_bench(app);
+  setup_ckpt(app);
+  setup_export(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -19,5 +19,7 @@ void setup_config(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_eval(CLI::App& app);
 void setup_bench(CLI::App& app);
+void setup_ckpt(CLI::App& app);
+void setup_export(CLI::App& app);
 
 }  // namespace dlrun::cli

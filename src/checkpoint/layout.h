@@ -1,0 +1,32 @@
+// Names and scanning shared by the checkpoint sources: the file names of a checkpoint
+// directory, parsing "step-N[.suffix]" directory names, and verification with or without
+// hashing (retention counts checkpoints with the cheap size check). Private to src/checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+
+namespace dlrun::ckpt::detail {
+
+inline constexpr const char* kManifest = "manifest.json";
+inline constexpr const char* kState = "state.json";
+inline constexpr const char* kConfig = "config.yaml";
+inline constexpr const char* kModel = "model.pt";
+inline constexpr const char* kLatest = "LATEST";
+inline constexpr int kFormatVersion = 1;
+
+/// "step-00001200" -> step 1200, suffix ""; "step-00001200.tmp" -> suffix ".tmp".
+/// False for names that are not checkpoint directories.
+bool parse_dir_name(const std::string& name, int64_t* step, std::string* suffix);
+
+/// Checkpoint directories under `checkpoints_dir` (committed and partial), oldest first,
+/// with path/name/step/partial/bytes/mtime filled but not verified.
+std::vector<Entry> scan(const std::string& checkpoints_dir);
+
+/// verify(); with `hashes` false only presence and sizes are checked (no reading of data).
+VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes);
+
+}  // namespace dlrun::ckpt::detail

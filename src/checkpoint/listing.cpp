@@ -1,0 +1,132 @@
+// Finding checkpoints: scanning a checkpoints directory (committed step-N/ and leftover
+// step-N.tmp/), picking the newest one that verifies for resume (skipping, reporting and
+// never deleting the rest), reading LATEST, and turning a user's PATH into a checkpoint.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <system_error>
+
+#include "base/error.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/fsutil.h"
+#include "checkpoint/layout.h"
+
+namespace fs = std::filesystem;
+
+namespace dlrun::ckpt {
+namespace detail {
+
+bool parse_dir_name(const std::string& name, int64_t* step, std::string* suffix) {
+  if (name.rfind("step-", 0) != 0) return false;
+  size_t i = 5;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+  if (i == 5 || i - 5 > 18) return false;
+  if (i < name.size() && name[i] != '.') return false;
+  *step = std::stoll(name.substr(5, i - 5));
+  *suffix = name.substr(i);
+  return true;
+}
+
+std::vector<Entry> scan(const std::string& checkpoints_dir) {
+  std::vector<Entry> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(checkpoints_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    Entry e;
+    std::string suffix;
+    e.name = it->path().filename().string();
+    if (!parse_dir_name(e.name, &e.step, &suffix)) continue;
+    e.path = it->path().string();
+    e.partial = !suffix.empty();
+    struct stat st {};
+    if (::stat(e.path.c_str(), &st) == 0) e.mtime = static_cast<double>(st.st_mtime);
+    std::error_code ec2;
+    for (fs::directory_iterator f(e.path, ec2), fend; !ec2 && f != fend; f.increment(ec2))
+      if (f->is_regular_file(ec2)) e.bytes += f->file_size(ec2);
+    out.push_back(std::move(e));
+  }
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
+    if (a.step != b.step) return a.step < b.step;
+    if (a.partial != b.partial) return !a.partial;  // committed before its leftovers
+    return a.name < b.name;
+  });
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string partial_reason(const Entry& e) {
+  if (e.name.size() > 4 && e.name.compare(e.name.size() - 4, 4, ".tmp") == 0)
+    return "partial: never committed (interrupted writer); ignored by resume, not deleted";
+  return "partial: not a committed checkpoint directory; ignored by resume, not deleted";
+}
+
+void fill_verification(Entry& e) {
+  if (e.partial) {
+    e.verified.ok = false;
+    e.verified.reason = partial_reason(e);
+    return;
+  }
+  e.verified = verify(e.path);
+  if (e.verified.ok && e.verified.manifest.contains("created_unix") &&
+      e.verified.manifest["created_unix"].is_number())
+    e.mtime = e.verified.manifest["created_unix"].get<double>();
+}
+
+bool is_dir(const std::string& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+}  // namespace
+
+std::vector<Entry> list(const std::string& checkpoints_dir) {
+  auto entries = detail::scan(checkpoints_dir);
+  for (auto& e : entries) fill_verification(e);
+  return entries;
+}
+
+std::optional<std::string> latest_verified(
+    const std::string& checkpoints_dir, const std::function<void(const std::string&, const std::string&)>& on_skip) {
+  auto entries = detail::scan(checkpoints_dir);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    fill_verification(*it);
+    if (it->verified.ok) return it->path;
+    if (on_skip) on_skip(it->path, it->verified.reason);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
+  const std::string path = checkpoints_dir + "/" + detail::kLatest;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  std::string s = detail::read_file(path);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
+  return s;
+}
+
+std::string checkpoints_dir_of(const std::string& path) {
+  DLRUN_CHECK_INPUT(is_dir(path), "{}: no such directory", path);
+  if (is_dir(path + "/checkpoints")) return path + "/checkpoints";
+  return path;
+}
+
+std::string resolve(const std::string& path) {
+  std::error_code ec;
+  int64_t step = 0;
+  std::string suffix;
+  if (fs::exists(path + "/" + detail::kManifest, ec) || detail::parse_dir_name(detail::base_name(path), &step, &suffix))
+    return path;
+  const std::string dir = checkpoints_dir_of(path);
+  if (auto latest = read_latest(dir)) return dir + "/" + *latest;
+  if (auto newest = latest_verified(dir)) return *newest;
+  fail_input("{}: no checkpoint found (no LATEST and no committed step-N/ directory)", path);
+}
+
+}  // namespace dlrun::ckpt

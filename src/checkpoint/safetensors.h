@@ -1,0 +1,26 @@
+// The safetensors format (https://github.com/huggingface/safetensors), written directly:
+// an 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets},
+// "__metadata__": {string: string}}, then the raw little-endian tensor bytes back to back.
+// `dlrun export --format safetensors` uses it; safetensors.torch.load_file reads the result.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+
+namespace dlrun::ckpt {
+
+/// safetensors dtype name ("F32", "BF16", "I64", "BOOL", ...) of a scalar type; throws
+/// dlrun::Error (exit 2) naming `tensor_name` for a type safetensors cannot hold.
+std::string safetensors_dtype(c10::ScalarType type, const std::string& tensor_name);
+
+/// The whole file as bytes. Tensors are written in order, contiguous, from host memory; the
+/// header is padded with spaces to a multiple of 8 bytes so the data stays aligned.
+std::string safetensors_bytes(const TensorDict& tensors, const std::map<std::string, std::string>& metadata = {});
+
+/// Write `path` atomically and durably (tmp file, fsync, rename).
+void write_safetensors(const std::string& path, const TensorDict& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace dlrun::ckpt

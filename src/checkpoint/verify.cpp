@@ -1,0 +1,90 @@
+// Checkpoint verification: a checkpoint is valid only when its manifest.json (written last by
+// the commit) is present and parseable and every file it lists exists with the listed size
+// and SHA-256. The first problem found is returned as a reason a user can act on.
+#include <sys/stat.h>
+
+#include <exception>
+
+#include "base/error.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/fsutil.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/sha256.h"
+
+namespace dlrun::ckpt {
+namespace detail {
+namespace {
+
+VerifyResult fail(VerifyResult r, std::string reason) {
+  r.ok = false;
+  r.reason = std::move(reason);
+  return r;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes) {
+  VerifyResult r;
+  const std::string name = base_name(ckpt_dir);
+  if (ends_with(name, ".tmp"))
+    return fail(r, fmt::format("partial checkpoint: {} was never committed (interrupted writer)", name));
+  struct stat st {};
+  if (::stat(ckpt_dir.c_str(), &st) != 0) return fail(r, "checkpoint directory not found");
+  if (!S_ISDIR(st.st_mode)) return fail(r, "not a directory");
+  const std::string mpath = ckpt_dir + "/" + kManifest;
+  if (::stat(mpath.c_str(), &st) != 0) return fail(r, "missing manifest.json (partial write?)");
+
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_file(mpath));
+  } catch (const std::exception& e) {
+    return fail(r, fmt::format("manifest.json: not valid JSON ({})", e.what()));
+  }
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || !m.contains("step") ||
+      !m["step"].is_number_integer())
+    return fail(r, "manifest.json: malformed (needs 'step' and a 'files' list)");
+  r.manifest = m;
+  r.step = m["step"].get<int64_t>();
+  r.epoch = m.contains("epoch") && m["epoch"].is_number_integer() ? m["epoch"].get<int64_t>() : -1;
+
+  bool has_model = false, has_state = false;
+  for (const auto& f : m["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
+        !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
+      return fail(r, "manifest.json: malformed file entry (needs name, bytes, sha256)");
+    const auto fname = f["name"].get<std::string>();
+    if (fname.empty() || fname.find('/') != std::string::npos || fname == "." || fname == "..")
+      return fail(r, fmt::format("manifest.json: invalid file name '{}'", fname));
+    has_model |= fname == kModel;
+    has_state |= fname == kState;
+    const std::string path = ckpt_dir + "/" + fname;
+    if (::stat(path.c_str(), &st) != 0) return fail(r, fmt::format("{}: missing (listed in manifest.json)", fname));
+    const auto expected = f["bytes"].get<uint64_t>();
+    const auto actual = static_cast<uint64_t>(st.st_size);
+    if (actual != expected)
+      return fail(r, fmt::format("{}: size {} != {} in manifest (truncated or changed)", fname, actual, expected));
+    if (!hashes) continue;
+    std::string digest;
+    try {
+      digest = sha256_file(path);
+    } catch (const Error& e) {
+      return fail(r, fmt::format("{}: cannot read ({})", fname, e.message()));
+    }
+    if (digest != f["sha256"].get<std::string>())
+      return fail(r, fmt::format("{}: SHA-256 mismatch (file changed or corrupt)", fname));
+  }
+  if (!has_model) return fail(r, "manifest.json does not list model.pt");
+  if (!has_state) return fail(r, "manifest.json does not list state.json");
+  r.ok = true;
+  return r;
+}
+
+}  // namespace detail
+
+VerifyResult verify(const std::string& ckpt_dir) { return detail::verify_dir(ckpt_dir, true); }
+
+}  // namespace dlrun::ckpt

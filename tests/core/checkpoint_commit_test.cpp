@@ -1,0 +1,154 @@
+// The commit protocol and loading: a committed checkpoint verifies, loads back bit-exactly,
+// re-committing a step replaces it without ever losing it, and a stale step-N.tmp/ of the
+// same step is cleaned while other partial directories are left alone.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "base/error.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/tensor_file.h"
+#include "core/checkpoint_test_util.h"
+
+namespace ckpt = dlrun::ckpt;
+namespace fs = std::filesystem;
+using dlrun::testing::read_text;
+using dlrun::testing::sample_snapshot;
+using dlrun::testing::same_tensors;
+using dlrun::testing::TempDir;
+
+TEST_CASE("dir_name pads the step to eight digits", "[ckpt]") {
+  CHECK(ckpt::dir_name(1200) == "step-00001200");
+  CHECK(ckpt::dir_name(123456789) == "step-123456789");
+}
+
+TEST_CASE("commit writes every file, a manifest and LATEST, and the result verifies", "[ckpt]") {
+  TempDir tmp;
+  const std::string dir = tmp / "checkpoints";
+  const auto path = ckpt::commit(sample_snapshot(7, 2), dir);
+  CHECK(path == dir + "/step-00000007");
+  for (const char* f : {"model.pt", "optim.pt", "rng-rank00000.pt", "state.json", "config.yaml", "manifest.json"})
+    CHECK(fs::is_regular_file(path + "/" + f));
+  CHECK(read_text(dir + "/LATEST") == "step-00000007\n");
+  CHECK(ckpt::read_latest(dir) == std::optional<std::string>("step-00000007"));
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+
+  const auto v = ckpt::verify(path);
+  INFO(v.reason);
+  REQUIRE(v.ok);
+  CHECK(v.step == 7);
+  CHECK(v.epoch == 2);
+  CHECK(v.manifest["config_hash"] == "0123abcd");
+  CHECK(v.manifest["world_size"] == 1);
+  CHECK(v.manifest["files"].size() == 5);
+  CHECK(v.manifest["files"][0]["name"] == "model.pt");
+  CHECK(v.manifest["files"][0]["sha256"].get<std::string>().size() == 64);
+}
+
+TEST_CASE("load returns exactly what was committed", "[ckpt]") {
+  TempDir tmp;
+  const auto snap = sample_snapshot(3, 1);
+  const auto path = ckpt::commit(snap, tmp.path());
+  const auto back = ckpt::load(path);
+  CHECK(back.step == 3);
+  CHECK(back.epoch == 1);
+  CHECK(back.config_yaml == snap.config_yaml);
+  CHECK(back.config_hash == snap.config_hash);
+  CHECK(back.state == snap.state);
+  REQUIRE(back.tensor_files.size() == snap.tensor_files.size());
+  for (const auto& [stem, tensors] : snap.tensor_files) {
+    INFO(stem);
+    REQUIRE(back.tensor_files.count(stem) == 1);
+    CHECK(same_tensors(back.tensor_files.at(stem), tensors));
+  }
+  // Saved contiguous: the transposed view comes back as a contiguous copy of the same values.
+  const auto& model = back.tensor_files.at("model");
+  CHECK(model[1].first == "conv.weight_t");
+  CHECK(model[1].second.is_contiguous());
+}
+
+TEST_CASE("load of a checkpoint that does not verify is bad input naming the path", "[ckpt]") {
+  TempDir tmp;
+  const auto path = ckpt::commit(sample_snapshot(1), tmp.path());
+  fs::remove(path + "/state.json");
+  try {
+    ckpt::load(path);
+    FAIL("load did not throw");
+  } catch (const dlrun::Error& e) {
+    CHECK(e.code() == dlrun::ExitCode::kBadInput);
+    CHECK_THAT(e.message(), Catch::Contains(path) && Catch::Contains("state.json: missing"));
+  }
+}
+
+TEST_CASE("re-committing an existing step replaces it completely", "[ckpt]") {
+  TempDir tmp;
+  auto first = sample_snapshot(5);
+  const auto path = ckpt::commit(first, tmp.path());
+  auto second = sample_snapshot(5);
+  second.tensor_files["model"] = dlrun::testing::sample_model(99);
+  second.state["note"] = "second";
+  CHECK(ckpt::commit(second, tmp.path()) == path);
+  REQUIRE(ckpt::verify(path).ok);
+  const auto back = ckpt::load(path);
+  CHECK(back.state["note"] == "second");
+  CHECK(same_tensors(back.tensor_files.at("model"), dlrun::testing::sample_model(99)));
+  // Nothing left over: no step-5.tmp/, no step-5.old-*/.
+  int dirs = 0;
+  for (const auto& e : fs::directory_iterator(tmp.path())) dirs += e.is_directory();
+  CHECK(dirs == 1);
+}
+
+TEST_CASE("commit removes a stale .tmp of the same step and leaves other partial dirs", "[ckpt]") {
+  TempDir tmp;
+  fs::create_directories(tmp / "step-00000004.tmp");
+  dlrun::testing::write_text(tmp / "step-00000004.tmp/model.pt", "half a file");
+  fs::create_directories(tmp / "step-00000009.tmp");
+  ckpt::commit(sample_snapshot(4), tmp.path());
+  CHECK(ckpt::verify(tmp / "step-00000004").ok);
+  CHECK_FALSE(fs::exists(tmp / "step-00000004.tmp"));
+  CHECK(fs::exists(tmp / "step-00000009.tmp"));
+}
+
+TEST_CASE("commit fails with a runtime error naming the directory when it cannot write", "[ckpt]") {
+  TempDir tmp;
+  dlrun::testing::write_text(tmp / "file", "not a directory");
+  try {
+    ckpt::commit(sample_snapshot(1), tmp / "file/checkpoints");
+    FAIL("commit did not throw");
+  } catch (const dlrun::Error& e) {
+    CHECK(e.code() == dlrun::ExitCode::kRuntime);
+    CHECK_THAT(e.message(), Catch::Contains("file/checkpoints"));
+  }
+}
+
+TEST_CASE("tensor files are dicts of tensors; other content is rejected", "[ckpt]") {
+  TempDir tmp;
+  const auto model = dlrun::testing::sample_model(2);
+  ckpt::write_tensor_file(tmp / "m.pt", model);
+  CHECK(same_tensors(ckpt::load_tensor_file(tmp / "m.pt"), model));
+  const auto list_bytes = torch::pickle_save(c10::IValue(c10::List<int64_t>({1, 2})));
+  CHECK_THROWS_AS(ckpt::tensors_from_bytes(list_bytes, "x.pt"), dlrun::Error);
+  c10::Dict<std::string, int64_t> not_tensors;
+  not_tensors.insert("a", 1);
+  CHECK_THROWS_WITH(ckpt::tensors_from_bytes(torch::pickle_save(c10::IValue(not_tensors)), "y.pt"),
+                    Catch::Contains("y.pt: entry 'a' is not a tensor"));
+  dlrun::testing::write_text(tmp / "junk.pt", "junk");
+  CHECK_THROWS_WITH(ckpt::load_tensor_file(tmp / "junk.pt"), Catch::Contains("junk.pt"));
+}
+
+TEST_CASE("host_copy detaches into owned contiguous CPU tensors", "[ckpt]") {
+  auto w = torch::ones({2, 3}, torch::requires_grad());
+  ckpt::TensorDict src = {{"w", w}, {"t", torch::arange(6).reshape({2, 3}).t()}};
+  const auto copy = ckpt::host_copy(src);
+  CHECK_FALSE(copy[0].second.requires_grad());
+  CHECK(copy[1].second.is_contiguous());
+  CHECK(torch::equal(copy[1].second, src[1].second));
+  w.data().fill_(5);
+  CHECK(copy[0].second.sum().item<float>() == 6.0f);  // unaffected by later training
+}
+
+TEST_CASE("fault points are listed in commit order", "[ckpt]") {
+  CHECK(ckpt::fault_points() == std::vector<std::string>{"file", "files", "manifest", "rename", "latest"});
+  ckpt::fault_point("file");  // DLRUN_FAULT unset: never fires
+  ckpt::fault_point("");
+}
