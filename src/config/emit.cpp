@@ -21,8 +21,14 @@ bool plain_ok(const std::string& s) {
   return true;
 }
 
-std::string quote(const std::string& s) {
-  if (plain_ok(s)) return s;
+std::string quote(const std::string& raw) {
+  if (plain_ok(raw)) return raw;
+  // A literal "${" must not be read back as interpolation: the loader reads "$${" as "${".
+  std::string s;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '$' && i + 1 < raw.size() && raw[i + 1] == '{') s += '$';
+    s += raw[i];
+  }
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\', out += c;

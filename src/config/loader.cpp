@@ -96,12 +96,18 @@ std::string interpolate(const std::string& s, const SourceLoc& loc, const std::s
       out += s.substr(i);
       break;
     }
+    if (start > i && s[start - 1] == '$') {  // "$${" is a literal "${"
+      out += s.substr(i, start - i - 1) + "${";
+      i = start + 2;
+      continue;
+    }
     out += s.substr(i, start - i);
     size_t end = s.find('}', start);
     if (end == std::string::npos) bad(loc, key, "unterminated '${' in '" + s + "'");
     std::string body = s.substr(start + 2, end - start - 2);
     if (body.rfind("env:", 0) != 0)
-      bad(loc, key, "unsupported interpolation '${" + body + "}'", "only ${env:NAME} and ${env:NAME,default} are supported");
+      bad(loc, key, "unsupported interpolation '${" + body + "}'",
+          "only ${env:NAME} and ${env:NAME,default} are supported; write $${ for a literal ${");
     std::string spec = body.substr(4);
     size_t comma = spec.find(',');
     std::string name = spec.substr(0, comma);
