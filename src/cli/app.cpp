@@ -25,6 +25,29 @@ void print_error(const Error& e) {
   const char* kind = e.code() == ExitCode::kBadInput ? "error" : "fatal";
   std::fprintf(stderr, "dlrun: %s: %s\n", kind, e.render().c_str());
 }
+
+// CLI11 reports `dlrun frobnicate` as "A subcommand is required"; name the word instead.
+bool report_unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* cur = &app;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') continue;
+    auto subs = cur->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return false;  // a leaf command: the rest are its arguments
+    const CLI::App* next = nullptr;
+    std::string names;
+    for (const auto* s : subs) {
+      if (s->check_name(arg)) next = s;
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (!next) {
+      std::fprintf(stderr, "dlrun: error: unknown subcommand '%s' (valid: %s)\n", arg.c_str(), names.c_str());
+      return true;
+    }
+    cur = next;
+  }
+  return false;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,7 +72,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a subcommand's own non-zero exit (train: 75 when preempted)
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    if (!report_unknown_subcommand(app, argc, argv)) app.exit(e);
     return static_cast<int>(ExitCode::kBadInput);
   } catch (const Error& e) {
     print_error(e);

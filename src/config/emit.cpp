@@ -14,19 +14,28 @@ bool plain_ok(const std::string& s) {
   static const std::regex safe("^[A-Za-z_/.][A-Za-z0-9_./:+-]*$");
   static const char* reserved[] = {"true", "false", "True", "False", "TRUE", "FALSE", "null",
                                    "Null", "NULL", "yes", "no", "on", "off", "y", "n", "~"};
-  if (!std::regex_match(s, safe)) return false;
+  // A trailing ':' would start a nested mapping (`name: cuda:`).
+  if (!std::regex_match(s, safe) || s.back() == ':') return false;
   for (const char* r : reserved)
     if (s == r) return false;
   return true;
 }
 
-std::string quote(const std::string& s) {
-  if (plain_ok(s)) return s;
+std::string quote(const std::string& raw) {
+  if (plain_ok(raw)) return raw;
+  // A literal "${" must not be read back as interpolation: the loader reads "$${" as "${".
+  std::string s;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '$' && i + 1 < raw.size() && raw[i + 1] == '{') s += '$';
+    s += raw[i];
+  }
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\', out += c;
     else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
     else out += c;
   }
   return out + "\"";

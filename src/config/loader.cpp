@@ -1,13 +1,12 @@
 // Config loading: files -> Tree (with base: and ${env:}) -> overrides -> typed binding.
 #include "config/loader.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <cctype>
 #include <functional>
 #include <regex>
 
@@ -24,6 +23,18 @@ namespace {
   throw Error(ExitCode::kBadInput, loc, key, msg, hint);
 }
 
+std::string interpolate(const std::string& s, const SourceLoc& loc, const std::string& key);
+
+std::string describe_value(const Tree& t) {
+  switch (t.type) {
+    case Tree::Type::kNull: return "null";
+    case Tree::Type::kScalar: return "'" + t.scalar + "'";
+    case Tree::Type::kMap: return "a mapping";
+    case Tree::Type::kList: return "a list";
+  }
+  return "?";
+}
+
 // ---- base: inheritance -------------------------------------------------------------------
 
 std::shared_ptr<Tree> load_with_bases(const std::string& path, std::vector<std::string>& stack,
@@ -37,12 +48,14 @@ std::shared_ptr<Tree> resolve_bases(std::shared_ptr<Tree> tree, const std::strin
   if (base->type == Tree::Type::kScalar) names.push_back(base);
   else if (base->type == Tree::Type::kList) names = base->list;
   else if (base->type != Tree::Type::kNull)
-    bad(base->loc, "base", "expected a file path or a list of file paths");
+    bad(base->loc, "base", "expected a file path or a list of file paths, got " + describe_value(*base));
   std::shared_ptr<Tree> merged;
   fs::path dir = file.empty() ? fs::current_path() : fs::path(file).parent_path();
   for (const auto& n : names) {
-    if (n->type != Tree::Type::kScalar) bad(n->loc, "base", "expected a file path");
-    fs::path p = fs::path(n->scalar).is_absolute() ? fs::path(n->scalar) : dir / n->scalar;
+    if (n->type != Tree::Type::kScalar) bad(n->loc, "base", "expected a file path, got " + describe_value(*n));
+    std::string name = interpolate(n->scalar, n->loc, "base");
+    if (name.empty()) bad(n->loc, "base", "empty base file path");
+    fs::path p = fs::path(name).is_absolute() ? fs::path(name) : dir / name;
     merged = merge(merged, load_with_bases(p.lexically_normal().string(), stack, n->loc));
   }
   auto own = std::make_shared<Tree>(*tree);
@@ -83,12 +96,18 @@ std::string interpolate(const std::string& s, const SourceLoc& loc, const std::s
       out += s.substr(i);
       break;
     }
+    if (start > i && s[start - 1] == '$') {  // "$${" is a literal "${"
+      out += s.substr(i, start - i - 1) + "${";
+      i = start + 2;
+      continue;
+    }
     out += s.substr(i, start - i);
     size_t end = s.find('}', start);
     if (end == std::string::npos) bad(loc, key, "unterminated '${' in '" + s + "'");
     std::string body = s.substr(start + 2, end - start - 2);
     if (body.rfind("env:", 0) != 0)
-      bad(loc, key, "unsupported interpolation '${" + body + "}'", "only ${env:NAME} and ${env:NAME,default} are supported");
+      bad(loc, key, "unsupported interpolation '${" + body + "}'",
+          "only ${env:NAME} and ${env:NAME,default} are supported; write $${ for a literal ${");
     std::string spec = body.substr(4);
     size_t comma = spec.find(',');
     std::string name = spec.substr(0, comma);
@@ -171,16 +190,6 @@ void apply_override(std::shared_ptr<Tree>& root, const std::string& arg) {
 
 // ---- binding ----------------------------------------------------------------------------------
 
-std::string describe_value(const Tree& t) {
-  switch (t.type) {
-    case Tree::Type::kNull: return "null";
-    case Tree::Type::kScalar: return "'" + t.scalar + "'";
-    case Tree::Type::kMap: return "a mapping";
-    case Tree::Type::kList: return "a list";
-  }
-  return "?";
-}
-
 std::string fmt_num(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return fmt::format("{}", v);
@@ -205,25 +214,25 @@ bool parse_bool(const Tree& t, bool& out) {
   return false;
 }
 
+// Numbers are YAML 1.2 decimal literals: no hex/octal, no `.inf`/`.nan`, no `1_000`.
 bool parse_double(const Tree& t, double& out) {
-  if (t.type != Tree::Type::kScalar || t.quoted || t.scalar.empty()) return false;
-  const char* b = t.scalar.c_str();
-  char* e = nullptr;
+  static const std::regex re(R"(^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$)");
+  if (t.type != Tree::Type::kScalar || t.quoted || !std::regex_match(t.scalar, re)) return false;
   errno = 0;
-  double v = std::strtod(b, &e);
-  if (*e != '\0' || errno == ERANGE || std::isnan(v)) return false;
-  // strtod accepts "inf"/"0x1p3"; YAML users mean neither.
-  if (t.scalar.find_first_of("xXnN") != std::string::npos && !std::isinf(v)) return false;
-  if (std::isinf(v) && t.scalar.find_first_of("iI") != std::string::npos) return false;
+  double v = std::strtod(t.scalar.c_str(), nullptr);
+  if (errno == ERANGE && std::isinf(v)) return false;
   out = v;
   return true;
 }
 
+// Integers are written as integers: `3`, not `3.0` or `3e0`.
 bool parse_int(const Tree& t, int64_t& out) {
-  double d;
-  if (!parse_double(t, d)) return false;
-  if (std::floor(d) != d || std::fabs(d) > 9.0e15) return false;
-  out = static_cast<int64_t>(d);
+  static const std::regex re("^[+-]?[0-9]+$");
+  if (t.type != Tree::Type::kScalar || t.quoted || !std::regex_match(t.scalar, re)) return false;
+  errno = 0;
+  long long v = std::strtoll(t.scalar.c_str(), nullptr, 10);
+  if (errno == ERANGE) return false;
+  out = static_cast<int64_t>(v);
   return true;
 }
 
@@ -240,8 +249,16 @@ void check_choice(const Field& f, const std::string& v, const SourceLoc& loc, co
 void bind_field(const Field& f, const Tree& t, const std::string& key) {
   const SourceLoc& loc = t.loc;
   auto type_error = [&]() {
+    std::string hint;
+    if (f.kind == Kind::kBool) hint = "write true or false (unquoted)";
+    else if (f.kind == Kind::kInt && t.type == Tree::Type::kScalar && !t.quoted)
+      hint = "write a whole number without a decimal point or exponent, e.g. 3";
+    else if (t.quoted) hint = "remove the quotes";
+    else if ((f.kind == Kind::kStringList || f.kind == Kind::kIntList || f.kind == Kind::kFloatList) &&
+             t.type == Tree::Type::kScalar)
+      hint = "write a list: [" + t.scalar + "]";
     bad(loc, key, fmt::format("expected {}, got {}{}", kind_name(f.kind), describe_value(t),
-                              t.quoted ? " (quoted, so a string)" : ""));
+                              t.quoted ? " (quoted, so a string)" : ""), hint);
   };
   if (t.type == Tree::Type::kNull && !f.nullable)
     bad(loc, key, fmt::format("cannot be null (expected {})", kind_name(f.kind)));
@@ -293,12 +310,14 @@ void bind_field(const Field& f, const Tree& t, const std::string& key) {
           sv.push_back(item.scalar);
         } else if (f.kind == Kind::kIntList) {
           int64_t v;
-          if (!parse_int(item, v)) bad(item.loc, ikey, "expected an integer, got " + describe_value(item));
+          if (!parse_int(item, v))
+            bad(item.loc, ikey, "expected an integer, got " + describe_value(item) + (item.quoted ? " (quoted, so a string)" : ""));
           check_range(f, static_cast<double>(v), item.loc, ikey);
           iv.push_back(v);
         } else {
           double v;
-          if (!parse_double(item, v)) bad(item.loc, ikey, "expected a number, got " + describe_value(item));
+          if (!parse_double(item, v))
+            bad(item.loc, ikey, "expected a number, got " + describe_value(item) + (item.quoted ? " (quoted, so a string)" : ""));
           check_range(f, v, item.loc, ikey);
           dv.push_back(v);
         }
@@ -317,7 +336,7 @@ Config bind_tree(const Tree& root, const std::string& file) {
   auto sections = describe(cfg);
   std::vector<std::string> section_names;
   for (const auto& s : sections) section_names.push_back(s.name);
-  const auto keys = all_keys();
+  const auto keys = all_keys();  // for "did you mean" across sections
 
   for (const auto& [name, value] : root.map) {
     auto sec = std::find_if(sections.begin(), sections.end(), [&](const Section& s) { return s.name == name; });
@@ -335,12 +354,16 @@ Config bind_tree(const Tree& root, const std::string& file) {
       std::string dotted = name + "." + fname;
       auto f = std::find_if(sec->fields.begin(), sec->fields.end(), [&](const Field& x) { return x.name == fname; });
       if (f == sec->fields.end()) {
-        std::string close = did_you_mean(dotted, keys);
-        if (close.empty()) {
-          std::vector<std::string> local;
-          for (const auto& x : sec->fields) local.push_back(x.name);
-          std::string c2 = did_you_mean(fname, local);
-          if (!c2.empty()) close = name + "." + c2;
+        std::vector<std::string> local;
+        for (const auto& x : sec->fields) local.push_back(x.name);
+        std::string close = did_you_mean(fname, local);
+        if (!close.empty()) {
+          close = name + "." + close;
+        } else {  // the right key in the wrong section, e.g. optim.warmup_epochs
+          std::vector<std::string> elsewhere;
+          for (const auto& k : keys)
+            if (k.substr(k.find('.') + 1) == fname) elsewhere.push_back(k);
+          if (elsewhere.size() == 1) close = elsewhere[0];
         }
         bad(value->key_loc(fname), dotted, "unknown key",
             close.empty() ? "see `dlrun config show` for every key" : "did you mean '" + close + "'?");
@@ -364,15 +387,20 @@ Config bind_tree(const Tree& root, const std::string& file) {
 }
 
 Config finish(std::shared_ptr<Tree> tree, const std::string& file, const std::vector<std::string>& overrides) {
+  // Overrides first, so a value given on the command line may use ${env:...} too.
   auto own = std::make_shared<Tree>(*tree);
-  interpolate_tree(*own, "");
   for (const auto& o : overrides) apply_override(own, o);
+  interpolate_tree(*own, "");
   return bind_tree(*own, file);
 }
 
 }  // namespace
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  auto lower = [](std::string s) {
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
   auto dist = [](const std::string& a, const std::string& b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
     for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -384,11 +412,14 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
     }
     return prev[b.size()];
   };
+  // Case-insensitive; short words may be one edit off, longer ones a third of their length.
+  const std::string w = lower(word);
+  size_t max_d = w.size() <= 3 ? 1 : std::max<size_t>(2, w.size() / 3);
   std::string best;
-  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  size_t best_d = max_d + 1;
   for (const auto& c : candidates) {
-    size_t d = dist(word, c);
-    if (d < best_d) {
+    size_t d = dist(w, lower(c));
+    if (d < best_d && d < std::max(w.size(), c.size())) {
       best_d = d;
       best = c;
     }

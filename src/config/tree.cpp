@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -53,7 +54,24 @@ SourceLoc loc_of(const YAML::Mark& m, const std::string& file) {
   return SourceLoc{file, m.line + 1, m.column + 1};
 }
 
-std::shared_ptr<Tree> convert(const YAML::Node& n, const std::string& file) {
+// yaml-cpp tags a plain scalar "?" and a quoted or block (| >) scalar "!". An explicit
+// `!!str` also makes a string; `!!int`, `!!float`, `!!bool`, `!!null` leave the text to be
+// typed by the field. Any other tag is not part of the config format.
+bool scalar_is_string(const YAML::Node& n, const SourceLoc& loc, const std::string& path) {
+  const std::string& tag = n.Tag();
+  if (tag == "?" || tag.empty()) return false;
+  if (tag == "!" || tag == "tag:yaml.org,2002:str") return true;
+  for (const char* t : {"int", "float", "bool", "null"})
+    if (tag == std::string("tag:yaml.org,2002:") + t) return false;
+  throw Error(ExitCode::kBadInput, loc, path, "unsupported YAML tag '" + tag + "'",
+              "remove the tag; quote the value to make it a string");
+}
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::shared_ptr<Tree> convert(const YAML::Node& n, const std::string& file, const std::string& path) {
   auto t = std::make_shared<Tree>();
   t->loc = loc_of(n.Mark(), file);
   switch (n.Type()) {
@@ -64,29 +82,50 @@ std::shared_ptr<Tree> convert(const YAML::Node& n, const std::string& file) {
     case YAML::NodeType::Scalar:
       t->type = Tree::Type::kScalar;
       t->scalar = n.Scalar();
-      // yaml-cpp tags plain scalars "?" and quoted ones "!".
-      t->quoted = n.Tag() == "!";
+      t->quoted = scalar_is_string(n, t->loc, path);
       break;
-    case YAML::NodeType::Sequence:
+    case YAML::NodeType::Sequence: {
       t->type = Tree::Type::kList;
-      for (const auto& item : n) t->list.push_back(convert(item, file));
+      size_t i = 0;
+      for (const auto& item : n) t->list.push_back(convert(item, file, fmt::format("{}[{}]", path, i++)));
       break;
+    }
     case YAML::NodeType::Map:
       t->type = Tree::Type::kMap;
       for (const auto& kv : n) {
         SourceLoc kloc = loc_of(kv.first.Mark(), file);
         if (!kv.first.IsScalar())
-          throw Error(ExitCode::kBadInput, kloc, "", "mapping keys must be plain names");
+          throw Error(ExitCode::kBadInput, kloc, path, "mapping keys must be plain names");
         std::string key = kv.first.Scalar();
         if (t->get(key))
-          throw Error(ExitCode::kBadInput, kloc, key,
+          throw Error(ExitCode::kBadInput, kloc, join(path, key),
                       fmt::format("duplicate key (first at line {})", t->key_loc(key).line));
-        t->map.emplace_back(key, convert(kv.second, file));
+        auto value = convert(kv.second, file, join(path, key));
+        // An empty value (`name:`) gets the mark of the NEXT token, often on a later line;
+        // report it where its key is.
+        if (value->type == Tree::Type::kNull && value->loc.line > kloc.line) value->loc = kloc;
+        t->map.emplace_back(key, std::move(value));
         t->key_locs.emplace_back(key, kloc);
       }
       break;
   }
   return t;
+}
+
+// yaml-cpp's messages ("illegal map value") do not say that a tab or a misaligned key
+// caused them; look at the offending lines and say so.
+std::string yaml_hint(const std::string& text, int line0) {
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) lines.push_back(l);
+  for (int i : {line0, line0 - 1}) {
+    if (i < 0 || i >= static_cast<int>(lines.size())) continue;
+    const std::string& l = lines[static_cast<size_t>(i)];
+    size_t indent_end = l.find_first_not_of(" \t");
+    if (l.substr(0, indent_end).find('\t') != std::string::npos)
+      return fmt::format("line {} is indented with a tab; YAML indentation must use spaces", i + 1);
+  }
+  return "check the indentation and that every '[' and '{' is closed";
 }
 
 }  // namespace
@@ -96,24 +135,29 @@ std::shared_ptr<Tree> parse_yaml(const std::string& text, const std::string& fil
   try {
     docs = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
-    throw Error(ExitCode::kBadInput, loc_of(e.mark, file), "", "malformed YAML: " + e.msg);
+    throw Error(ExitCode::kBadInput, loc_of(e.mark, file), "", "malformed YAML: " + e.msg,
+                yaml_hint(text, e.mark.line));
   }
   if (docs.size() > 1)
-    throw Error(ExitCode::kBadInput, SourceLoc{file, 0, 0}, "",
-                "expected one YAML document, found " + std::to_string(docs.size()));
+    throw Error(ExitCode::kBadInput, loc_of(docs[1].Mark(), file), "",
+                "expected one YAML document, found " + std::to_string(docs.size()),
+                "remove the '---' separator");
   if (docs.empty() || docs[0].IsNull()) {
     auto t = std::make_shared<Tree>();
     t->type = Tree::Type::kMap;
     t->loc = SourceLoc{file, 1, 1};
     return t;
   }
-  auto t = convert(docs[0], file);
+  auto t = convert(docs[0], file, "");
   if (t->type != Tree::Type::kMap)
     throw Error(ExitCode::kBadInput, t->loc, "", "the top level of a config must be a mapping of sections");
   return t;
 }
 
 std::shared_ptr<Tree> parse_yaml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ExitCode::kBadInput, SourceLoc{path, 0, 0}, "", "is a directory, not a config file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(ExitCode::kBadInput, SourceLoc{path, 0, 0}, "", "cannot read config file (does it exist?)");

@@ -1,0 +1,125 @@
+// Cross-field validation (validate.cpp): each rule fails with exit code 2 at the key whose
+// value is wrong, located where that value was written (file:line, base file or command
+// line), and legal-but-odd settings come back as warnings.
+#include <catch2/catch.hpp>
+
+#include "config/validate.h"
+#include "config_test_util.h"
+
+using dlrun::Config;
+using dlrun::testing::Expect;
+using dlrun::testing::expect_error;
+using dlrun::testing::TempDir;
+namespace config = dlrun::config;
+
+namespace {
+
+const std::string kMin = "model: {name: mlp}\ndata: {name: synthetic}\n";
+
+// Load (must succeed) then validate (must fail as `e` says).
+void expect_invalid(const std::string& yaml, Expect e, const std::vector<std::string>& overrides = {},
+                    int world_size = 1) {
+  if (e.file.empty()) e.file = "mem.yaml";
+  INFO("yaml:\n" << yaml);
+  Config c = config::load_text(yaml, "mem.yaml", overrides);
+  expect_error([&] { config::validate(c, {world_size}); }, e);
+}
+
+}  // namespace
+
+TEST_CASE("valid configs pass validation", "[config][validate]") {
+  CHECK(config::validate(config::load_text(kMin, "mem.yaml")).empty());
+  CHECK(config::validate(config::load_text(kMin + "run: {device: cuda:3}\n", "mem.yaml")).empty());
+  Config c = config::load_text(kMin + "train: {grad_accum: 3}\n", "mem.yaml", {"data.batch_size=96"});
+  CHECK(config::validate(c, {4}).empty());  // 96 = 4 ranks x 3 accumulation steps x 8
+  TempDir d;
+  std::filesystem::create_directories(d.path("images"));
+  CHECK(config::validate(config::load_text("model: {name: convnet}\ndata: {name: image_folder, root: " +
+                                               d.path("images") + "}\n",
+                                           "mem.yaml"))
+            .empty());
+}
+
+TEST_CASE("the global batch must split over ranks and accumulation steps", "[config][validate]") {
+  expect_invalid("model: {name: mlp}\ndata:\n  name: synthetic\n  batch_size: 100\ntrain: {grad_accum: 3}\n",
+                 {"data.batch_size", "", 4, 15,
+                  "global batch size 100 is not divisible by world size 1 x train.grad_accum 3 = 3\nuse a multiple of 3"});
+  expect_invalid("model: {name: mlp}\ndata:\n  name: synthetic\n  batch_size: 100\n",
+                 {"data.batch_size", "", 4, 15, "world size 8 x train.grad_accum 1 = 8"}, {}, 8);
+  // The default batch size (128) has no line: the error names the file only.
+  expect_invalid(kMin + "train: {grad_accum: 3}\n", {"data.batch_size", "", 0, 0, "global batch size 128"});
+}
+
+TEST_CASE("datasets other than synthetic need an existing data directory", "[config][validate]") {
+  expect_invalid("model: {name: mlp}\ndata: {name: mnist}\n", {"data.root", "", 0, 0, "data.name=mnist needs data.root"});
+  expect_invalid("model: {name: mlp}\ndata: {name: image_folder}\n", {"data.root", "", 0, 0, "needs data.root"});
+  expect_invalid("model: {name: mlp}\ndata:\n  name: cifar10\n  root: /nonexistent/dlrun/cifar\n",
+                 {"data.root", "", 4, 9, "data directory does not exist: /nonexistent/dlrun/cifar"});
+}
+
+TEST_CASE("per-channel statistics must match model.in_channels", "[config][validate]") {
+  expect_invalid("model: {name: mlp, in_channels: 3}\ndata:\n  name: synthetic\n  synthetic_shape: [3, 8, 8]\n"
+                 "  mean: [0.5, 0.5]\n",
+                 {"data.mean", "", 5, 9, "2 values for 3 channels (model.in_channels)"});
+  expect_invalid("model: {name: mlp}\ndata:\n  name: synthetic\n  std: [0.2, 0.3, 0.4]\n",
+                 {"data.std", "", 4, 8, "3 values for 1 channels"});
+  expect_invalid("model: {name: mlp}\ndata:\n  name: synthetic\n  std: [0]\n", {"data.std", "", 4, 8, "must be > 0"});
+  expect_invalid("model: {name: mlp, in_channels: 3}\ndata: {name: synthetic}\n",
+                 {"data.synthetic_shape", "", 0, 0, "1 channels, but model.in_channels is 3"});
+  expect_invalid("model: {name: mlp}\ndata:\n  name: synthetic\n  synthetic_shape: [28, 28]\n",
+                 {"data.synthetic_shape", "", 4, 20, "expected [C, H, W], got 2 values"});
+  expect_invalid("model: {name: mlp}\ndata:\n  name: synthetic\n  resized_crop_scale: [0.9, 0.1]\n",
+                 {"data.resized_crop_scale", "", 4, 23, "0 < min <= max <= 1"});
+}
+
+TEST_CASE("model and optimizer shape rules", "[config][validate]") {
+  expect_invalid("model: {name: mlp, hidden: []}\ndata: {name: synthetic}\n",
+                 {"model.hidden", "", 1, 28, "mlp needs at least one hidden layer"});
+  expect_invalid(kMin + "optim:\n  betas: [0.9]\n", {"optim.betas", "", 4, 10, "expected [beta1, beta2], got 1 values"});
+}
+
+TEST_CASE("multistep needs increasing milestones", "[config][validate]") {
+  expect_invalid(kMin + "sched: {name: multistep}\n", {"sched.milestones", "", 0, 0, "multistep needs at least one milestone"});
+  expect_invalid(kMin + "sched:\n  name: multistep\n  milestones: [30, 20]\n",
+                 {"sched.milestones", "", 5, 15, "strictly increasing"});
+  CHECK(config::validate(config::load_text(kMin + "sched: {name: multistep, milestones: [30, 60]}\n", "mem.yaml")).empty());
+}
+
+TEST_CASE("device rules", "[config][validate]") {
+  expect_invalid(kMin + "run: {device: cpu}\namp:\n  enabled: true\n",
+                 {"amp.enabled", "", 5, 12, "automatic mixed precision needs a CUDA device"});
+  expect_invalid(kMin + "run:\n  device: gpu\n", {"run.device", "", 4, 11, "invalid device 'gpu'\nuse auto, cpu, cuda or cuda:N"});
+  expect_invalid(kMin + "run:\n  device: \"cuda:\"\n", {"run.device", "", 4, 11, "invalid device 'cuda:'"});
+  expect_invalid(kMin + "run:\n  device: CPU\n", {"run.device", "", 4, 11, "invalid device"});
+  expect_invalid(kMin + "run: {device: cpu}\ndist: {backend: nccl}\n", {"dist.backend", "", 4, 17, "nccl needs CUDA devices"});
+}
+
+TEST_CASE("preemption.watch=file needs an endpoint", "[config][validate]") {
+  expect_invalid(kMin + "preemption: {watch: file}\n",
+                 {"preemption.endpoint", "", 0, 0, "preemption.watch=file needs the path to watch"});
+  expect_invalid(kMin + "preemption: {watch: file, endpoint: null}\n",
+                 {"preemption.endpoint", "", 3, 37, "needs the path"});
+  CHECK(config::validate(config::load_text(kMin + "preemption: {watch: file, endpoint: /tmp/notice}\n", "mem.yaml")).empty());
+}
+
+TEST_CASE("validation errors point at overrides and base files", "[config][validate]") {
+  expect_invalid(kMin, {"run.device", "command line 'run.device=tpu'", 0, 0, "invalid device 'tpu'"}, {"run.device=tpu"});
+  TempDir d;
+  d.write("base.yaml", "model: {name: mlp}\ndata: {name: synthetic}\nsched:\n  name: multistep\n  milestones: [5, 5]\n");
+  Config c = config::load(d.write("child.yaml", "base: base.yaml\n"));
+  expect_error([&] { config::validate(c); }, {"sched.milestones", d.path("base.yaml"), 5, 15, "strictly increasing"});
+}
+
+TEST_CASE("legal but odd settings are warnings", "[config][validate]") {
+  auto w = config::validate(config::load_text(kMin + "optim: {name: adamw, nesterov: true}\n", "mem.yaml"));
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Matchers::Contains("optim.nesterov has no effect with adamw"));
+  w = config::validate(config::load_text(kMin + "checkpoint: {keep_last: 0, keep_every: 100}\n", "mem.yaml"));
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Matchers::Contains("checkpoint.keep_every has no effect"));
+}
+
+TEST_CASE("default_data_root knows Debian's Fashion-MNIST", "[config][validate]") {
+  CHECK(config::default_data_root("fashion_mnist") == "/usr/share/datasets/fashion-mnist");
+  CHECK(config::default_data_root("cifar10").empty());
+}
