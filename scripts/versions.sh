@@ -8,4 +8,5 @@ PY_PINS=(
   "numpy==2.3.5"
   "tensorboard==2.20.0"
   "safetensors==0.7.0"
+  "pyyaml==6.0.3"
 )

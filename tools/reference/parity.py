@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Parity of dlrun with PyTorch in Python on the same work.
+
+For each model (convnet, resnet18) this runs `dlrun train configs/parity/<model>.yaml
+--save-init init.pt`, then builds the same model in PyTorch, loads dlrun's initial weights,
+feeds the same Fashion-MNIST batches (in file order, normalized the same way) with the same
+optimizer and learning-rate schedule, and compares the first 100 training losses:
+every step must agree within 1e-4 relative.
+
+    tools/reference/parity.py --dlrun build/dlrun [--models convnet resnet18] [--tol 1e-4]
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torchvision
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FMNIST = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # dlrun's Fashion-MNIST normalization defaults
+
+
+def read_idx(path):
+    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def convnet(width, in_channels=1, num_classes=10):
+    """Mirror of src/models/convnet.cpp (same module names, so state dicts match)."""
+    def cbr(i, o):
+        return [torch.nn.Conv2d(i, o, 3, padding=1, bias=False), torch.nn.BatchNorm2d(o), torch.nn.ReLU(inplace=True)]
+    w = width
+    m = torch.nn.Module()
+    m.features = torch.nn.Sequential(*cbr(in_channels, w), *cbr(w, w), torch.nn.MaxPool2d(2),
+                                     *cbr(w, 2 * w), *cbr(2 * w, 2 * w), torch.nn.MaxPool2d(2),
+                                     torch.nn.AdaptiveAvgPool2d(1))
+    m.classifier = torch.nn.Sequential(torch.nn.Linear(2 * w, num_classes))
+    m.forward = lambda x: m.classifier(m.features(x).flatten(1))
+    return m
+
+
+def resnet18(in_channels=1, num_classes=10):
+    m = torchvision.models.resnet18(num_classes=num_classes)
+    m.conv1 = torch.nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+    return m
+
+
+def warmup_lr(cfg, step):
+    """Constant schedule with dlrun's linear warmup: lr * (step + 1) / W for step < W."""
+    base = cfg["optim"]["lr"]
+    warm = cfg["sched"].get("warmup_steps", 0)
+    return base * ((step + 1) / warm if step < warm else 1.0)
+
+
+def run_model(name, dlrun, tol, steps):
+    cfg_path = os.path.join(ROOT, "configs", "parity", f"{name}.yaml")
+    with open(cfg_path) as f:
+        cfg = yaml.safe_load(f)
+    with tempfile.TemporaryDirectory(prefix=f"dlrun-parity-{name}-") as tmp:
+        init = os.path.join(tmp, "init.pt")
+        p = subprocess.run([dlrun, "train", cfg_path, "--run-dir", tmp, "--save-init", init, f"train.max_steps={steps}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            print(p.stdout)
+            raise SystemExit(f"{name}: dlrun exited {p.returncode}")
+        dl_losses = {}
+        with open(os.path.join(tmp, "metrics.jsonl")) as f:
+            for line in f:
+                r = json.loads(line)
+                if "loss" in r and "event" not in r:
+                    dl_losses[r["step"]] = r["loss"]
+        state = torch.load(init)
+
+    torch.manual_seed(0)
+    model = convnet(cfg["model"]["width"]) if name == "convnet" else resnet18()
+    model.load_state_dict(state, strict=True)
+    model.train()
+    o = cfg["optim"]
+    if o["name"] == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], nesterov=o["nesterov"],
+                              weight_decay=o["weight_decay"])
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
+                                weight_decay=o["weight_decay"])
+    sched = None
+    if cfg["sched"]["name"] == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=cfg["sched"]["min_lr"])
+
+    images = read_idx(os.path.join(FMNIST, "train-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz"))
+    b = cfg["data"]["batch_size"]
+    worst = 0.0
+    for step in range(steps):
+        if sched is None:
+            for g in opt.param_groups:
+                g["lr"] = warmup_lr(cfg, step)
+        x = torch.from_numpy(images[step * b:(step + 1) * b].copy()).float().div(255.0).unsqueeze(1)
+        x = (x - MEAN) / STD
+        y = torch.from_numpy(labels[step * b:(step + 1) * b].astype(np.int64))
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        ref = loss.item()
+        got = dl_losses.get(step + 1)
+        if got is None:
+            raise SystemExit(f"{name}: dlrun logged no loss for step {step + 1}")
+        rel = abs(got - ref) / max(abs(ref), 1e-12)
+        worst = max(worst, rel)
+        if rel > tol:
+            raise SystemExit(f"{name}: step {step + 1}: dlrun loss {got!r} vs PyTorch {ref!r} (relative {rel:.2e} > {tol})")
+    print(f"{name}: {steps} losses agree, worst relative difference {worst:.2e} "
+          f"(first {dl_losses[1]:.5f}, last {dl_losses[steps]:.5f})")
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dlrun", default=os.path.join(ROOT, "build", "dlrun"))
+    ap.add_argument("--models", nargs="+", default=["convnet", "resnet18"])
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    if not os.path.isdir(FMNIST):
+        print(f"SKIP: {FMNIST} missing (Debian package dataset-fashion-mnist)")
+        return 0
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    for m in a.models:
+        run_model(m, a.dlrun, a.tol, a.steps)
+    print("parity: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
