@@ -56,6 +56,18 @@ std::string list(const std::vector<T>& v, F f) {
   return out + "]";
 }
 
+// The field's doc, plus its choices and "required" where the doc does not say them.
+std::string doc_line(const Field& f) {
+  std::string doc = f.doc;
+  if (!f.choices.empty() && doc.find(f.choices[0]) == std::string::npos) {
+    std::string list;
+    for (const auto& c : f.choices) list += (list.empty() ? "" : " | ") + c;
+    doc += ": " + list;
+  }
+  if (f.required) doc += " (required)";
+  return doc;
+}
+
 }  // namespace
 
 std::string to_yaml(const Config& cfg_in, bool docs) {
@@ -85,7 +97,7 @@ std::string to_yaml(const Config& cfg_in, bool docs) {
       std::string line = "  " + f.name + ": " + v;
       if (docs) {
         if (line.size() < 40) line.resize(40, ' ');
-        line += "  # " + f.doc;
+        line += "  # " + doc_line(f);
       }
       out += line + "\n";
     }

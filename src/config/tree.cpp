@@ -169,6 +169,8 @@ std::shared_ptr<Tree> parse_yaml_file(const std::string& path) {
 std::shared_ptr<Tree> merge(const std::shared_ptr<Tree>& base, const std::shared_ptr<Tree>& over) {
   if (!base) return over;
   if (!over) return base;
+  // An empty section in a child (`optim:` with its keys commented out) changes nothing.
+  if (base->type == Tree::Type::kMap && over->type == Tree::Type::kNull) return base;
   if (base->type != Tree::Type::kMap || over->type != Tree::Type::kMap) return over;
   auto out = std::make_shared<Tree>(*base);
   out->loc = over->loc;

@@ -42,7 +42,8 @@ std::shared_ptr<Tree> parse_yaml(const std::string& text, const std::string& fil
 /// Read and parse a file (missing/unreadable file: exit 2 naming it).
 std::shared_ptr<Tree> parse_yaml_file(const std::string& path);
 
-/// Deep merge: maps merge key by key, everything else in `over` replaces `base`.
+/// Deep merge: maps merge key by key, a null `over` leaves a map `base` as it is, and
+/// everything else in `over` replaces `base`.
 std::shared_ptr<Tree> merge(const std::shared_ptr<Tree>& base, const std::shared_ptr<Tree>& over);
 
 }  // namespace dlrun::config

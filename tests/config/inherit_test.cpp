@@ -90,6 +90,15 @@ TEST_CASE("lists and scalars in a child replace the base's, they do not append",
   CHECK(c.data.augment.empty());
 }
 
+TEST_CASE("null in a child resets a value; an empty section changes nothing", "[config][base]") {
+  TempDir d;
+  d.write("base.yaml", "model: {name: mlp}\ndata: {name: synthetic}\nrun: {dir: /tmp/base-dir}\noptim: {lr: 0.3}\n");
+  Config c = config::load(d.write("child.yaml", "base: base.yaml\nrun:\n  dir: null\noptim:\n  # lr: 0.5\n"));
+  CHECK(c.run.dir.empty());
+  CHECK(c.optim.lr == 0.3);
+  CHECK(config::load(d.path("child.yaml"), {"optim=null"}).optim.lr == 0.3);
+}
+
 TEST_CASE("load_text resolves base relative to the name it is given", "[config][base]") {
   TempDir d;
   d.write("base.yaml", "model: {name: convnet}\ndata: {name: synthetic}\n");

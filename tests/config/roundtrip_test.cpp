@@ -151,4 +151,9 @@ TEST_CASE("config show lists every key of the schema once, with its doc", "[conf
   for (const auto& s : config::describe(d))
     for (const auto& f : s.fields) CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# " + f.doc));
   CHECK(config::to_yaml(c, false).find('#') == std::string::npos);
+  // Choices the doc does not spell out are appended, and required fields say so.
+  CHECK_THAT(config::to_yaml(c, true),
+             Catch::Matchers::Contains("# model architecture: mlp | convnet | resnet18 | resnet34 | resnet50 (required)\n"));
+  CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# optimizer: sgd | adamw\n"));
+  CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# auto (bar on a TTY) | bar | lines | none\n"));
 }
