@@ -118,7 +118,7 @@ TEST_CASE("idx errors name the file", "[data]") {
   }
 }
 
-TEST_CASE("cifar binaries are read; truncation and bad labels are errors", "[data]") {
+TEST_CASE("cifar binaries are read, truncation and bad labels are errors", "[data]") {
   TempDir d;
   auto record = [](std::vector<uint8_t>& b, std::vector<uint8_t> labels, uint8_t fill) {
     b.insert(b.end(), labels.begin(), labels.end());
