@@ -299,3 +299,18 @@ TEST_CASE("the synthetic set is deterministic and learnable", "[data]") {
   CHECK(acc > 0.8);
   CHECK(acc < 1.0 + 1e-9);
 }
+
+TEST_CASE("loader throughput on Fashion-MNIST (hidden benchmark)", "[.][data_bench]") {
+  DataOptions o;
+  o.name = "fashion_mnist";
+  o.augment = {"flip", "crop"};
+  auto ds = data::open(o, data::Split::kTrain, 0);
+  for (int w : {0, 2}) {
+    o.workers = w;
+    data::LoaderSpec spec;
+    auto t0 = std::chrono::steady_clock::now();
+    auto n = run_epoch(ds, o, spec).size();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    WARN(w << " workers: " << n << " batches in " << s << " s (" << n * o.batch_size / s << " samples/s)");
+  }
+}
