@@ -9,6 +9,12 @@
 // (of world W) takes the positions [s*B + (m*W + r)*b, ... + b), b = B / (W*A). The
 // "cursor" is the number of samples of the epoch already consumed by all ranks (s*B), so
 // a run resumed with another world size continues at the same data.
+//
+// Eval (spec.train = false): no shuffle, no augmentation, batches of data.eval_batch_size
+// over [0, N) in order with the last partial batch kept; global eval batch k goes to rank
+// k % W (every W-th batch), so steps_per_epoch() counts global batches and each rank's
+// next() yields its own. Augmentation randomness is a function of (seed, epoch, dataset
+// index) only; batch contents never depend on data.workers or timing.
 #pragma once
 
 #include <torch/torch.h>
@@ -45,7 +51,8 @@ class Loader {
   int64_t steps_per_epoch() const;
   /// Begin epoch `epoch` at global sample `cursor` (a multiple of the global batch).
   void start_epoch(int64_t epoch, int64_t cursor = 0);
-  /// Next micro-batch of this rank, or nullopt at the end of the epoch.
+  /// Next micro-batch of this rank, or nullopt at the end of the epoch. Without a prior
+  /// start_epoch() the loader starts epoch 0 at cursor 0.
   std::optional<Batch> next();
 
  private:

@@ -106,7 +106,7 @@ void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& 
   const int64_t c = p.channels, oh = p.out_h, ow = p.out_w;
   const int64_t plane = oh * ow;
   std::vector<float> a(static_cast<size_t>(c * h * w));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(src[i]) * (1.0f / 255.0f);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(src[i]) / 255.0f;  // same rounding as the device path
 
   // Base geometry -> b (C, oh, ow).
   std::vector<float> b;
