@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "config/loader.h"
 #include "metrics/writers.h"
+#include "checkpoint/tensor_file.h"
 #include "train/optim.h"
 
 namespace dlrun::train {
@@ -191,12 +192,9 @@ void note_resume(RunState& st, const std::string& metrics_path) {
 }
 
 void save_weights(const torch::nn::Module& model, const std::string& path) {
-  c10::Dict<std::string, at::Tensor> d;
-  for (const auto& [n, t] : models::state_dict(model)) d.insert(n, t.detach().to(torch::kCPU).contiguous());
-  auto bytes = torch::pickle_save(c10::IValue(d));
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) fail_runtime("cannot write {}", path);
+  ckpt::TensorDict d;
+  for (const auto& [n, t] : models::state_dict(model)) d.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
+  ckpt::write_tensor_file(path, d);
 }
 
 }  // namespace dlrun::train

@@ -56,7 +56,7 @@ def test_fashion_mnist_learns():
     with RunDir() as r:
         train(os.path.join(os.environ["DLRUN_SOURCE_DIR"], "configs", "quickstart.yaml"), r.path,
               "data.limit_train=8192", "data.limit_eval=2000", "train.epochs=1", "model.width=16",
-              "checkpoint.every_minutes=0", "sched.name=constant", "optim.lr=0.05")
+              "checkpoint.every_minutes=0", "sched.name=constant", "optim.lr=0.05", "log.every_steps=1")
         s = r.summary()
         losses = r.step_losses()
         first = sum(losses[k] for k in sorted(losses)[:5]) / 5
