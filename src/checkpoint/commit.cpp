@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string_view>
 
 #include <torch/version.h>
@@ -25,8 +24,6 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/sha256.h"
 #include "checkpoint/tensor_file.h"
-
-namespace fs = std::filesystem;
 
 namespace dlrun::ckpt {
 
@@ -74,7 +71,7 @@ void check_stem(const std::string& stem) {
 
 /// Move the complete `tmp` to `final_dir`, keeping the old `final_dir` intact until then.
 void install(const std::string& tmp, const std::string& final_dir, const std::string& parent) {
-  if (!fs::exists(final_dir)) {
+  if (!detail::path_exists(final_dir)) {
     detail::rename_durable(tmp, final_dir);
     return;
   }
@@ -100,7 +97,7 @@ std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
   const std::string name = dir_name(snap.step);
   const std::string final_dir = checkpoints_dir + "/" + name;
   const std::string tmp = final_dir + ".tmp";
-  if (fs::exists(tmp)) {
+  if (detail::path_exists(tmp)) {
     log::warn("{}: removing a partial checkpoint of the same step left by an interrupted writer", tmp);
     detail::remove_tree(tmp);
   }

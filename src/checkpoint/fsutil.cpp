@@ -1,6 +1,7 @@
 // POSIX implementations of the durable writes used by the checkpoint commit protocol.
 #include "checkpoint/fsutil.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -9,12 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <system_error>
 
 #include "base/error.h"
-
-namespace fs = std::filesystem;
 
 namespace dlrun::ckpt::detail {
 namespace {
@@ -101,29 +98,80 @@ bool exchange_paths(const std::string& a, const std::string& b) {
 #endif
 }
 
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::vector<std::string> list_names(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+namespace {
+/// mkdir -p; returns 0 or the errno of the component `failed` that could not be created.
+int make_dirs_errno(const std::string& dir, std::string* failed) {
+  if (dir.empty() || is_directory(dir)) return 0;
+  const std::string parent = parent_of(dir);
+  if (parent != dir && parent != "." && parent != "/")
+    if (int err = make_dirs_errno(parent, failed)) return err;
+  if (::mkdir(dir.c_str(), 0755) == 0 || is_directory(dir)) return 0;
+  *failed = dir;
+  return errno == EEXIST ? ENOTDIR : errno;
+}
+}  // namespace
+
 void make_dirs(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail_runtime("{}: cannot create directory: {}", dir, ec.message());
+  std::string failed;
+  if (int err = make_dirs_errno(dir, &failed))
+    fail_runtime("{}: cannot create directory ({}: {})", dir, failed, errstr(err));
 }
 
 void remove_tree(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-  if (ec) fail_runtime("{}: cannot remove: {}", path, ec.message());
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    fail_runtime("{}: cannot remove: {}", path, errstr(errno));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    for (const auto& name : list_names(path)) remove_tree(path + "/" + name);
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) fail_runtime("{}: cannot remove: {}", path, errstr(errno));
+  } else if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    fail_runtime("{}: cannot remove: {}", path, errstr(errno));
+  }
 }
 
 std::string parent_of(const std::string& path) {
-  fs::path p = fs::path(path);
-  if (!p.has_filename()) p = p.parent_path();  // "a/b/" -> "a/b"
-  fs::path parent = p.parent_path();
-  return parent.empty() ? "." : parent.string();
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const auto slash = p.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
 }
 
 std::string base_name(const std::string& path) {
-  fs::path p = fs::path(path);
-  if (!p.has_filename()) p = p.parent_path();
-  return p.filename().string();
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const auto slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
 }  // namespace dlrun::ckpt::detail

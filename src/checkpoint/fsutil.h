@@ -1,11 +1,16 @@
 // Durable file-system primitives for the checkpoint commit protocol (DESIGN.md §4): every
 // file is written with open/write/fsync/close, directories are fsynced after entries change,
 // and renames are followed by an fsync of the parent. Private to src/checkpoint.
+//
+// Plain POSIX on purpose, not std::filesystem: libtorch.so exports its own copy of the
+// std::filesystem operations, which the dynamic linker binds in every binary linking torch,
+// and its remove_all() calls an unresolved weak symbol (a segfault with GCC 12's libstdc++).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dlrun::ckpt::detail {
 
@@ -25,8 +30,14 @@ void rename_durable(const std::string& from, const std::string& to);
 bool exchange_paths(const std::string& a, const std::string& b);
 /// mkdir -p; throws dlrun::Error (exit 1) naming the directory on failure.
 void make_dirs(const std::string& dir);
-/// Remove a directory tree; throws dlrun::Error (exit 1) on failure. Missing is fine.
+/// Remove a directory tree (or a file); throws dlrun::Error (exit 1) on failure. Missing is fine.
 void remove_tree(const std::string& path);
+/// Whether `path` exists (any type) / is a directory / is a regular file.
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+bool is_regular_file(const std::string& path);
+/// Names in a directory (no "." / ".."), unsorted; empty when it cannot be read.
+std::vector<std::string> list_names(const std::string& dir);
 /// Parent directory of a path ("." when there is none).
 std::string parent_of(const std::string& path);
 /// Last path component, ignoring trailing slashes.

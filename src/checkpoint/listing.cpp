@@ -5,15 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
-#include <system_error>
 
 #include "base/error.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/fsutil.h"
 #include "checkpoint/layout.h"
-
-namespace fs = std::filesystem;
 
 namespace dlrun::ckpt {
 namespace detail {
@@ -31,20 +27,17 @@ bool parse_dir_name(const std::string& name, int64_t* step, std::string* suffix)
 
 std::vector<Entry> scan(const std::string& checkpoints_dir) {
   std::vector<Entry> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(checkpoints_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_directory(ec)) continue;
+  for (const auto& name : list_names(checkpoints_dir)) {
     Entry e;
     std::string suffix;
-    e.name = it->path().filename().string();
-    if (!parse_dir_name(e.name, &e.step, &suffix)) continue;
-    e.path = it->path().string();
+    e.name = name;
+    e.path = checkpoints_dir + "/" + name;
+    if (!parse_dir_name(e.name, &e.step, &suffix) || !is_directory(e.path)) continue;
     e.partial = !suffix.empty();
     struct stat st {};
     if (::stat(e.path.c_str(), &st) == 0) e.mtime = static_cast<double>(st.st_mtime);
-    std::error_code ec2;
-    for (fs::directory_iterator f(e.path, ec2), fend; !ec2 && f != fend; f.increment(ec2))
-      if (f->is_regular_file(ec2)) e.bytes += f->file_size(ec2);
+    for (const auto& f : list_names(e.path))
+      if (::stat((e.path + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) e.bytes += static_cast<uint64_t>(st.st_size);
     out.push_back(std::move(e));
   }
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
@@ -77,11 +70,6 @@ void fill_verification(Entry& e) {
     e.mtime = e.verified.manifest["created_unix"].get<double>();
 }
 
-bool is_dir(const std::string& p) {
-  std::error_code ec;
-  return fs::is_directory(p, ec);
-}
-
 }  // namespace
 
 std::vector<Entry> list(const std::string& checkpoints_dir) {
@@ -103,8 +91,7 @@ std::optional<std::string> latest_verified(
 
 std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
   const std::string path = checkpoints_dir + "/" + detail::kLatest;
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  if (!detail::is_regular_file(path)) return std::nullopt;
   std::string s = detail::read_file(path);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
@@ -112,16 +99,15 @@ std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
 }
 
 std::string checkpoints_dir_of(const std::string& path) {
-  DLRUN_CHECK_INPUT(is_dir(path), "{}: no such directory", path);
-  if (is_dir(path + "/checkpoints")) return path + "/checkpoints";
+  DLRUN_CHECK_INPUT(detail::is_directory(path), "{}: no such directory", path);
+  if (detail::is_directory(path + "/checkpoints")) return path + "/checkpoints";
   return path;
 }
 
 std::string resolve(const std::string& path) {
-  std::error_code ec;
   int64_t step = 0;
   std::string suffix;
-  if (fs::exists(path + "/" + detail::kManifest, ec) || detail::parse_dir_name(detail::base_name(path), &step, &suffix))
+  if (detail::path_exists(path + "/" + detail::kManifest) || detail::parse_dir_name(detail::base_name(path), &step, &suffix))
     return path;
   const std::string dir = checkpoints_dir_of(path);
   if (auto latest = read_latest(dir)) return dir + "/" + *latest;

@@ -1,5 +1,12 @@
-// torch.save-compatible tensor dictionaries, through LibTorch's pickler.
+// torch.save-compatible tensor dictionaries, through LibTorch's pickler. torch::pickle_save
+// tags typed containers with torch.jit._pickle.restore_type_tag, which Python's
+// torch.load(weights_only=True) (the default since torch 2.6) refuses; so the pickle is made
+// here without aggregate tags and packed into the same zip archive torch.save writes.
 #include "checkpoint/tensor_file.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <set>
 
@@ -15,7 +22,25 @@ std::vector<char> tensors_to_bytes(const TensorDict& tensors) {
     if (!seen.insert(name).second) fail_runtime("tensor file: duplicate tensor name '{}'", name);
     dict.insert(name, t.device().is_cpu() ? t.contiguous() : t.to(torch::kCPU).contiguous());
   }
-  return torch::pickle_save(c10::IValue(dict));
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
+                              /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+                              /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::vector<char> out;
+  out.reserve(pickle.size());
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* p, size_t n) {
+      const char* c = static_cast<const char*>(p);
+      out.insert(out.end(), c, c + n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  }  // the writer finishes the zip (central directory) when destroyed
+  return out;
 }
 
 TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string& what) {

@@ -46,7 +46,7 @@ int check(const std::string& dir, int argc, char** argv) {
 }
 
 void dump(int64_t step) {
-  nlohmann::json j = nlohmann::json::object();
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();  // keeps the saved order
   for (const auto& [name, t] : dlrun::testing::sample_model(step)) {
     auto flat = t.contiguous().to(torch::kFloat64).flatten();
     std::vector<double> values(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());

@@ -1,15 +1,18 @@
 // Helpers for the checkpoint unit tests: a temporary directory removed at scope exit and
-// ways to damage files the way crashes and bad disks do.
+// ways to damage files the way crashes and bad disks do. POSIX calls rather than
+// std::filesystem: see src/checkpoint/fsutil.h for why (libtorch's exported copy).
 #pragma once
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 
+#include "checkpoint/fsutil.h"
 #include "checkpoint/sample_snapshot.h"
 
 namespace dlrun::testing {
@@ -17,13 +20,16 @@ namespace dlrun::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "dlrun-ckpt-XXXXXX").string();
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dlrun-ckpt-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = tmpl;
   }
   ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    try {
+      ckpt::detail::remove_tree(path_);
+    } catch (...) {
+    }
   }
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
@@ -41,9 +47,22 @@ inline void flip_byte(const std::string& path, std::streamoff offset) {
   f.put(static_cast<char>(c ^ 0x01));
 }
 
-inline void truncate_by(const std::string& path, uintmax_t bytes) {
-  std::filesystem::resize_file(path, std::filesystem::file_size(path) - bytes);
+inline uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
+
+inline void truncate_by(const std::string& path, uint64_t bytes) {
+  if (::truncate(path.c_str(), static_cast<off_t>(file_size(path) - bytes)) != 0)
+    throw std::runtime_error("truncate failed: " + path);
+}
+
+inline void remove_file(const std::string& path) { std::remove(path.c_str()); }
+
+using ckpt::detail::is_directory;
+using ckpt::detail::is_regular_file;
+using ckpt::detail::make_dirs;
+using ckpt::detail::path_exists;
 
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

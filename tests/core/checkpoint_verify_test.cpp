@@ -3,13 +3,11 @@
 // reports each skipped one, and deletes nothing.
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 
 #include "checkpoint/checkpoint.h"
 #include "core/checkpoint_test_util.h"
 
 namespace ckpt = dlrun::ckpt;
-namespace fs = std::filesystem;
 using dlrun::testing::sample_snapshot;
 using dlrun::testing::TempDir;
 
@@ -39,7 +37,7 @@ void check_damage(const std::function<void(const std::string&)>& damage, const s
   REQUIRE(skipped.size() == 1);
   CHECK(skipped[0].path == two);
   CHECK(skipped[0].reason == v.reason);
-  CHECK(fs::exists(two));  // reported, never deleted
+  CHECK(dlrun::testing::path_exists(two));  // reported, never deleted
   CHECK(ckpt::verify(one).ok);
 }
 
@@ -50,7 +48,7 @@ TEST_CASE("a truncated file fails verification with both sizes", "[ckpt]") {
                "optim.pt: size ");
   TempDir tmp;
   const auto d = ckpt::commit(sample_snapshot(1), tmp.path());
-  const auto size = fs::file_size(d + "/optim.pt");
+  const auto size = dlrun::testing::file_size(d + "/optim.pt");
   dlrun::testing::truncate_by(d + "/optim.pt", 10);
   CHECK_THAT(ckpt::verify(d).reason,
              Catch::Contains(fmt::format("optim.pt: size {} != {} in manifest", size - 10, size)));
@@ -62,12 +60,12 @@ TEST_CASE("one flipped bit fails verification by SHA-256", "[ckpt]") {
 }
 
 TEST_CASE("a missing listed file fails verification", "[ckpt]") {
-  check_damage([](const std::string& d) { fs::remove(d + "/rng-rank00000.pt"); },
+  check_damage([](const std::string& d) { dlrun::testing::remove_file(d + "/rng-rank00000.pt"); },
                "rng-rank00000.pt: missing");
 }
 
 TEST_CASE("a missing manifest fails verification as a partial write", "[ckpt]") {
-  check_damage([](const std::string& d) { fs::remove(d + "/manifest.json"); },
+  check_damage([](const std::string& d) { dlrun::testing::remove_file(d + "/manifest.json"); },
                "missing manifest.json (partial write?)");
 }
 
@@ -89,8 +87,9 @@ TEST_CASE("a manifest that does not list model.pt fails verification", "[ckpt]")
 TEST_CASE("a leftover .tmp directory is partial: listed, skipped by resume, kept", "[ckpt]") {
   TempDir tmp;
   const auto one = ckpt::commit(sample_snapshot(1), tmp.path());
-  // A writer killed after renaming nothing: a complete-looking copy still named .tmp.
-  fs::copy(one, tmp / "step-00000003.tmp");
+  // A writer killed just before its rename: a complete-looking copy still named .tmp.
+  const auto three = ckpt::commit(sample_snapshot(3), tmp.path());
+  REQUIRE(::rename(three.c_str(), (tmp / "step-00000003.tmp").c_str()) == 0);
   CHECK_THAT(ckpt::verify(tmp / "step-00000003.tmp").reason, Catch::Contains("partial"));
 
   std::vector<Skip> skipped;
@@ -109,15 +108,15 @@ TEST_CASE("a leftover .tmp directory is partial: listed, skipped by resume, kept
   CHECK(entries[1].partial);
   CHECK(entries[1].step == 3);
   CHECK_FALSE(entries[1].verified.ok);
-  CHECK(fs::exists(tmp / "step-00000003.tmp"));
+  CHECK(dlrun::testing::path_exists(tmp / "step-00000003.tmp"));
 }
 
 TEST_CASE("list is ordered by step and ignores unrelated entries", "[ckpt]") {
   TempDir tmp;
   ckpt::commit(sample_snapshot(10), tmp.path());
   ckpt::commit(sample_snapshot(2), tmp.path());
-  fs::create_directories(tmp / "notes");
-  fs::create_directories(tmp / "step-abc");
+  dlrun::testing::make_dirs(tmp / "notes");
+  dlrun::testing::make_dirs(tmp / "step-abc");
   const auto entries = ckpt::list(tmp.path());
   REQUIRE(entries.size() == 2);
   CHECK(entries[0].step == 2);
@@ -131,7 +130,7 @@ TEST_CASE("no valid checkpoint: latest_verified is empty", "[ckpt]") {
   CHECK_FALSE(ckpt::latest_verified(tmp.path()));
   CHECK_FALSE(ckpt::latest_verified(tmp / "does-not-exist"));
   const auto one = ckpt::commit(sample_snapshot(1), tmp.path());
-  fs::remove(one + "/model.pt");
+  dlrun::testing::remove_file(one + "/model.pt");
   int skips = 0;
   CHECK_FALSE(ckpt::latest_verified(tmp.path(), [&](const std::string&, const std::string&) { ++skips; }));
   CHECK(skips == 1);

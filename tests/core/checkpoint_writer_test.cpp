@@ -2,14 +2,12 @@
 // corrupt ones) and the background writer (commits in order, measures, rethrows failures).
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 
 #include "base/error.h"
 #include "checkpoint/checkpoint.h"
 #include "core/checkpoint_test_util.h"
 
 namespace ckpt = dlrun::ckpt;
-namespace fs = std::filesystem;
 using dlrun::testing::sample_snapshot;
 using dlrun::testing::TempDir;
 
@@ -41,9 +39,9 @@ TEST_CASE("retention with keep_last 0 keeps everything", "[ckpt]") {
 TEST_CASE("retention never removes the newest verified checkpoint, corrupt or partial ones", "[ckpt]") {
   TempDir tmp;
   for (int s = 1; s <= 4; ++s) ckpt::commit(sample_snapshot(s), tmp.path());
-  fs::create_directories(tmp / "step-00000005.tmp");
+  dlrun::testing::make_dirs(tmp / "step-00000005.tmp");
   dlrun::testing::flip_byte(tmp / "step-00000004/model.pt", 64);  // newest is corrupt
-  fs::remove(tmp / "step-00000001/manifest.json");                 // oldest is broken
+  dlrun::testing::remove_file(tmp / "step-00000001/manifest.json");                 // oldest is broken
   ckpt::apply_retention(tmp.path(), 1, 0);
   // step 3 is the newest that verifies: kept; 4 (corrupt), 1 (broken), 5.tmp untouched; 2 removed.
   CHECK(names(tmp.path()) == std::vector<std::string>{"step-00000001", "step-00000003", "step-00000004",
@@ -61,7 +59,7 @@ TEST_CASE("retention keeps the checkpoint LATEST names", "[ckpt]") {
 
 TEST_CASE("async writer commits every save in order and applies retention", "[ckpt]") {
   TempDir tmp;
-  CheckpointOptions opts;
+  dlrun::CheckpointOptions opts;
   opts.async = true;
   opts.keep_last = 2;
   {
@@ -83,7 +81,7 @@ TEST_CASE("async writer commits every save in order and applies retention", "[ck
 
 TEST_CASE("synchronous writer commits inline", "[ckpt]") {
   TempDir tmp;
-  CheckpointOptions opts;
+  dlrun::CheckpointOptions opts;
   opts.async = false;
   opts.keep_last = 0;
   ckpt::Writer w(tmp.path(), opts);
@@ -95,7 +93,7 @@ TEST_CASE("synchronous writer commits inline", "[ckpt]") {
 TEST_CASE("async writer rethrows a failed write from wait() and from the next save()", "[ckpt]") {
   TempDir tmp;
   dlrun::testing::write_text(tmp / "file", "x");
-  CheckpointOptions opts;
+  dlrun::CheckpointOptions opts;
   opts.async = true;
   ckpt::Writer w(tmp / "file/checkpoints", opts);  // cannot create a directory under a file
   w.save(sample_snapshot(1));
