@@ -38,7 +38,7 @@ class ConvNet : public Model {
   torch::Tensor forward(torch::Tensor x) override {
     DLRUN_CHECK_INPUT(x.dim() == 4 && x.size(2) >= 4 && x.size(3) >= 4,
                       "convnet needs (N, C, H, W) images of at least 4x4, got shape {}",
-                      fmt::format("{}", fmt::join(x.sizes(), "x")));
+                      fmt::join(x.sizes(), "x"));
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     x = features_->forward(x);                   // (N, 2w, 1, 1)
     return classifier_->forward(x.flatten(1));  // (N, num_classes)

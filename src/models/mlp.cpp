@@ -28,7 +28,7 @@ class Mlp : public Model {
     const int64_t features = x.dim() == 0 || x.size(0) == 0 ? 0 : x.numel() / x.size(0);
     DLRUN_CHECK_INPUT(x.dim() >= 2 && features == in_features_,
                       "mlp was built for {} input features (in_channels*H*W), got images of shape {}",
-                      in_features_, fmt::format("{}", fmt::join(x.sizes(), "x")));
+                      in_features_, fmt::join(x.sizes(), "x"));
     return layers_->forward(x.flatten(1));  // (N, C*H*W)
   }
 

@@ -42,7 +42,8 @@ std::vector<std::string> names();
 /// Parameter count (trainable).
 int64_t num_parameters(const torch::nn::Module& m);
 
-/// "name:shape;name:shape;..." over parameters and buffers in state-dict order — an
+/// "name:shape;name:shape;..." over parameters and buffers in state-dict order, shapes written
+/// "[64,3,7,7]" ("[]" for scalars): "conv1.weight:[64,3,7,7];bn1.weight:[64];...". An
 /// architecture fingerprint that checkpoints use to refuse an incompatible resume.
 std::string architecture_signature(const torch::nn::Module& m);
 

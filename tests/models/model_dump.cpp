@@ -4,6 +4,7 @@
 //   dlrun_model_dump NAME NUM_CLASSES IN_CHANNELS STEM SEED SIZE OUT_PREFIX
 // writes OUT_PREFIX.state.pt ({state-dict key: tensor}, in state-dict order) and
 // OUT_PREFIX.io.pt ({"input": (2, C, SIZE, SIZE), "logits": (2, NUM_CLASSES)}, eval mode).
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    torch::set_num_threads(1);  // a tiny forward: one thread is fastest and immune to load
     dlrun::ModelOptions opts;
     opts.name = argv[1];
     opts.num_classes = std::stoll(argv[2]);
