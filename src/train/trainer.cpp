@@ -299,8 +299,10 @@ void Session::save(bool sync, const char* why) {
 }
 
 int Session::interrupted() {
-  const std::string reason = preempt::stop_reason();
-  const double signal_time = preempt::stop_time();
+  std::string reason = preempt::stop_reason();
+  double signal_time = preempt::stop_time();
+  if (reason.empty()) reason = "stop requested by another rank";
+  if (signal_time <= 0) signal_time = metrics::wall_now();
   progress_->message(fmt::format("{} received: saving a checkpoint at step {} and exiting with code 75", reason, st_.step));
   save(true, "preemption");
   const double commit_time = metrics::wall_now();
@@ -361,7 +363,9 @@ int Session::run() {
       micro.clear();
       fault_.after_step(st_.step);
       // Step boundary: everything below sees a consistent state.
-      if (preempt::stop_requested()) return interrupted();
+      bool stop = preempt::stop_requested();
+      if (args_.agree_stop) stop = args_.agree_stop(stop);
+      if (stop) return interrupted();
       maybe_eval(false);
       const bool by_steps = ck.every_steps > 0 && st_.step % ck.every_steps == 0;
       const bool by_time = ck.every_minutes > 0 && metrics::mono_now() - last_ckpt_mono_ >= ck.every_minutes * 60.0;

@@ -16,6 +16,9 @@ struct TrainArgs {
   std::string resume = "auto"; ///< auto | never | PATH of a checkpoint directory
   bool force = false;          ///< with resume=never: set existing checkpoints aside and start fresh
   std::string save_init;       ///< write the initial weights here (torch.load-able dict) before step 1
+  /// Multi-process hook (DESIGN.md §5): given this rank's stop flag at a step boundary,
+  /// return whether ANY rank asked to stop (an all-reduce MAX). Unset: the flag itself.
+  std::function<bool(bool)> agree_stop;
 };
 
 /// Run training. Returns the process exit code: 0 finished, 75 interrupted with a
