@@ -70,7 +70,9 @@ struct VerifyResult {
 };
 
 /// Check a checkpoint directory: manifest present and parseable, every listed file present
-/// with the listed size and SHA-256, no `.tmp` suffix.
+/// with the listed size and SHA-256, model.pt and state.json listed, no `.tmp` suffix.
+/// Reasons read like "model.pt: SHA-256 mismatch (file changed or corrupt)",
+/// "missing manifest.json (partial write?)", "optim.pt: size 123 != 456 in manifest ...".
 VerifyResult verify(const std::string& ckpt_dir);
 
 struct Entry {
@@ -108,7 +110,10 @@ Snapshot load(const std::string& ckpt_dir);
 
 /// Retention: keep the newest `keep_last` verified checkpoints (0 = all) plus those whose
 /// step is a multiple of `keep_every`; never remove the newest verified one; partial
-/// (.tmp) directories are left alone (reported by `dlrun ckpt list`).
+/// (.tmp) directories are left alone (reported by `dlrun ckpt list`). Also never removes the
+/// checkpoint LATEST names, any checkpoint that fails verification (left for inspection), or
+/// anything newer than the newest verified one. The newest is checked with SHA-256, older
+/// ones for presence and sizes only (so retention does not re-hash every kept checkpoint).
 void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every);
 
 /// Background writer: save() waits for any write still running, then (async) hands the

@@ -93,7 +93,10 @@ void install(const std::string& tmp, const std::string& final_dir, const std::st
 std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
   DLRUN_CHECK(snap.tensor_files.count("model") == 1, ExitCode::kRuntime,
               "checkpoint step {}: the snapshot has no 'model' tensors", snap.step);
-  detail::make_dirs(checkpoints_dir);
+  if (!detail::is_directory(checkpoints_dir)) {
+    detail::make_dirs(checkpoints_dir);
+    detail::fsync_dir(detail::parent_of(checkpoints_dir));
+  }
   const std::string name = dir_name(snap.step);
   const std::string final_dir = checkpoints_dir + "/" + name;
   const std::string tmp = final_dir + ".tmp";
