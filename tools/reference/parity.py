@@ -44,8 +44,8 @@ def convnet(width, in_channels=1, num_classes=10):
     m = torch.nn.Module()
     m.features = torch.nn.Sequential(*cbr(in_channels, w), *cbr(w, w), torch.nn.MaxPool2d(2),
                                      *cbr(w, 2 * w), *cbr(2 * w, 2 * w), torch.nn.MaxPool2d(2),
-                                     torch.nn.AdaptiveAvgPool2d(1))
-    m.classifier = torch.nn.Sequential(torch.nn.Linear(2 * w, num_classes))
+                                     torch.nn.AdaptiveAvgPool2d(3))
+    m.classifier = torch.nn.Sequential(torch.nn.Linear(2 * w * 9, num_classes))
     m.forward = lambda x: m.classifier(m.features(x).flatten(1))
     return m
 
