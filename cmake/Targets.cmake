@@ -14,7 +14,7 @@ file(GLOB_RECURSE DLRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*
 
 set(DLRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 
-add_library(dlrun_base STATIC ${DLRUN_BASE_SOURCES})
+add_library(dlrun_base STATIC ${DLRUN_BASE_SOURCES} ${CMAKE_BINARY_DIR}/generated/build_info.cpp)
 target_include_directories(dlrun_base PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_BINARY_DIR}/generated)
 target_link_libraries(dlrun_base PUBLIC fmt::fmt yaml-cpp nlohmann_json::nlohmann_json
                       ZLIB::ZLIB Threads::Threads)

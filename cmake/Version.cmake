@@ -9,5 +9,5 @@ if(GIT_FOUND AND EXISTS ${CMAKE_SOURCE_DIR}/.git)
     set(DLRUN_GIT_REV "unknown")
   endif()
 endif()
-configure_file(${CMAKE_SOURCE_DIR}/src/base/build_info.h.in
-               ${CMAKE_BINARY_DIR}/generated/base/build_info.h @ONLY)
+configure_file(${CMAKE_SOURCE_DIR}/src/base/build_info.cpp.in
+               ${CMAKE_BINARY_DIR}/generated/build_info.cpp @ONLY)

@@ -132,7 +132,7 @@ std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
       {"epoch", snap.epoch},
       {"config_hash", snap.config_hash},
       {"world_size", snap.world_size},
-      {"versions", {{"dlrun", DLRUN_VERSION}, {"git", DLRUN_GIT_REV}, {"torch", TORCH_VERSION}}},
+      {"versions", {{"dlrun", build::version()}, {"git", build::git_revision()}, {"torch", TORCH_VERSION}}},
       {"created_unix", now},
       {"files", w.files},
   };

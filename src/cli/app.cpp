@@ -16,7 +16,7 @@ namespace dlrun::cli {
 
 const char* version_string() {
   static const std::string s =
-      fmt::format("dlrun {} (git {}, torch {}, {})", DLRUN_VERSION, DLRUN_GIT_REV, TORCH_VERSION, DLRUN_BUILD_TYPE);
+      fmt::format("dlrun {} (git {}, torch {}, {})", build::version(), build::git_revision(), TORCH_VERSION, build::build_type());
   return s.c_str();
 }
 

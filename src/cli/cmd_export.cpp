@@ -34,7 +34,7 @@ void run_export(const ExportOptions& o) {
   const auto tensors = ckpt::load_tensor_file(ck + "/model.pt");
   if (o.format == "safetensors") {
     std::map<std::string, std::string> meta = {{"format", "pt"},
-                                               {"dlrun_version", DLRUN_VERSION},
+                                               {"dlrun_version", build::version()},
                                                {"torch_version", TORCH_VERSION},
                                                {"step", std::to_string(v.step)},
                                                {"epoch", std::to_string(v.epoch)}};

@@ -14,8 +14,8 @@ namespace {
 
 nlohmann::json collect() {
   nlohmann::json j;
-  j["dlrun"] = {{"version", DLRUN_VERSION}, {"git", DLRUN_GIT_REV}, {"build_type", DLRUN_BUILD_TYPE},
-                {"compiler", DLRUN_CXX_COMPILER}};
+  j["dlrun"] = {{"version", build::version()}, {"git", build::git_revision()}, {"build_type", build::build_type()},
+                {"compiler", build::cxx_compiler()}};
   j["torch"] = {{"version", TORCH_VERSION},
                 {"cuda_available", torch::cuda::is_available()},
                 {"cuda_device_count", torch::cuda::device_count()},
@@ -28,7 +28,7 @@ nlohmann::json collect() {
   torch_cuda = true;
 #endif
   j["features"] = {{"cuda_sources_compiled", cuda::cuda_compiled()},
-                   {"nvcc", DLRUN_CUDA_COMPILER_VERSION},
+                   {"nvcc", build::cuda_compiler_version()},
                    {"torch_built_with_cuda", torch_cuda},
 #ifdef DLRUN_HAVE_CURL
                    {"cloud_notices_http", true},

@@ -16,7 +16,7 @@
 namespace dlrun::train {
 
 std::string version_line() {
-  return fmt::format("dlrun {} (git {}), torch {}", DLRUN_VERSION, DLRUN_GIT_REV, TORCH_VERSION);
+  return fmt::format("dlrun {} (git {}), torch {}", build::version(), build::git_revision(), TORCH_VERSION);
 }
 
 namespace {
