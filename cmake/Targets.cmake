@@ -44,11 +44,6 @@ if(DLRUN_TORCH_HAS_CUDA)
   target_compile_definitions(dlrun_core PUBLIC DLRUN_TORCH_HAS_CUDA=1)
 endif()
 
-# libtorch_cpu.so exports its own std::filesystem symbols (remove_all among them crashes when
-# called from our code). Make libstdc++ the first needed library of everything that links
-# dlrun_core, so the dynamic linker binds std::filesystem to libstdc++'s definitions.
-target_link_options(dlrun_core INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
-
 add_executable(dlrun ${CMAKE_SOURCE_DIR}/src/main.cpp)
 target_link_libraries(dlrun PRIVATE dlrun_core)
 # Keep torch's libraries findable without LD_LIBRARY_PATH (they live in the venv).

@@ -2,9 +2,9 @@
 // file is written with open/write/fsync/close, directories are fsynced after entries change,
 // and renames are followed by an fsync of the parent. Private to src/checkpoint.
 //
-// Plain POSIX on purpose, not std::filesystem: libtorch.so exports its own copy of the
-// std::filesystem operations, which the dynamic linker binds in every binary linking torch,
-// and its remove_all() calls an unresolved weak symbol (a segfault with GCC 12's libstdc++).
+// Plain POSIX on purpose, not std::filesystem: the protocol needs explicit fsyncs of files
+// and directories, and libtorch.so exports its own copies of std::filesystem symbols, which we
+// prefer not to depend on (docs/development.md).
 #pragma once
 
 #include <cstdint>

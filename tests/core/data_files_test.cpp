@@ -11,7 +11,7 @@
 #include "data_test_util.h"
 
 using namespace dlrun;
-using namespace dlrun::testing;
+using namespace dlrun::testing::data;
 
 namespace {
 

@@ -16,7 +16,7 @@
 
 #include "base/error.h"
 
-namespace dlrun::testing {
+namespace dlrun::testing::data {
 
 namespace fs = std::filesystem;
 
@@ -75,4 +75,4 @@ void require_input_error(Fn&& fn, const std::vector<std::string>& parts) {
   FAIL("expected a bad-input error mentioning " << (parts.empty() ? std::string() : parts[0]));
 }
 
-}  // namespace dlrun::testing
+}  // namespace dlrun::testing::data

@@ -88,7 +88,7 @@ def run_model(name, dlrun, tol, steps):
     model.train()
     o = cfg["optim"]
     if o["name"] == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], nesterov=o["nesterov"],
+        opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], nesterov=o.get("nesterov", False),
                               weight_decay=o["weight_decay"])
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
@@ -119,6 +119,8 @@ def run_model(name, dlrun, tol, steps):
         if got is None:
             raise SystemExit(f"{name}: dlrun logged no loss for step {step + 1}")
         rel = abs(got - ref) / max(abs(ref), 1e-12)
+        if os.environ.get("DLRUN_PARITY_VERBOSE"):
+            print(f"{name} step {step + 1}: dlrun {got!r} pytorch {ref!r} rel {rel:.2e}")
         worst = max(worst, rel)
         if rel > tol:
             raise SystemExit(f"{name}: step {step + 1}: dlrun loss {got!r} vs PyTorch {ref!r} (relative {rel:.2e} > {tol})")
