@@ -25,13 +25,13 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
 from parity import convnet  # noqa: E402  (the same architecture as dlrun's convnet)
 
 
-def dlrun_ips(dlrun, steps, threads, batch, warm):
+def dlrun_ips(dlrun, steps, threads, batch, warm, workers):
     with tempfile.TemporaryDirectory(prefix="dlrun-bench-") as tmp:
         cfg = os.path.join(ROOT, "configs", "synthetic", "convnet.yaml")
         cmd = [dlrun, "train", cfg, "--run-dir", tmp, f"train.max_steps={steps}", f"run.threads={threads}",
                f"data.batch_size={batch}", "data.synthetic_train_size=60000", "model.width=32",
                "log.every_steps=10", "log.progress=none", "train.eval_at_end=false", "train.eval_every_epochs=0",
-               "checkpoint.at_end=false", "run.device=cpu"]
+               "checkpoint.at_end=false", "run.device=cpu", f"data.workers={workers}"]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         recs = [json.loads(x) for x in open(os.path.join(tmp, "metrics.jsonl")) if '"samples_per_s"' in x]
         recs = [r for r in recs if r["step"] > warm]
@@ -63,11 +63,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--workers", type=int, default=2, help="dlrun loader threads (0: load inline)")
     a = ap.parse_args()
-    d = dlrun_ips(a.dlrun, a.steps, a.threads, a.batch, a.warmup)
+    d = dlrun_ips(a.dlrun, a.steps, a.threads, a.batch, a.warmup, a.workers)
     p = python_ips(a.steps, a.threads, a.batch, a.warmup)
     print(json.dumps({"dlrun_img_per_s": round(d, 1), "pytorch_img_per_s": round(p, 1), "ratio": round(d / p, 3),
-                      "threads": a.threads, "batch": a.batch, "steps": a.steps, "torch": torch.__version__}))
+                      "threads": a.threads, "workers": a.workers, "batch": a.batch, "steps": a.steps, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
