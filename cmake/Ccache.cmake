@@ -1,7 +1,8 @@
 # Use ccache as the compiler launcher when it is installed (DLRUN_CCACHE=OFF to disable).
 # The torch translation units use a precompiled header: ccache caches them only with the
 # pch_defines/time_macros sloppiness and -fpch-preprocess. CCACHE_BASEDIR makes paths
-# relative to the checkout, so a fresh clone elsewhere (CI) hits the same cache entries.
+# relative to the checkout (a clone elsewhere reuses the entries of the torch-free units; the
+# PCH units hit only when rebuilt in the same build directory, the .gch being part of the key).
 option(DLRUN_CCACHE "Use ccache when found" ON)
 find_program(CCACHE_PROGRAM ccache)
 if(DLRUN_CCACHE AND CCACHE_PROGRAM)

@@ -76,6 +76,8 @@ class Session {
  public:
   explicit Session(const TrainArgs& a) : args_(a), cfg_(a.cfg) {}
   int run();
+  /// After an exception: best-effort summary.json with status "failed" (never throws).
+  void record_failure(const std::string& what) noexcept;
 
  private:
   void setup();
@@ -404,11 +406,29 @@ int Session::run() {
   return 0;
 }
 
+void Session::record_failure(const std::string& what) noexcept {
+  try {
+    if (!model_ || !jsonl_) return;  // failed during setup: nothing was trained
+    jsonl_->write({{"event", "end"}, {"status", "failed"}, {"error", what}, {"step", st_.step},
+                   {"time", metrics::wall_now()}});
+    write_summary("failed");
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 int run(const TrainArgs& args) {
   Session s(args);
-  return s.run();
+  try {
+    return s.run();
+  } catch (const Error& e) {
+    s.record_failure(e.render());
+    throw;
+  } catch (const std::exception& e) {
+    s.record_failure(e.what());
+    throw;
+  }
 }
 
 }  // namespace dlrun::train

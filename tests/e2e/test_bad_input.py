@@ -1,6 +1,7 @@
 """Bad input stops with exit 2 and a message naming the file or the difference: corrupt
 data files, incompatible resumes, unsafe fresh starts, bad checkpoint paths."""
 import gzip
+import json
 import os
 import shutil
 
@@ -61,6 +62,29 @@ def test_bad_resume_path():
         expect("nope" in p.stdout, p.stdout[-800:])
 
 
+def test_undecodable_image_mid_run():
+    """image_folder decodes lazily: a corrupt JPEG met during training stops the run with exit
+    2 naming the file, and summary.json says the run failed."""
+    from PIL import Image
+    with RunDir() as r:
+        root = r.file("imgs")
+        for split in ("train", "val"):
+            for c in ("cat", "dog"):
+                os.makedirs(os.path.join(root, split, c))
+                for i in range(8):
+                    Image.new("RGB", (20, 18), (i * 30 % 255, 80 if c == "cat" else 200, 40)).save(
+                        os.path.join(root, split, c, f"{i}.png"))
+        with open(os.path.join(root, "train", "dog", "00_broken.jpg"), "wb") as f:
+            f.write(b"\xff\xd8\xff\xe0 definitely not a jpeg")
+        p = dlrun("train", TINY, "data.name=image_folder", f"data.root={root}", "data.image_size=16",
+                  "model.in_channels=3", "data.augment=[]", "data.batch_size=4", "data.workers=0",
+                  "data.shuffle=false", "train.epochs=1", "--run-dir", r.file("run"), check=2)
+        expect("00_broken.jpg" in p.stdout, p.stdout[-1500:])
+        with open(r.file("run", "summary.json")) as f:
+            s = json.load(f)
+        expect(s["status"] == "failed" and s["steps"] > 0, s)
+
+
 if __name__ == "__main__":
     main([test_corrupt_idx_files, test_incompatible_resume_is_refused, test_fresh_start_does_not_mix_runs,
-          test_bad_resume_path])
+          test_bad_resume_path, test_undecodable_image_mid_run])
