@@ -4,11 +4,10 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/tensor_file.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "data/dataset.h"
@@ -29,30 +28,13 @@ struct EvalCmdOptions {
   bool json = false;
 };
 
-/// name -> tensor from a checkpoint directory (verified) or a pickled dict file.
-std::vector<std::pair<std::string, torch::Tensor>> load_weights(const std::string& path) {
-  if (fs::is_directory(path)) {
-    auto snap = ckpt::load(path);
-    auto it = snap.tensor_files.find("model");
-    DLRUN_CHECK_INPUT(it != snap.tensor_files.end(), "{}: checkpoint has no model.pt", path);
-    return it->second;
-  }
-  std::ifstream in(path, std::ios::binary);
-  DLRUN_CHECK_INPUT(in.good(), "{}: cannot read weights file", path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  c10::IValue v;
-  try {
-    v = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    fail_input("{}: not a torch.load-able dict of tensors ({})", path, e.what_without_backtrace());
-  }
-  DLRUN_CHECK_INPUT(v.isGenericDict(), "{}: expected a dict of tensors", path);
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& kv : v.toGenericDict()) {
-    DLRUN_CHECK_INPUT(kv.key().isString() && kv.value().isTensor(), "{}: expected a dict of name -> tensor", path);
-    out.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
-  }
-  return out;
+/// name -> tensor from a checkpoint directory (verified) or a torch.load-able weights file.
+ckpt::TensorDict load_weights(const std::string& path) {
+  if (!fs::is_directory(path)) return ckpt::load_tensor_file(path);
+  auto snap = ckpt::load(path);
+  auto it = snap.tensor_files.find("model");
+  DLRUN_CHECK_INPUT(it != snap.tensor_files.end(), "{}: checkpoint has no model.pt", path);
+  return it->second;
 }
 
 void run_eval(const EvalCmdOptions& o) {
@@ -73,18 +55,7 @@ void run_eval(const EvalCmdOptions& o) {
   auto ds = data::open(cfg.data, data::Split::kEval, cfg.run.seed);
   auto info = ds->info();
   auto model = models::build(cfg.model, cfg.run.seed, info.height > 0 ? info.height : cfg.data.image_size);
-  auto weights = load_weights(path);
-  std::unordered_map<std::string, torch::Tensor> by_name(weights.begin(), weights.end());
-  {
-    torch::NoGradGuard g;
-    for (auto& [n, t] : models::state_dict(*model)) {
-      auto it = by_name.find(n);
-      DLRUN_CHECK_INPUT(it != by_name.end(), "{}: no tensor '{}' for model {}", path, n, cfg.model.name);
-      DLRUN_CHECK_INPUT(it->second.sizes() == t.sizes(), "{}: '{}' has shape {}, model {} expects {}", path, n,
-                        c10::str(it->second.sizes()), cfg.model.name, c10::str(t.sizes()));
-      t.copy_(it->second);
-    }
-  }
+  models::load_state_dict(*model, load_weights(path), path);
   model->to(device);
   data::LoaderSpec spec;
   spec.seed = cfg.run.seed;

@@ -53,4 +53,10 @@ std::string architecture_signature(const torch::nn::Module& m);
 /// module's own (aliases, not copies; possibly channels_last): copy_() into them to load.
 std::vector<std::pair<std::string, torch::Tensor>> state_dict(const torch::nn::Module& m);
 
+/// Copy `tensors` (name -> tensor, e.g. a checkpoint's model.pt) into `m`'s parameters and
+/// buffers. Every state-dict entry of `m` must be present with its shape; otherwise
+/// dlrun::Error (exit 2) naming `source` and the tensor.
+void load_state_dict(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                     const std::string& source);
+
 }  // namespace dlrun::models

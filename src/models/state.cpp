@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unordered_map>
+
+#include "base/error.h"
 #include "models/model.h"
 
 namespace dlrun::models {
@@ -45,6 +48,19 @@ std::string architecture_signature(const torch::nn::Module& m) {
     sig += fmt::format("{}:[{}]", name, fmt::join(t.sizes(), ","));
   }
   return sig;
+}
+
+void load_state_dict(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                     const std::string& source) {
+  std::unordered_map<std::string, torch::Tensor> by_name(tensors.begin(), tensors.end());
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : state_dict(m)) {
+    auto it = by_name.find(name);
+    DLRUN_CHECK_INPUT(it != by_name.end(), "{}: no tensor '{}'", source, name);
+    DLRUN_CHECK_INPUT(it->second.sizes() == t.sizes(), "{}: '{}' has shape {}, the model expects {}", source, name,
+                      fmt::format("{}", fmt::join(it->second.sizes(), "x")), fmt::format("{}", fmt::join(t.sizes(), "x")));
+    t.copy_(it->second);
+  }
 }
 
 }  // namespace dlrun::models

@@ -7,26 +7,26 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
   const bool was_training = model.is_training();
   model.eval();
   torch::NoGradGuard no_grad;
-  double c1 = 0, c5 = 0, loss_sum = 0, count = 0;
+  // Sums kept on the device as [correct1, correct5, loss_sum, count] and read back once.
+  torch::Tensor sums;
   loader.start_epoch(0, 0);
   while (auto b = loader.next()) {
     auto logits = model.forward(b->x).to(torch::kFloat32);  // (b, classes)
     auto y = b->y.to(logits.device());
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
+    auto loss_sum = torch::nn::functional::cross_entropy(
+        logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     const int64_t k = std::min<int64_t>(5, logits.size(1));
-    auto topk = std::get<1>(logits.topk(k, 1));           // (b, k)
-    auto hit = topk.eq(y.unsqueeze(1));                    // (b, k)
-    c1 += hit.select(1, 0).sum().item<double>();
-    c5 += hit.any(1).sum().item<double>();
-    count += static_cast<double>(y.size(0));
+    auto topk = std::get<1>(logits.topk(k, 1));  // (b, k)
+    auto hit = topk.eq(y.unsqueeze(1));           // (b, k)
+    auto batch = torch::stack({hit.select(1, 0).sum().to(torch::kFloat64), hit.any(1).sum().to(torch::kFloat64),
+                               loss_sum.to(torch::kFloat64),
+                               torch::full({}, static_cast<double>(y.size(0)), hit.options().dtype(torch::kFloat64))});
+    sums = sums.defined() ? sums + batch : batch;
   }
-  if (reduce) {
-    auto t = torch::tensor({c1, c5, loss_sum, count}, torch::kFloat64);
-    reduce(t);
-    c1 = t[0].item<double>(), c5 = t[1].item<double>(), loss_sum = t[2].item<double>(), count = t[3].item<double>();
-  }
+  auto t = sums.defined() ? sums.to(torch::kCPU) : torch::zeros({4}, torch::kFloat64);
+  if (reduce) reduce(t);
+  const double c1 = t[0].item<double>(), c5 = t[1].item<double>(), loss_sum = t[2].item<double>(),
+               count = t[3].item<double>();
   if (was_training) model.train();
   EvalResult r;
   r.samples = static_cast<int64_t>(count);

@@ -4,7 +4,6 @@
 #include <torch/version.h>
 
 #include <fstream>
-#include <unordered_map>
 
 #include "base/build_info.h"
 #include "base/log.h"
@@ -150,16 +149,7 @@ void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model
     log0::warn("resuming with a changed config (hash differs from the checkpoint's)");
 
   // Model parameters and buffers.
-  std::unordered_map<std::string, torch::Tensor> saved;
-  for (const auto& [n, t] : file(snap, "model")) saved[n] = t;
-  {
-    torch::NoGradGuard g;
-    for (auto& [n, t] : models::state_dict(model)) {
-      auto it = saved.find(n);
-      DLRUN_CHECK_INPUT(it != saved.end(), "checkpoint model.pt has no tensor '{}'", n);
-      t.copy_(it->second);
-    }
-  }
+  models::load_state_dict(model, file(snap, "model"), "checkpoint model.pt");
   load_optimizer_state(cfg.optim, optim, model, file(snap, "optim"));
   scaler.load_state(j.value("grad_scaler", nlohmann::json()));
   auto rng = snap.tensor_files.find("rng-rank00000");

@@ -24,8 +24,6 @@ struct RunState {
   int64_t steps_lost_total = 0;   ///< steps computed but lost to interruptions (at least)
   int64_t steps_lost_last = 0;    ///< lost by the interruption this process resumed from
   int64_t resumed_from_step = -1; ///< -1: fresh start
-  int64_t steps_computed_total = 0;
-  int64_t steps_counted_this_process = 0;
   nlohmann::json preemption;      ///< the preempt event of this process, if any
 };
 

@@ -84,7 +84,8 @@ class Session {
   void resume_or_start();
   void train_step(const std::vector<data::Batch>& micro);
   void log_step(double loss);
-  void maybe_eval(bool epoch_end);
+  bool eval_due(bool epoch_end) const;
+  void run_eval();
   void save(bool sync, const char* why);
   int interrupted();
   void write_summary(const std::string& status);
@@ -215,7 +216,9 @@ void Session::train_step(const std::vector<data::Batch>& micro) {
   const double lr = lr_at(sched_, st_.step);
   set_lr(*optim_, lr);
   optim_->zero_grad(true);
-  double loss_sum = 0;
+  // Summed on the device in float64 (as the per-micro-batch values would be on the host), so
+  // the step reads it back once: one device sync per step, not one per micro-batch.
+  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const auto& b : micro) {
     torch::Tensor loss;
     {
@@ -225,7 +228,7 @@ void Session::train_step(const std::vector<data::Batch>& micro) {
           logits.to(torch::kFloat32), b.y,
           torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg_.train.label_smoothing));
     }
-    loss_sum += loss.item<double>();
+    loss_sum += loss.detach().to(torch::kFloat64);
     scaler_->scale(loss / static_cast<double>(micro.size())).backward();
   }
   bool finite = scaler_->unscale(params_);
@@ -234,7 +237,7 @@ void Session::train_step(const std::vector<data::Batch>& micro) {
   else log::warn("step {}: non-finite gradients, step skipped (loss scale {} -> {})", st_.step, scaler_->scale_value(),
                  scaler_->scale_value() / 2);
   scaler_->update(finite);
-  last_loss_ = loss_sum / static_cast<double>(micro.size());
+  last_loss_ = loss_sum.item<double>() / static_cast<double>(micro.size());
   loss_accum_ += last_loss_;
   ++loss_count_;
   st_.step += 1;
@@ -266,11 +269,13 @@ void Session::log_step(double lr) {
   last_log_mono_ = now;
 }
 
-void Session::maybe_eval(bool epoch_end) {
+bool Session::eval_due(bool epoch_end) const {
   const auto& t = cfg_.train;
-  bool due = (t.eval_every_steps > 0 && st_.step % t.eval_every_steps == 0) ||
-             (epoch_end && t.eval_every_epochs > 0 && st_.epoch % t.eval_every_epochs == 0);
-  if (!due) return;
+  return (t.eval_every_steps > 0 && st_.step % t.eval_every_steps == 0) ||
+         (epoch_end && t.eval_every_epochs > 0 && st_.epoch % t.eval_every_epochs == 0);
+}
+
+void Session::run_eval() {
   auto r = evaluate(*model_, *eval_loader_);
   last_eval_ = {{"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss}, {"samples", r.samples}, {"step", st_.step}};
   progress_->message(fmt::format("eval at step {} (epoch {}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", st_.step,
@@ -287,8 +292,6 @@ void Session::maybe_eval(bool epoch_end) {
 
 void Session::save(bool sync, const char* why) {
   const double t0 = metrics::mono_now();
-  st_.steps_computed_total += steps_this_process_ - st_.steps_counted_this_process;
-  st_.steps_counted_this_process = steps_this_process_;
   auto snap = make_snapshot(cfg_, *model_, *optim_, *scaler_, st_, total_steps_, device_);
   const double copied = metrics::mono_now();
   writer_->save(std::move(snap));
@@ -368,7 +371,7 @@ int Session::run() {
       bool stop = preempt::stop_requested();
       if (args_.agree_stop) stop = args_.agree_stop(stop);
       if (stop) return interrupted();
-      maybe_eval(false);
+      if (eval_due(false)) run_eval();
       const bool by_steps = ck.every_steps > 0 && st_.step % ck.every_steps == 0;
       const bool by_time = ck.every_minutes > 0 && metrics::mono_now() - last_ckpt_mono_ >= ck.every_minutes * 60.0;
       if ((by_steps || by_time) && st_.step < total_steps_) save(!ck.async, by_steps ? "every_steps" : "every_minutes");
@@ -380,21 +383,13 @@ int Session::run() {
     if (epoch_done) {
       st_.epoch += 1;
       st_.cursor = 0;
-      maybe_eval(true);
+      if (eval_due(true)) run_eval();
       if (ck.at_epoch_end && st_.step < total_steps_) save(!ck.async, "epoch_end");
     } else {
       break;
     }
   }
-  if (cfg_.train.eval_at_end && (last_eval_.is_null() || last_eval_.value("step", -1) != st_.step)) {
-    maybe_eval(true);
-    if (last_eval_.is_null() || last_eval_.value("step", -1) != st_.step) {
-      auto saved = cfg_.train;
-      cfg_.train.eval_every_steps = 1;
-      maybe_eval(false);
-      cfg_.train = saved;
-    }
-  }
+  if (cfg_.train.eval_at_end && (last_eval_.is_null() || last_eval_.value("step", -1) != st_.step)) run_eval();
   if (ck.at_end) save(true, "end");
   writer_->wait();
   progress_->finish();

@@ -1,5 +1,5 @@
 // POSIX implementations of the durable writes used by the checkpoint commit protocol.
-#include "checkpoint/fsutil.h"
+#include "base/fsutil.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 
 #include "base/error.h"
 
-namespace dlrun::ckpt::detail {
+namespace dlrun::fsutil {
 namespace {
 
 std::string errstr(int err) { return std::strerror(err); }
@@ -174,4 +174,4 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-}  // namespace dlrun::ckpt::detail
+}  // namespace dlrun::fsutil
