@@ -6,6 +6,8 @@ find_package(nlohmann_json CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PNG REQUIRED)
 find_package(Threads REQUIRED)
+# SHA-256 of every checkpoint byte (OpenSSL's libcrypto; Debian: libssl-dev).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(PkgConfig)
 
 # libjpeg-turbo's TurboJPEG API (Debian: libturbojpeg0-dev).

@@ -7,4 +7,5 @@ bash "$ROOT/scripts/setup.sh"
 BUILD_DIR="${DLRUN_BUILD_DIR:-$ROOT/build}"
 cd "$BUILD_DIR"
 # Tests run one at a time by default: several train real models and would fight over 2 cores.
-ctest --output-on-failure -j "${DLRUN_TEST_JOBS:-1}" --timeout 900 "$@"
+# --no-tests=error: a filter or a build that registers no test is a failure, not a pass.
+ctest --output-on-failure --no-tests=error -j "${DLRUN_TEST_JOBS:-1}" --timeout 900 "$@"

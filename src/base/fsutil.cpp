@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 
 namespace dlrun::fsutil {
@@ -50,13 +52,26 @@ void write_file_atomic(const std::string& path, std::string_view data) {
   rename_durable(tmp, path);
 }
 
-std::string read_file(const std::string& path) {
+void write_json_atomic(const std::string& path, const nlohmann::json& j) {
+  std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  text.push_back('\n');
+  write_file_atomic(path, text);
+}
+
+namespace {
+// Reads straight into the output buffer, sized from fstat and grown if the file is longer.
+template <typename Out>
+Out read_whole(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_input("{}: cannot open: {}", path, errstr(errno));
-  std::string out;
-  char buf[1 << 16];
+  Out out;
+  struct stat st {};
+  size_t cap = ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0;
+  out.resize(cap + 1);  // one spare byte: reaching it means the file grew
+  size_t len = 0;
   for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (len == out.size()) out.resize(out.size() * 2);
+    ssize_t r = ::read(fd, &out[len], out.size() - len);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       int err = errno;
@@ -64,11 +79,16 @@ std::string read_file(const std::string& path) {
       fail_input("{}: read failed: {}", path, errstr(err));
     }
     if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
+    len += static_cast<size_t>(r);
   }
   ::close(fd);
+  out.resize(len);
   return out;
 }
+}  // namespace
+
+std::string read_file(const std::string& path) { return read_whole<std::string>(path); }
+std::vector<char> read_bytes(const std::string& path) { return read_whole<std::vector<char>>(path); }
 
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

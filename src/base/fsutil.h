@@ -1,5 +1,5 @@
-// Durable file-system primitives, for the checkpoint commit protocol (DESIGN.md §4) and the
-// atomic run-directory files (summary.json): every file is written with open/write/fsync/close,
+// Durable file-system primitives, for the checkpoint commit protocol (docs/design.md) and the
+// atomic run-directory files (summary.json, config.yaml): every file is written with open/write/fsync/close,
 // directories are fsynced after entries change, and renames are followed by an fsync of the
 // parent. No LibTorch: part of dlrun_base.
 //
@@ -7,6 +7,8 @@
 // and directories, and libtorch.so exports its own copies of std::filesystem symbols, which we
 // prefer not to depend on (docs/development.md).
 #pragma once
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <string>
@@ -20,8 +22,12 @@ namespace dlrun::fsutil {
 void write_file_durable(const std::string& path, std::string_view data);
 /// Write `path` atomically: `path`.tmp, fsync, rename over `path`, fsync the parent.
 void write_file_atomic(const std::string& path, std::string_view data);
+/// write_file_atomic of JSON (indented, invalid UTF-8 replaced): summary.json.
+void write_json_atomic(const std::string& path, const nlohmann::json& j);
 /// Whole file into memory. Throws dlrun::Error (exit 2) naming the file.
 std::string read_file(const std::string& path);
+/// The same, as bytes (what LibTorch's pickle reader takes).
+std::vector<char> read_bytes(const std::string& path);
 /// fsync a directory so that entries created/renamed in it are durable.
 void fsync_dir(const std::string& dir);
 /// rename(2) then fsync the parent directory of `to`.

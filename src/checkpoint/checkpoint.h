@@ -1,5 +1,5 @@
-// Checkpoint sets on disk (DESIGN.md §4): commit protocol, verification, listing,
-// retention, asynchronous writing, loading.
+// Checkpoints on disk (docs/checkpoints.md, docs/design.md): commit protocol, verification,
+// listing, retention, asynchronous writing, loading.
 //
 // A checkpoint is a directory RUN_DIR/checkpoints/step-00001200/ holding
 //   model.pt        parameters and buffers: torch::pickle_save of a dict name -> tensor
@@ -54,11 +54,13 @@ std::string dir_name(int64_t step);
 
 /// Write and commit synchronously into `checkpoints_dir`. Returns the committed directory.
 /// Throws dlrun::Error (exit 1) on I/O failure; never touches other checkpoints.
-/// A stale step-N.tmp/ of the same step (a crashed writer) is removed first. When step-N/
-/// already exists (re-saving a step after resume), the new copy is written to step-N.tmp/
-/// and swapped in atomically (renameat2 RENAME_EXCHANGE; else via step-N.old-<pid>/), so a
-/// complete step-N/ exists at every instant; the old copy is removed afterwards.
-/// LATEST then names this checkpoint.
+/// Nothing is ever deleted that is not a verified duplicate: a stale step-N.tmp/ of the same
+/// step (a crashed writer) is set aside as step-N.partial-<unix time>/. When step-N/ already
+/// exists (the step is saved again, e.g. after resuming from an older checkpoint), the new
+/// copy is written to step-N.tmp/ first; an existing copy that fails verification is set
+/// aside as step-N.corrupt-<unix time>/, one that verifies is swapped out atomically
+/// (renameat2 RENAME_EXCHANGE; else via step-N.old-<pid>/) and removed, so a complete step-N/
+/// exists at every instant. LATEST then names this checkpoint.
 std::string commit(const Snapshot& snap, const std::string& checkpoints_dir);
 
 struct VerifyResult {
@@ -105,16 +107,34 @@ std::string checkpoints_dir_of(const std::string& path);
 /// LATEST names (or, without LATEST, the newest that verifies). Does not verify it.
 std::string resolve(const std::string& path);
 
-/// Load a (verified) checkpoint. Throws dlrun::Error(exit 2) if it does not verify.
+/// Load a checkpoint, checking every file against the manifest (size and SHA-256) as it is
+/// read: each byte is read and hashed once. Throws dlrun::Error (exit 2) with the reason when
+/// it does not verify.
 Snapshot load(const std::string& ckpt_dir);
 
+/// A checkpoint found and loaded by load_newest().
+struct Loaded {
+  std::string path;
+  Snapshot snapshot;
+};
+
+/// The newest checkpoint under `checkpoints_dir` that loads (and so verifies), or nullopt
+/// when there is none. Each one skipped (partial or corrupt) is reported through
+/// `on_skip(path, reason)`; nothing is deleted. Resume and `dlrun eval --checkpoint auto`
+/// both use it, so they always agree on which checkpoint is the run's newest.
+std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
+                                  const std::function<void(const std::string&, const std::string&)>& on_skip = {});
+
 /// Retention: keep the newest `keep_last` verified checkpoints (0 = all) plus those whose
-/// step is a multiple of `keep_every`; never remove the newest verified one; partial
-/// (.tmp) directories are left alone (reported by `dlrun ckpt list`). Also never removes the
-/// checkpoint LATEST names, any checkpoint that fails verification (left for inspection), or
-/// anything newer than the newest verified one. The newest is checked with SHA-256, older
-/// ones for presence and sizes only (so retention does not re-hash every kept checkpoint).
-void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every);
+/// step is a multiple of `keep_every`; never remove the newest verified one; partial and
+/// set-aside directories are left alone (reported by `dlrun ckpt list`). Also never removes
+/// the checkpoint LATEST names, any checkpoint that fails verification (left for inspection),
+/// or anything newer than the newest verified one. `just_committed` names a checkpoint this
+/// process has just written and hashed (commit() returns it): it counts as verified without
+/// being read again. Every other candidate for "newest verified" is checked with SHA-256;
+/// older ones for presence and sizes only, so retention never re-hashes kept checkpoints.
+void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every,
+                     const std::string& just_committed = {});
 
 /// Background writer: save() waits for any write still running, then (async) hands the
 /// snapshot to a thread that writes, hashes and commits it, then applies retention.
@@ -139,13 +159,10 @@ class Writer {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Fault injection for tests: when DLRUN_FAULT=ckpt:<point> is set, abort() (as kill -9
-/// would) on reaching that point of a commit. Points, in order: "file" (after the first
-/// tensor file), "files" (all files written, before the manifest), "manifest" (manifest
-/// written, before the rename), "rename" (after the rename, before LATEST), "latest"
-/// (after LATEST). An empty or unknown point never fires.
-void fault_point(const char* point);
-/// Every point name, for tests that iterate them.
+/// The points of a commit where DLRUN_FAULT=ckpt:<point> aborts the process (base/fault.h),
+/// in order: "file" (after the first tensor file), "files" (all files written, before the
+/// manifest), "manifest" (manifest written, before the rename), "rename" (after the rename,
+/// before LATEST), "latest" (after LATEST). For tests that iterate them.
 std::vector<std::string> fault_points();
 
 }  // namespace dlrun::ckpt

@@ -1,28 +1,28 @@
-// The commit protocol (DESIGN.md §4): write every file of a checkpoint into step-N.tmp/,
-// fsync each, write manifest.json last, rename the directory into place, fsync the parent,
-// then replace LATEST atomically. Also the fault-injection points the crash tests use.
+// The commit protocol (docs/checkpoints.md): write every file of a checkpoint into
+// step-N.tmp/, fsync each, write manifest.json last, rename the directory into place, fsync
+// the parent, then replace LATEST atomically.
 //
-// Re-committing a step that already exists (e.g. the final save of a resumed run that had
-// nothing left to do) never destroys the committed copy before the new one is complete: the
-// new step-N.tmp/ is swapped with step-N/ in one renameat2(RENAME_EXCHANGE), so step-N/ is at
-// every instant one complete checkpoint; the old copy, now in step-N.tmp/, is removed after.
-// Where the file system cannot exchange, the old copy is renamed to step-N.old-<pid>/ first.
+// Saving a step that already exists never destroys anything that could be needed: a stale
+// step-N.tmp/ is set aside (step-N.partial-<time>/); an existing step-N/ that fails
+// verification is set aside (step-N.corrupt-<time>/) for the user to inspect; one that
+// verifies is swapped with the new copy in one renameat2(RENAME_EXCHANGE), so step-N/ is at
+// every instant one complete checkpoint, and only then removed. Where the file system cannot
+// exchange, the old copy is renamed to step-N.old-<pid>/ first.
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string_view>
 
-#include <torch/version.h>
 
 #include "base/build_info.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "base/fault.h"
+#include "base/fsutil.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fsutil.h"
 #include "checkpoint/layout.h"
-#include "checkpoint/sha256.h"
 #include "checkpoint/tensor_file.h"
 
 namespace dlrun::ckpt {
@@ -44,23 +44,13 @@ TensorDict host_copy(const TensorDict& tensors, bool pinned) {
 
 std::vector<std::string> fault_points() { return {"file", "files", "manifest", "rename", "latest"}; }
 
-void fault_point(const char* point) {
-  const char* env = std::getenv("DLRUN_FAULT");
-  if (env == nullptr || point == nullptr || *point == '\0') return;
-  std::string_view v(env);
-  if (v.substr(0, 5) != "ckpt:" || v.substr(5) != point) return;
-  std::fprintf(stderr, "dlrun: fault injection: DLRUN_FAULT=%s reached, aborting\n", env);
-  std::fflush(stderr);
-  std::abort();
-}
-
 namespace {
 
 struct Written {
   nlohmann::json files = nlohmann::json::array();
   void add(const std::string& dir, const std::string& name, std::string_view data) {
-    detail::write_file_durable(dir + "/" + name, data);
-    files.push_back({{"name", name}, {"bytes", data.size()}, {"sha256", detail::sha256_hex(data.data(), data.size())}});
+    fsutil::write_file_durable(dir + "/" + name, data);
+    files.push_back({{"name", name}, {"bytes", data.size()}, {"sha256", sha256_hex(data.data(), data.size())}});
   }
 };
 
@@ -69,23 +59,39 @@ void check_stem(const std::string& stem) {
               ExitCode::kRuntime, "checkpoint: invalid tensor file name '{}'", stem);
 }
 
+/// `dir` renamed to "<dir>.<what>-<unix time>" (a free name), durably. Returns the new path.
+std::string set_aside(const std::string& dir, const char* what) {
+  const auto t = static_cast<int64_t>(wall_now());
+  std::string aside = fmt::format("{}.{}-{}", dir, what, t);
+  for (int n = 1; fsutil::path_exists(aside); ++n) aside = fmt::format("{}.{}-{}-{}", dir, what, t, n);
+  fsutil::rename_durable(dir, aside);
+  return aside;
+}
+
 /// Move the complete `tmp` to `final_dir`, keeping the old `final_dir` intact until then.
 void install(const std::string& tmp, const std::string& final_dir, const std::string& parent) {
-  if (!detail::path_exists(final_dir)) {
-    detail::rename_durable(tmp, final_dir);
+  if (!fsutil::path_exists(final_dir)) {
+    fsutil::rename_durable(tmp, final_dir);
     return;
   }
-  if (detail::exchange_paths(tmp, final_dir)) {
-    detail::fsync_dir(parent);
-    detail::remove_tree(tmp);  // the old copy
-    detail::fsync_dir(parent);
+  const VerifyResult old = verify(final_dir);
+  if (!old.ok) {
+    const std::string aside = set_aside(final_dir, "corrupt");
+    log::warn("{} is saved again, and the existing copy does not verify ({}): kept as {}", final_dir, old.reason, aside);
+    fsutil::rename_durable(tmp, final_dir);
     return;
   }
-  const std::string old = final_dir + ".old-" + std::to_string(::getpid());
-  detail::rename_durable(final_dir, old);
-  detail::rename_durable(tmp, final_dir);
-  detail::remove_tree(old);
-  detail::fsync_dir(parent);
+  if (fsutil::exchange_paths(tmp, final_dir)) {
+    fsutil::fsync_dir(parent);
+    fsutil::remove_tree(tmp);  // the old, verified copy of the same step
+    fsutil::fsync_dir(parent);
+    return;
+  }
+  const std::string old_copy = final_dir + ".old-" + std::to_string(::getpid());
+  fsutil::rename_durable(final_dir, old_copy);
+  fsutil::rename_durable(tmp, final_dir);
+  fsutil::remove_tree(old_copy);
+  fsutil::fsync_dir(parent);
 }
 
 }  // namespace
@@ -93,19 +99,19 @@ void install(const std::string& tmp, const std::string& final_dir, const std::st
 std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
   DLRUN_CHECK(snap.tensor_files.count("model") == 1, ExitCode::kRuntime,
               "checkpoint step {}: the snapshot has no 'model' tensors", snap.step);
-  if (!detail::is_directory(checkpoints_dir)) {
-    detail::make_dirs(checkpoints_dir);
-    detail::fsync_dir(detail::parent_of(checkpoints_dir));
+  if (!fsutil::is_directory(checkpoints_dir)) {
+    fsutil::make_dirs(checkpoints_dir);
+    fsutil::fsync_dir(fsutil::parent_of(checkpoints_dir));
   }
   const std::string name = dir_name(snap.step);
   const std::string final_dir = checkpoints_dir + "/" + name;
   const std::string tmp = final_dir + ".tmp";
-  if (detail::path_exists(tmp)) {
-    log::warn("{}: removing a partial checkpoint of the same step left by an interrupted writer", tmp);
-    detail::remove_tree(tmp);
+  if (fsutil::path_exists(tmp)) {
+    const std::string aside = set_aside(tmp, "partial");
+    log::warn("{}: a partial checkpoint of the same step left by an interrupted writer; kept as {}", tmp, aside);
   }
-  detail::make_dirs(tmp);
-  detail::fsync_dir(checkpoints_dir);
+  fsutil::make_dirs(tmp);
+  fsutil::fsync_dir(checkpoints_dir);
 
   Written w;
   // model first: "file" fires after the first tensor file, with others still to come.
@@ -116,15 +122,13 @@ std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
     check_stem(stem);
     const auto bytes = tensors_to_bytes(snap.tensor_files.at(stem));
     w.add(tmp, stem + ".pt", std::string_view(bytes.data(), bytes.size()));
-    if (stem == "model") fault_point("file");
+    if (stem == "model") fault::at_checkpoint_point("file");
   }
   const nlohmann::json state = snap.state.is_null() ? nlohmann::json::object() : snap.state;
   w.add(tmp, detail::kState, state.dump(2) + "\n");
   w.add(tmp, detail::kConfig, snap.config_yaml);
-  fault_point("files");
+  fault::at_checkpoint_point("files");
 
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   nlohmann::json manifest = {
       {"format", "dlrun-checkpoint"},
       {"format_version", detail::kFormatVersion},
@@ -132,19 +136,19 @@ std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
       {"epoch", snap.epoch},
       {"config_hash", snap.config_hash},
       {"world_size", snap.world_size},
-      {"versions", {{"dlrun", build::version()}, {"git", build::git_revision()}, {"torch", TORCH_VERSION}}},
-      {"created_unix", now},
+      {"versions", {{"dlrun", build::version()}, {"git", build::git_revision()}, {"torch", build::torch_version()}}},
+      {"created_unix", wall_now()},
       {"files", w.files},
   };
-  detail::write_file_durable(tmp + "/" + detail::kManifest, manifest.dump(2) + "\n");
-  detail::fsync_dir(tmp);
-  fault_point("manifest");
+  fsutil::write_file_durable(tmp + "/" + detail::kManifest, manifest.dump(2) + "\n");
+  fsutil::fsync_dir(tmp);
+  fault::at_checkpoint_point("manifest");
 
   install(tmp, final_dir, checkpoints_dir);
-  fault_point("rename");
+  fault::at_checkpoint_point("rename");
 
-  detail::write_file_atomic(checkpoints_dir + "/" + detail::kLatest, name + "\n");
-  fault_point("latest");
+  fsutil::write_file_atomic(checkpoints_dir + "/" + detail::kLatest, name + "\n");
+  fault::at_checkpoint_point("latest");
   return final_dir;
 }
 

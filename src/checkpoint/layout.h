@@ -1,6 +1,7 @@
 // Names and scanning shared by the checkpoint sources: the file names of a checkpoint
-// directory, parsing "step-N[.suffix]" directory names, and verification with or without
-// hashing (retention counts checkpoints with the cheap size check). Private to src/checkpoint.
+// directory, parsing "step-N[.suffix]" directory names, the manifest check shared by verify()
+// and load(), and verification with or without hashing (retention counts checkpoints with the
+// cheap size check). Private to src/checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,14 @@ bool parse_dir_name(const std::string& name, int64_t* step, std::string* suffix)
 /// Checkpoint directories under `checkpoints_dir` (committed and partial), oldest first,
 /// with path/name/step/partial/bytes/mtime filled but not verified.
 std::vector<Entry> scan(const std::string& checkpoints_dir);
+
+/// The directory's manifest, read and checked for shape (not the files it lists): on
+/// success r.ok is true and r.manifest/step/epoch are set; else r.reason says why.
+VerifyResult read_manifest(const std::string& ckpt_dir);
+
+/// The reason a file listed in the manifest (`entry`: name, bytes, sha256) does not match
+/// `size` bytes hashing to `sha256`, or "" when it matches.
+std::string file_mismatch(const nlohmann::json& entry, uint64_t size, const std::string& sha256);
 
 /// verify(); with `hashes` false only presence and sizes are checked (no reading of data).
 VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes);

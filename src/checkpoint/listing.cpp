@@ -7,8 +7,8 @@
 #include <cctype>
 
 #include "base/error.h"
+#include "base/fsutil.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fsutil.h"
 #include "checkpoint/layout.h"
 
 namespace dlrun::ckpt {
@@ -27,16 +27,16 @@ bool parse_dir_name(const std::string& name, int64_t* step, std::string* suffix)
 
 std::vector<Entry> scan(const std::string& checkpoints_dir) {
   std::vector<Entry> out;
-  for (const auto& name : list_names(checkpoints_dir)) {
+  for (const auto& name : fsutil::list_names(checkpoints_dir)) {
     Entry e;
     std::string suffix;
     e.name = name;
     e.path = checkpoints_dir + "/" + name;
-    if (!parse_dir_name(e.name, &e.step, &suffix) || !is_directory(e.path)) continue;
+    if (!parse_dir_name(e.name, &e.step, &suffix) || !fsutil::is_directory(e.path)) continue;
     e.partial = !suffix.empty();
     struct stat st {};
     if (::stat(e.path.c_str(), &st) == 0) e.mtime = static_cast<double>(st.st_mtime);
-    for (const auto& f : list_names(e.path))
+    for (const auto& f : fsutil::list_names(e.path))
       if (::stat((e.path + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) e.bytes += static_cast<uint64_t>(st.st_size);
     out.push_back(std::move(e));
   }
@@ -53,8 +53,13 @@ std::vector<Entry> scan(const std::string& checkpoints_dir) {
 namespace {
 
 std::string partial_reason(const Entry& e) {
+  auto has = [&](const char* part) { return e.name.find(part) != std::string::npos; };
   if (e.name.size() > 4 && e.name.compare(e.name.size() - 4, 4, ".tmp") == 0)
     return "partial: never committed (interrupted writer); ignored by resume, not deleted";
+  if (has(".partial-"))
+    return "set aside: an interrupted write of this step, found when it was saved again; not deleted";
+  if (has(".corrupt-"))
+    return "set aside: failed verification when this step was saved again; not deleted";
   return "partial: not a committed checkpoint directory; ignored by resume, not deleted";
 }
 
@@ -91,23 +96,23 @@ std::optional<std::string> latest_verified(
 
 std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
   const std::string path = checkpoints_dir + "/" + detail::kLatest;
-  if (!detail::is_regular_file(path)) return std::nullopt;
-  std::string s = detail::read_file(path);
+  if (!fsutil::is_regular_file(path)) return std::nullopt;
+  std::string s = fsutil::read_file(path);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
   return s;
 }
 
 std::string checkpoints_dir_of(const std::string& path) {
-  DLRUN_CHECK_INPUT(detail::is_directory(path), "{}: no such directory", path);
-  if (detail::is_directory(path + "/checkpoints")) return path + "/checkpoints";
+  DLRUN_CHECK_INPUT(fsutil::is_directory(path), "{}: no such directory", path);
+  if (fsutil::is_directory(path + "/checkpoints")) return path + "/checkpoints";
   return path;
 }
 
 std::string resolve(const std::string& path) {
   int64_t step = 0;
   std::string suffix;
-  if (detail::path_exists(path + "/" + detail::kManifest) || detail::parse_dir_name(detail::base_name(path), &step, &suffix))
+  if (fsutil::path_exists(path + "/" + detail::kManifest) || detail::parse_dir_name(fsutil::base_name(path), &step, &suffix))
     return path;
   const std::string dir = checkpoints_dir_of(path);
   if (auto latest = read_latest(dir)) return dir + "/" + *latest;

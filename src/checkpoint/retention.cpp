@@ -1,18 +1,20 @@
 // Retention: after each commit, delete old checkpoints beyond `keep_last`, keeping every
 // step that is a multiple of `keep_every`. Safety first: the newest checkpoint that fully
-// verifies (SHA-256) and the one LATEST names are never removed; checkpoints that fail
-// verification and partial step-N.tmp/ directories are left for the user to inspect
-// (`dlrun ckpt list`); nothing newer than the newest verified checkpoint is touched.
+// verifies (SHA-256, or the one this process has just written and hashed) and the one LATEST
+// names are never removed; checkpoints that fail verification and partial or set-aside
+// directories are left for the user to inspect (`dlrun ckpt list`); nothing newer than the
+// newest verified checkpoint is touched.
 #include <cstdio>
 
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fsutil.h"
+#include "base/fsutil.h"
 #include "checkpoint/layout.h"
 
 namespace dlrun::ckpt {
 
-void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every) {
+void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every,
+                     const std::string& just_committed) {
   if (keep_last <= 0) return;  // keep all
   std::vector<Entry> committed;
   for (auto& e : detail::scan(checkpoints_dir))
@@ -21,7 +23,7 @@ void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int6
   // The newest that verifies fully; everything newer failed verification and stays.
   int newest = -1;
   for (int i = static_cast<int>(committed.size()) - 1; i >= 0 && newest < 0; --i)
-    if (verify(committed[i].path).ok) newest = i;
+    if ((!just_committed.empty() && committed[i].path == just_committed) || verify(committed[i].path).ok) newest = i;
   if (newest < 0) return;
 
   const auto latest = read_latest(checkpoints_dir);
@@ -44,9 +46,9 @@ void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int6
     // Manifest first: a crash mid-removal leaves a directory that fails verification, never
     // one that verifies with files missing.
     std::remove((e.path + "/" + detail::kManifest).c_str());
-    detail::fsync_dir(e.path);
-    detail::remove_tree(e.path);
-    detail::fsync_dir(checkpoints_dir);
+    fsutil::fsync_dir(e.path);
+    fsutil::remove_tree(e.path);
+    fsutil::fsync_dir(checkpoints_dir);
     log::debug("retention: removed {}", e.path);
   }
 }

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "base/error.h"
-#include "checkpoint/fsutil.h"
+#include "base/fsutil.h"
 
 namespace dlrun::ckpt {
 
@@ -63,7 +63,7 @@ std::string safetensors_bytes(const TensorDict& tensors, const std::map<std::str
 
 void write_safetensors(const std::string& path, const TensorDict& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  detail::write_file_atomic(path, safetensors_bytes(tensors, metadata));
+  fsutil::write_file_atomic(path, safetensors_bytes(tensors, metadata));
 }
 
 }  // namespace dlrun::ckpt

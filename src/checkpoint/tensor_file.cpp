@@ -11,7 +11,7 @@
 #include <set>
 
 #include "base/error.h"
-#include "checkpoint/fsutil.h"
+#include "base/fsutil.h"
 
 namespace dlrun::ckpt {
 
@@ -64,11 +64,11 @@ TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string&
 
 void write_tensor_file(const std::string& path, const TensorDict& tensors) {
   const auto bytes = tensors_to_bytes(tensors);
-  detail::write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
+  fsutil::write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 TensorDict load_tensor_file(const std::string& path) {
-  const std::string data = detail::read_file(path);
+  const std::string data = fsutil::read_file(path);
   return tensors_from_bytes(std::vector<char>(data.begin(), data.end()), path);
 }
 

@@ -6,10 +6,10 @@
 #include <exception>
 
 #include "base/error.h"
+#include "base/fsutil.h"
+#include "base/sha256.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fsutil.h"
 #include "checkpoint/layout.h"
-#include "checkpoint/sha256.h"
 
 namespace dlrun::ckpt {
 namespace detail {
@@ -27,9 +27,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes) {
+VerifyResult read_manifest(const std::string& ckpt_dir) {
   VerifyResult r;
-  const std::string name = base_name(ckpt_dir);
+  const std::string name = fsutil::base_name(ckpt_dir);
   if (ends_with(name, ".tmp"))
     return fail(r, fmt::format("partial checkpoint: {} was never committed (interrupted writer)", name));
   struct stat st {};
@@ -40,7 +40,7 @@ VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes) {
 
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_file(mpath));
+    m = nlohmann::json::parse(fsutil::read_file(mpath));
   } catch (const std::exception& e) {
     return fail(r, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }
@@ -61,25 +61,42 @@ VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes) {
       return fail(r, fmt::format("manifest.json: invalid file name '{}'", fname));
     has_model |= fname == kModel;
     has_state |= fname == kState;
-    const std::string path = ckpt_dir + "/" + fname;
-    if (::stat(path.c_str(), &st) != 0) return fail(r, fmt::format("{}: missing (listed in manifest.json)", fname));
-    const auto expected = f["bytes"].get<uint64_t>();
-    const auto actual = static_cast<uint64_t>(st.st_size);
-    if (actual != expected)
-      return fail(r, fmt::format("{}: size {} != {} in manifest (truncated or changed)", fname, actual, expected));
-    if (!hashes) continue;
-    std::string digest;
-    try {
-      digest = sha256_file(path);
-    } catch (const Error& e) {
-      return fail(r, fmt::format("{}: cannot read ({})", fname, e.message()));
-    }
-    if (digest != f["sha256"].get<std::string>())
-      return fail(r, fmt::format("{}: SHA-256 mismatch (file changed or corrupt)", fname));
   }
   if (!has_model) return fail(r, "manifest.json does not list model.pt");
   if (!has_state) return fail(r, "manifest.json does not list state.json");
   r.ok = true;
+  return r;
+}
+
+std::string file_mismatch(const nlohmann::json& entry, uint64_t size, const std::string& sha256) {
+  const auto fname = entry["name"].get<std::string>();
+  const auto expected = entry["bytes"].get<uint64_t>();
+  if (size != expected) return fmt::format("{}: size {} != {} in manifest (truncated or changed)", fname, size, expected);
+  if (!sha256.empty() && sha256 != entry["sha256"].get<std::string>())
+    return fmt::format("{}: SHA-256 mismatch (file changed or corrupt)", fname);
+  return "";
+}
+
+VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes) {
+  VerifyResult r = read_manifest(ckpt_dir);
+  if (!r.ok) return r;
+  for (const auto& f : r.manifest["files"]) {
+    const auto fname = f["name"].get<std::string>();
+    const std::string path = ckpt_dir + "/" + fname;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return fail(r, fmt::format("{}: missing (listed in manifest.json)", fname));
+    std::string why = file_mismatch(f, static_cast<uint64_t>(st.st_size), "");
+    if (why.empty() && hashes) {
+      try {
+        uint64_t bytes = 0;
+        const std::string digest = sha256_file(path, &bytes);
+        why = file_mismatch(f, bytes, digest);
+      } catch (const Error& e) {
+        why = fmt::format("{}: cannot read ({})", fname, e.message());
+      }
+    }
+    if (!why.empty()) return fail(r, why);
+  }
   return r;
 }
 

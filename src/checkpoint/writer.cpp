@@ -40,7 +40,7 @@ struct Writer::Impl {
     s.step = snap.step;
     s.wait_s = wait_s;
     try {
-      apply_retention(dir, opts.keep_last, opts.keep_every);
+      apply_retention(dir, opts.keep_last, opts.keep_every, s.path);
     } catch (const std::exception& e) {
       log::warn("checkpoint retention in {} failed: {}", dir, e.what());
     }

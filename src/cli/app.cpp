@@ -3,7 +3,6 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
-#include <torch/version.h>
 
 #include <cstdio>
 #include <string>
@@ -13,12 +12,6 @@
 #include "base/log.h"
 
 namespace dlrun::cli {
-
-const char* version_string() {
-  static const std::string s =
-      fmt::format("dlrun {} (git {}, torch {}, {})", build::version(), build::git_revision(), TORCH_VERSION, build::build_type());
-  return s.c_str();
-}
 
 namespace {
 void print_error(const Error& e) {
@@ -53,7 +46,7 @@ bool report_unknown_subcommand(const CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
   log::init_from_env();
   CLI::App app{"dlrun — train image models from a YAML experiment file (LibTorch)", "dlrun"};
-  app.set_version_flag("--version", version_string());
+  app.set_version_flag("--version", build::version_line());
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 finished, 1 runtime failure, 2 bad input (usage, config, data, checkpoint),\n"
@@ -65,6 +58,8 @@ int main(int argc, char** argv) {
   setup_bench(app);
   setup_ckpt(app);
   setup_export(app);
+  // A dispatcher error from LibTorch (CUDA out of memory, a shape mismatch) is a runtime
+  // failure; everything else is mapped by its dlrun::Error code.
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

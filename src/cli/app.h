@@ -10,9 +10,6 @@ namespace dlrun::cli {
 /// Parse argv, run the chosen subcommand, and map every error to DESIGN.md's exit codes.
 int main(int argc, char** argv);
 
-/// "dlrun 0.1.0 (git abc123, torch 2.11.0)"
-const char* version_string();
-
 // Subcommand registration; each lives in its own cmd_<name>.cpp.
 void setup_info(CLI::App& app);
 void setup_config(CLI::App& app);

@@ -9,15 +9,15 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "base/clock.h"
+#include "base/fsutil.h"
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fsutil.h"
 #include "cli/app.h"
-#include "metrics/writers.h"
 #include "models/model.h"
 #include "train/amp.h"
-#include "train/optim.h"
-#include "train/run_state.h"
+#include "train/components.h"
+#include "train/resume.h"
 
 namespace fs = std::filesystem;
 
@@ -28,6 +28,7 @@ struct BenchCkptOptions {
   std::string model = "resnet50";
   int repeat = 3;
   std::string dir;
+  std::string device = "auto";
   bool json = false;
 };
 
@@ -36,15 +37,17 @@ void bench_ckpt(const BenchCkptOptions& o) {
   cfg.model.name = o.model;
   cfg.model.in_channels = 3;
   cfg.model.num_classes = 1000;
-  cfg.optim.name = "sgd";
+  cfg.optim.name = OptimName::kSgd;
   cfg.data.name = "synthetic";
-  auto model = models::build(cfg.model, 0, 224);
-  auto optim = train::build_optimizer(cfg.optim, *model);
+  cfg.run.device = o.device;
+  auto c = train::build_components(cfg, train::place(cfg.run), train::Purpose::kBench);
+  auto& model = c.model;
+  auto& optim = c.optimizer;
   // One step so the optimizer has its momentum buffers (the state a real checkpoint holds).
   for (auto& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
   optim->step();
   train::GradScaler scaler(cfg.amp, false);
-  train::RunState st;
+  train::TrainState st;
   std::string dir = o.dir.empty() ? (fs::temp_directory_path() / ("dlrun-bench-ckpt-" + std::to_string(getpid()))).string() : o.dir;
   fs::create_directories(dir);
   CheckpointOptions copts;
@@ -55,20 +58,20 @@ void bench_ckpt(const BenchCkptOptions& o) {
   uint64_t bytes = 0;
   for (int i = 0; i < o.repeat; ++i) {
     st.step = i + 1;
-    const double t0 = metrics::mono_now();
-    auto snap = train::make_snapshot(cfg, *model, *optim, scaler, st, 1000, torch::kCPU);
-    const double t1 = metrics::mono_now();
+    const double t0 = mono_now();
+    auto snap = train::make_snapshot(cfg, *model, *optim, scaler, st, 1000, c.placement.device);
+    const double t1 = mono_now();
     writer.save(std::move(snap));
-    const double t2 = metrics::mono_now();
+    const double t2 = mono_now();
     writer.wait();
-    const double t3 = metrics::mono_now();
+    const double t3 = mono_now();
     bytes = 0;
     for (const auto& e : fs::directory_iterator(fs::path(dir) / ckpt::dir_name(st.step)))
       bytes += fs::file_size(e.path());
     runs.push_back({{"copy_s", t1 - t0}, {"stall_s", t2 - t0}, {"write_s", t3 - t1}});
   }
   writer.wait();
-  if (o.dir.empty()) ckpt::detail::remove_tree(dir);  // not fs::remove_all: docs/development.md
+  if (o.dir.empty()) fsutil::remove_tree(dir);  // not fs::remove_all: docs/development.md
   auto median = [&](const char* k) {
     std::vector<double> v;
     for (const auto& r : runs) v.push_back(r[k].get<double>());
@@ -76,6 +79,7 @@ void bench_ckpt(const BenchCkptOptions& o) {
     return v[v.size() / 2];
   };
   nlohmann::json j = {{"model", o.model},
+                      {"device", c.placement.device.str()},
                       {"parameters", models::num_parameters(*model)},
                       {"checkpoint_bytes", bytes},
                       {"stall_s_median", median("stall_s")},
@@ -102,6 +106,8 @@ void setup_bench(CLI::App& app) {
   ck->add_option("--model", o->model, "model name (resnet50 by default)");
   ck->add_option("--repeat", o->repeat, "saves to time")->check(CLI::Range(1, 100));
   ck->add_option("--dir", o->dir, "where to write (default: a temporary directory, removed after)");
+  ck->add_option("--device", o->device, "where the model lives (auto | cpu | cuda | cuda:N); on CUDA the stall "
+                                         "includes the copy to pinned host memory");
   ck->add_flag("--json", o->json, "print JSON");
   ck->callback([o] { bench_ckpt(*o); });
 }

@@ -1,4 +1,7 @@
-// `dlrun config show|validate CONFIG.yaml [key=value ...]`
+// `dlrun config show|validate CONFIG.yaml [key=value ...]` and `dlrun config docs`.
+// show prints the resolved config (schema-level checks only, so a GPU config can be shown on
+// a laptop); validate also runs what `dlrun train` checks at start-up on this machine (the
+// device exists, the data opens and fits the model), so the two cannot disagree.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -7,7 +10,9 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "config/loader.h"
+#include "config/schema.h"
 #include "config/validate.h"
+#include "train/components.h"
 
 namespace dlrun::cli {
 namespace {
@@ -36,8 +41,14 @@ void setup_config(CLI::App& app) {
   auto* validate = cmd->add_subcommand("validate", "check a config; exit 0 if valid, 2 if not");
   add_config_args(validate, opts->args);
   validate->callback([opts] {
-    load_validated(opts->args);
+    train::preflight(load_validated(opts->args));
     std::printf("%s: ok\n", opts->args.path.c_str());
+  });
+
+  auto* docs = cmd->add_subcommand("docs", "print the reference of every key (Markdown, as in docs/configuration.md)");
+  docs->callback([] {
+    const std::string text = config::reference_markdown();
+    std::fwrite(text.data(), 1, text.size(), stdout);
   });
 }
 

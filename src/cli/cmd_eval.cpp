@@ -1,22 +1,18 @@
 // `dlrun eval CONFIG.yaml --checkpoint PATH|auto [key=value ...] [--run-dir DIR] [--json]`
 // Evaluates the weights of a checkpoint (or of a torch.load-able weights file) on the
-// config's evaluation split: top-1, top-5, loss.
+// config's evaluation split: top-1, top-5, loss. The model, data and device come from the
+// same build_components() as training, and `auto` picks the checkpoint a resume would.
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
-
+#include "base/fsutil.h"
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/tensor_file.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "models/model.h"
+#include "train/components.h"
 #include "train/evaluate.h"
-#include "train/trainer.h"
-
-namespace fs = std::filesystem;
+#include "train/run_dir.h"
 
 namespace dlrun::cli {
 namespace {
@@ -28,43 +24,30 @@ struct EvalCmdOptions {
   bool json = false;
 };
 
-/// name -> tensor from a checkpoint directory (verified) or a torch.load-able weights file.
-ckpt::TensorDict load_weights(const std::string& path) {
-  if (!fs::is_directory(path)) return ckpt::load_tensor_file(path);
-  auto snap = ckpt::load(path);
-  auto it = snap.tensor_files.find("model");
-  DLRUN_CHECK_INPUT(it != snap.tensor_files.end(), "{}: checkpoint has no model.pt", path);
-  return it->second;
-}
-
 void run_eval(const EvalCmdOptions& o) {
   Config cfg = load_validated(o.config);
   std::string path = o.checkpoint;
+  ckpt::TensorDict weights;
   if (path == "auto") {
-    std::string run_dir = train::resolve_run_dir(cfg, o.run_dir);
-    std::string dir = cfg.checkpoint.dir.empty() ? (fs::path(run_dir) / "checkpoints").string() : cfg.checkpoint.dir;
-    DLRUN_CHECK_INPUT(fs::is_directory(dir), "no checkpoints directory {} (use --checkpoint PATH or --run-dir)", dir);
-    auto latest = ckpt::latest_verified(dir, [](const std::string& p, const std::string& why) {
+    const train::RunDir dir(train::resolve_run_dir(cfg, o.run_dir), cfg.checkpoint.dir);
+    DLRUN_CHECK_INPUT(fsutil::is_directory(dir.checkpoints()),
+                      "no checkpoints directory {} (use --checkpoint PATH or --run-dir)", dir.checkpoints());
+    auto newest = ckpt::load_newest(dir.checkpoints(), [](const std::string& p, const std::string& why) {
       log::warn("skipping checkpoint {}: {}", p, why);
     });
-    DLRUN_CHECK_INPUT(latest.has_value(), "no checkpoint in {} verifies", dir);
-    path = *latest;
+    DLRUN_CHECK_INPUT(newest.has_value(), "no checkpoint in {} verifies", dir.checkpoints());
+    path = newest->path;
+    weights = newest->snapshot.tensor_files["model"];
+  } else if (fsutil::is_directory(path)) {
+    weights = ckpt::load(path).tensor_files["model"];
+  } else {
+    weights = ckpt::load_tensor_file(path);
   }
-  torch::Device device = torch::kCPU;
-  if (cfg.run.device != "cpu" && torch::cuda::is_available()) device = torch::Device(torch::kCUDA, 0);
-  auto ds = data::open(cfg.data, data::Split::kEval, cfg.run.seed);
-  auto info = ds->info();
-  auto model = models::build(cfg.model, cfg.run.seed, info.height > 0 ? info.height : cfg.data.image_size);
-  models::load_state_dict(*model, load_weights(path), path);
-  model->to(device);
-  data::LoaderSpec spec;
-  spec.seed = cfg.run.seed;
-  spec.device = device;
-  spec.train = false;
-  data::Loader loader(ds, cfg.data, spec);
-  auto r = train::evaluate(*model, loader);
+  auto c = train::build_components(cfg, train::place(cfg.run), train::Purpose::kEval);
+  models::load_state_dict(*c.model, weights, path);
+  const auto r = train::evaluate(*c.model, *c.eval_loader);
   nlohmann::json j = {{"checkpoint", path}, {"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss},
-                      {"samples", r.samples}};
+                      {"samples", r.samples}, {"device", c.placement.device.str()}};
   if (o.json) std::printf("%s\n", j.dump().c_str());
   else
     std::printf("%s: accuracy %.4f, top-5 %.4f, loss %.4f on %lld samples\n", path.c_str(), r.accuracy, r.top5, r.loss,

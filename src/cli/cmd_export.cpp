@@ -7,8 +7,6 @@
 #include <memory>
 #include <string>
 
-#include <torch/version.h>
-
 #include "base/build_info.h"
 #include "base/error.h"
 #include "checkpoint/checkpoint.h"
@@ -35,7 +33,7 @@ void run_export(const ExportOptions& o) {
   if (o.format == "safetensors") {
     std::map<std::string, std::string> meta = {{"format", "pt"},
                                                {"dlrun_version", build::version()},
-                                               {"torch_version", TORCH_VERSION},
+                                               {"torch_version", build::torch_version()},
                                                {"step", std::to_string(v.step)},
                                                {"epoch", std::to_string(v.epoch)}};
     if (v.manifest.contains("config_hash") && v.manifest["config_hash"].is_string())

@@ -16,7 +16,7 @@ nlohmann::json collect() {
   nlohmann::json j;
   j["dlrun"] = {{"version", build::version()}, {"git", build::git_revision()}, {"build_type", build::build_type()},
                 {"compiler", build::cxx_compiler()}};
-  j["torch"] = {{"version", TORCH_VERSION},
+  j["torch"] = {{"version", build::torch_version()},
                 {"cuda_available", torch::cuda::is_available()},
                 {"cuda_device_count", torch::cuda::device_count()},
                 {"cudnn_available", torch::cuda::cudnn_is_available()},

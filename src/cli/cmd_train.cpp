@@ -5,6 +5,8 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "config/loader.h"
+#include "preempt/preempt.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace dlrun::cli {
@@ -18,9 +20,10 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--resume", t->resume,
                   "auto: continue from the newest checkpoint that verifies (default); never: start fresh; "
                   "PATH: continue from that checkpoint directory");
-  cmd->add_flag("--force", t->force, "with --resume never: set existing checkpoints aside and start fresh");
+  cmd->add_flag("--force", t->force, "with --resume never: set the earlier run in the run directory aside (nothing is deleted) and start fresh");
   cmd->add_option("--save-init", t->save_init, "write the initial weights (torch.load-able dict) to this file");
   cmd->callback([o, t] {
+    preempt::install_signal_handlers();  // first: SIGTERM while loading still means "requeue me" (75)
     train::TrainArgs args = *t;
     args.cfg = load_validated(*o);
     args.run_dir = train::resolve_run_dir(args.cfg, t->run_dir);

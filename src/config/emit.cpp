@@ -1,7 +1,9 @@
-// Config -> YAML text (`dlrun config show`, RUN_DIR/config.yaml). Written by hand rather
-// than with YAML::Emitter so the output is stable and round-trips exactly through load().
+// Config -> text, all from the schema table: YAML (`dlrun config show`, RUN_DIR/config.yaml),
+// written by hand rather than with YAML::Emitter so the output is stable and round-trips
+// exactly through load(), and the Markdown key reference (`dlrun config docs`).
 #include <fmt/format.h>
 
+#include <cmath>
 #include <regex>
 
 #include "config/loader.h"
@@ -68,7 +70,55 @@ std::string doc_line(const Field& f) {
   return doc;
 }
 
+std::string range_text(const Field& f) {
+  auto fmt_num = [](double v) { return fmt::format("{}", v); };
+  const bool lo = std::isfinite(f.min), hi = std::isfinite(f.max);
+  if (lo && hi) return fmt::format("{}{}, {}]", f.min_exclusive ? "(" : "[", fmt_num(f.min), fmt_num(f.max));
+  if (lo) return fmt::format("{} {}", f.min_exclusive ? ">" : ">=", fmt_num(f.min));
+  if (hi) return fmt::format("<= {}", fmt_num(f.max));
+  return "any";
+}
+
+// A Markdown table cell: a literal '|' would end the cell.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+const char* type_text(Kind k) {
+  switch (k) {
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "string";
+    case Kind::kEnum: return "choice";
+    case Kind::kStringList: return "list of strings";
+    case Kind::kIntList: return "list of ints";
+    case Kind::kFloatList: return "list of floats";
+  }
+  return "?";
+}
+
 }  // namespace
+
+std::string value_text(const Field& f) {
+  switch (f.kind) {
+    case Kind::kBool: return *static_cast<bool*>(f.ptr) ? "true" : "false";
+    case Kind::kInt: return std::to_string(*static_cast<int64_t*>(f.ptr));
+    case Kind::kFloat: return num(*static_cast<double*>(f.ptr));
+    case Kind::kString: {
+      const auto& s = *static_cast<std::string*>(f.ptr);
+      return s.empty() ? (f.nullable ? "null" : "\"\"") : quote(s);
+    }
+    case Kind::kEnum: return f.choices.at(static_cast<size_t>(f.get_index()));
+    case Kind::kStringList: return list(*static_cast<std::vector<std::string>*>(f.ptr), quote);
+    case Kind::kIntList:
+      return list(*static_cast<std::vector<int64_t>*>(f.ptr), [](int64_t x) { return std::to_string(x); });
+    case Kind::kFloatList: return list(*static_cast<std::vector<double>*>(f.ptr), num);
+  }
+  return "?";
+}
 
 std::string to_yaml(const Config& cfg_in, bool docs) {
   Config cfg = cfg_in;  // describe() needs a mutable Config; we only read through it
@@ -78,29 +128,42 @@ std::string to_yaml(const Config& cfg_in, bool docs) {
     if (docs) out += "  # " + sec.doc;
     out += "\n";
     for (const auto& f : sec.fields) {
-      std::string v;
-      switch (f.kind) {
-        case Kind::kBool: v = *static_cast<bool*>(f.ptr) ? "true" : "false"; break;
-        case Kind::kInt: v = std::to_string(*static_cast<int64_t*>(f.ptr)); break;
-        case Kind::kFloat: v = num(*static_cast<double*>(f.ptr)); break;
-        case Kind::kString: {
-          const auto& s = *static_cast<std::string*>(f.ptr);
-          v = s.empty() ? (f.nullable ? "null" : "\"\"") : quote(s);
-          break;
-        }
-        case Kind::kStringList: v = list(*static_cast<std::vector<std::string>*>(f.ptr), quote); break;
-        case Kind::kIntList:
-          v = list(*static_cast<std::vector<int64_t>*>(f.ptr), [](int64_t x) { return std::to_string(x); });
-          break;
-        case Kind::kFloatList: v = list(*static_cast<std::vector<double>*>(f.ptr), num); break;
-      }
-      std::string line = "  " + f.name + ": " + v;
+      std::string line = "  " + f.name + ": " + value_text(f);
       if (docs) {
         if (line.size() < 40) line.resize(40, ' ');
         line += "  # " + doc_line(f);
       }
       out += line + "\n";
     }
+  }
+  return out;
+}
+
+std::string reference_markdown() {
+  Config defaults;
+  std::string out;
+  for (const auto& sec : describe(defaults)) {
+    out += fmt::format("### `{}` — {}\n\n", sec.name, sec.doc);
+    out += "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n";
+    for (const auto& f : sec.fields) {
+      std::string allowed;
+      if (!f.choices.empty()) {
+        for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + ("`" + c + "`");
+        if (f.kind == Kind::kStringList) allowed = "any of " + allowed;
+      } else if (f.kind == Kind::kInt || f.kind == Kind::kFloat || f.kind == Kind::kIntList ||
+                 f.kind == Kind::kFloatList) {
+        allowed = range_text(f);
+      } else if (f.kind == Kind::kBool) {
+        allowed = "`true`, `false`";
+      } else {
+        allowed = "any";
+      }
+      if (f.nullable && (f.kind == Kind::kString)) allowed += " or `null`";
+      const std::string def = f.required ? "(required)" : "`" + value_text(f) + "`";
+      out += fmt::format("| `{}.{}` | {} | {} | {} | {} |\n", sec.name, f.name, type_text(f.kind), cell(def), cell(allowed),
+                         cell(f.doc));
+    }
+    out += "\n";
   }
   return out;
 }

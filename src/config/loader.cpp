@@ -293,6 +293,13 @@ void bind_field(const Field& f, const Tree& t, const std::string& key) {
       *static_cast<std::string*>(f.ptr) = t.scalar;
       break;
     }
+    case Kind::kEnum: {
+      if (t.type != Tree::Type::kScalar) type_error();
+      check_choice(f, t.scalar, loc, key);
+      const auto it = std::find(f.choices.begin(), f.choices.end(), t.scalar);
+      f.set_index(static_cast<int>(it - f.choices.begin()));
+      break;
+    }
     case Kind::kStringList:
     case Kind::kIntList:
     case Kind::kFloatList: {

@@ -57,6 +57,15 @@ Field FL(const char* n, std::vector<double>& v, double lo, double hi, const char
   return f;
 }
 
+template <typename E>
+Field En(const char* n, E& v, const char* doc) {
+  Field f{n, doc, Kind::kEnum, &v};
+  for (const char* name : EnumNames<E>::names) f.choices.emplace_back(name);
+  f.get_index = [&v] { return static_cast<int>(v); };
+  f.set_index = [&v](int i) { v = static_cast<E>(i); };
+  return f;
+}
+
 }  // namespace
 
 const char* kind_name(Kind kind) {
@@ -65,6 +74,7 @@ const char* kind_name(Kind kind) {
     case Kind::kInt: return "an integer";
     case Kind::kFloat: return "a number";
     case Kind::kString: return "a string";
+    case Kind::kEnum: return "a string";
     case Kind::kStringList: return "a list of strings";
     case Kind::kIntList: return "a list of integers";
     case Kind::kFloatList: return "a list of numbers";
@@ -77,25 +87,25 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.run;
     s.push_back({"run", "the run: name, directory, seed, device", {
-      S("name", o.name, "experiment name; default run dir is runs/<name>"),
-      Snull("dir", o.dir, "run directory (empty: runs/<name>); --run-dir overrides"),
-      I("seed", o.seed, 0, 4294967295.0, "seed of init, sampling and augmentation"),
-      S("device", o.device, "auto | cpu | cuda | cuda:N"),
-      I("threads", o.threads, 0, 1024, "intra-op CPU threads (0: torch's default)"),
-      B("deterministic", o.deterministic, "deterministic algorithms (bitwise-repeatable on CPU)"),
+      S("name", o.name, "experiment name; the default run directory is runs/<name>"),
+      Snull("dir", o.dir, "run directory (empty: runs/<name>); --run-dir overrides it"),
+      I("seed", o.seed, 0, 4294967295.0, "seed of initialization, data order, augmentation and dropout"),
+      S("device", o.device, "auto | cpu | cuda | cuda:N (auto: cuda:0 when CUDA is available, else cpu)"),
+      I("threads", o.threads, 0, 1024, "intra-op CPU threads (0: LibTorch's default)"),
+      B("deterministic", o.deterministic, "deterministic algorithms (bitwise-repeatable runs on the CPU)"),
     }});
   }
   {
     auto& o = c.model;
     s.push_back({"model", "the network", {
       Sreq("name", o.name, "model architecture", {"mlp", "convnet", "resnet18", "resnet34", "resnet50"}),
-      I("num_classes", o.num_classes, 1, 1e6, "output classes"),
-      I("in_channels", o.in_channels, 1, 64, "input image channels"),
-      S("stem", o.stem, "ResNet stem: imagenet (7x7/2 + maxpool) or cifar (3x3/1)", {"imagenet", "cifar"}),
-      IL("hidden", o.hidden, 1, 1e6, "mlp hidden layer widths"),
-      F("dropout", o.dropout, 0, 0.99, "dropout before the classifier"),
-      I("width", o.width, 1, 4096, "convnet base channel count"),
-      B("channels_last", o.channels_last, "NHWC memory format for conv models"),
+      I("num_classes", o.num_classes, 1, 1e6, "output classes (at least the dataset's)"),
+      I("in_channels", o.in_channels, 1, 64, "input image channels (must equal the dataset's)"),
+      En("stem", o.stem, "ResNet stem: imagenet (7x7/2 conv + max pool) or cifar (3x3/1 conv)"),
+      IL("hidden", o.hidden, 1, 1e6, "mlp: hidden layer widths"),
+      F("dropout", o.dropout, 0, 0.99, "dropout probability before the classifier (every model)"),
+      I("width", o.width, 1, 4096, "convnet: base channel count"),
+      B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
     }});
   }
   {
@@ -108,20 +118,20 @@ std::vector<Section> describe(Config& c) {
       I("workers", o.workers, 0, 256, "loader worker threads (0: load in the training thread)"),
       I("prefetch", o.prefetch, 1, 64, "batches prepared ahead per worker"),
       B("pin_memory", o.pin_memory, "pinned host memory for CUDA copies"),
-      B("device_resident", o.device_resident, "keep the whole set on the device; augment there"),
+      B("device_resident", o.device_resident, "keep the whole set on the device and augment there"),
       B("shuffle", o.shuffle, "shuffle training samples every epoch"),
-      SL("augment", o.augment, "train transforms",
+      SL("augment", o.augment, "training transforms (applied in a fixed order, see docs/data.md)",
          {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}),
       I("image_size", o.image_size, 0, 8192, "resize/crop target (0: native size)"),
-      I("crop_padding", o.crop_padding, 0, 1024, "padding of `crop`"),
-      FL("resized_crop_scale", o.resized_crop_scale, 0, 1, "area range of `resized_crop`"),
-      F("rotate_degrees", o.rotate_degrees, 0, 180, "max rotation of `rotate`"),
-      F("translate_frac", o.translate_frac, 0, 1, "max shift of `translate`, fraction of the size"),
+      I("crop_padding", o.crop_padding, 0, 1024, "zero padding of `crop`"),
+      FL("resized_crop_scale", o.resized_crop_scale, 0, 1, "area range [min, max] of `resized_crop`"),
+      F("rotate_degrees", o.rotate_degrees, 0, 180, "maximum rotation of `rotate`"),
+      F("translate_frac", o.translate_frac, 0, 1, "maximum shift of `translate`, as a fraction of the size"),
       F("erase_p", o.erase_p, 0, 1, "probability of `erase` (random erasing)"),
       B("normalize", o.normalize, "normalize with mean/std"),
-      FL("mean", o.mean, -kInf, kInf, "per-channel mean (empty: dataset default)"),
-      FL("std", o.std, 0, kInf, "per-channel std (empty: dataset default)"),
-      IL("synthetic_shape", o.synthetic_shape, 1, 8192, "synthetic: C, H, W"),
+      FL("mean", o.mean, -kInf, kInf, "per-channel mean (empty: the dataset's default)"),
+      FL("std", o.std, 0, kInf, "per-channel std (empty: the dataset's default)"),
+      IL("synthetic_shape", o.synthetic_shape, 1, 8192, "synthetic: [C, H, W]"),
       I("synthetic_train_size", o.synthetic_train_size, 1, 1e9, "synthetic: training samples"),
       I("synthetic_eval_size", o.synthetic_eval_size, 1, 1e9, "synthetic: evaluation samples"),
       I("limit_train", o.limit_train, 0, 1e12, "use only the first N training samples (0: all)"),
@@ -131,27 +141,27 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.optim;
     s.push_back({"optim", "optimizer", {
-      S("name", o.name, "optimizer", {"sgd", "adamw"}),
+      En("name", o.name, "optimizer"),
       F("lr", o.lr, 0, 1e3, "peak learning rate", true),
-      F("momentum", o.momentum, 0, 1, "sgd momentum"),
-      B("nesterov", o.nesterov, "sgd Nesterov momentum"),
-      F("weight_decay", o.weight_decay, 0, 1, "weight decay (decoupled for adamw)"),
-      FL("betas", o.betas, 0, 0.999999, "adamw betas"),
-      F("eps", o.eps, 0, 1, "adamw epsilon", true),
-      B("no_decay_norm_bias", o.no_decay_norm_bias, "no weight decay on norm layers and biases"),
+      F("momentum", o.momentum, 0, 1, "sgd: momentum"),
+      B("nesterov", o.nesterov, "sgd: Nesterov momentum"),
+      F("weight_decay", o.weight_decay, 0, 1, "weight decay (L2 for sgd, decoupled for adamw)"),
+      FL("betas", o.betas, 0, 0.999999, "adamw: [beta1, beta2]"),
+      F("eps", o.eps, 0, 1, "adamw: epsilon", true),
+      B("no_decay_norm_bias", o.no_decay_norm_bias, "no weight decay on biases and 1-D (norm) parameters"),
     }});
   }
   {
     auto& o = c.sched;
-    s.push_back({"sched", "learning-rate schedule (per step, after warmup)", {
-      S("name", o.name, "schedule", {"constant", "step", "multistep", "cosine", "onecycle"}),
-      F("warmup_epochs", o.warmup_epochs, 0, 1e6, "linear warmup length in epochs (fractions allowed)"),
+    s.push_back({"sched", "learning-rate schedule (a function of the optimizer step)", {
+      En("name", o.name, "schedule"),
+      F("warmup_epochs", o.warmup_epochs, 0, 1e6, "linear warmup length in epochs (fractions allowed; not for onecycle)"),
       I("warmup_steps", o.warmup_steps, 0, 1e12, "linear warmup length in steps (added to warmup_epochs)"),
       F("step_size", o.step_size, 0, 1e6, "step: epochs between decays", true),
       FL("milestones", o.milestones, 0, 1e6, "multistep: epochs at which lr *= gamma"),
-      F("gamma", o.gamma, 0, 1, "step/multistep decay factor", true),
+      F("gamma", o.gamma, 0, 1, "step, multistep: decay factor", true),
       F("min_lr", o.min_lr, 0, 1e3, "cosine: final learning rate"),
-      F("pct_start", o.pct_start, 0, 1, "onecycle: fraction of steps spent rising"),
+      F("pct_start", o.pct_start, 0, 1, "onecycle: fraction of the steps spent rising"),
       F("div_factor", o.div_factor, 1, 1e9, "onecycle: initial lr = lr / div_factor"),
       F("final_div_factor", o.final_div_factor, 1, 1e12, "onecycle: final lr = initial lr / final_div_factor"),
     }});
@@ -162,18 +172,20 @@ std::vector<Section> describe(Config& c) {
       I("epochs", o.epochs, 1, 1e6, "epochs to train (ignored when max_steps > 0)"),
       I("max_steps", o.max_steps, 0, 1e12, "optimizer steps to train (0: use epochs)"),
       I("grad_accum", o.grad_accum, 1, 4096, "micro-batches per optimizer step"),
-      F("clip_grad_norm", o.clip_grad_norm, 0, 1e9, "clip the global gradient norm (0: off)"),
+      F("clip_grad_norm", o.clip_grad_norm, 0, 1e9, "clip the global gradient norm to this (0: off)"),
       F("label_smoothing", o.label_smoothing, 0, 0.99, "cross-entropy label smoothing"),
-      I("eval_every_epochs", o.eval_every_epochs, 0, 1e6, "evaluate every N epochs (0: only at the end)"),
+      I("eval_every_epochs", o.eval_every_epochs, 0, 1e6, "evaluate every N epochs (0: off)"),
       I("eval_every_steps", o.eval_every_steps, 0, 1e12, "evaluate every N steps (0: off)"),
-      B("eval_at_end", o.eval_at_end, "evaluate once more after the last step"),
+      B("eval_at_end", o.eval_at_end, "evaluate after the last step"),
+      En("nonfinite", o.nonfinite,
+         "a step with a non-finite loss or gradient: stop (exit 1 naming the step) or skip (no update, counted)"),
     }});
   }
   {
     auto& o = c.amp;
     s.push_back({"amp", "CUDA automatic mixed precision", {
-      B("enabled", o.enabled, "CUDA automatic mixed precision"),
-      S("dtype", o.dtype, "fp16 (dynamic loss scaling) or bf16", {"fp16", "bf16"}),
+      B("enabled", o.enabled, "run forward passes under CUDA autocast"),
+      En("dtype", o.dtype, "fp16 (with dynamic loss scaling) or bf16"),
       F("init_scale", o.init_scale, 1, 1e12, "fp16: initial loss scale"),
       I("growth_interval", o.growth_interval, 1, 1e9, "fp16: steps without overflow before the scale doubles"),
     }});
@@ -181,20 +193,20 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.dist;
     s.push_back({"dist", "multi-process training", {
-      S("backend", o.backend, "collective backend (auto: nccl on CUDA, cpu otherwise)", {"auto", "nccl", "cpu"}),
-      F("timeout_s", o.timeout_s, 0, 1e6, "collective / rendezvous timeout", true),
-      F("bucket_mb", o.bucket_mb, 0, 1e4, "gradient all-reduce bucket size", true),
+      En("backend", o.backend, "collective backend (auto: nccl on CUDA, cpu otherwise)"),
+      F("timeout_s", o.timeout_s, 0, 1e6, "collective / rendezvous timeout in seconds", true),
+      F("bucket_mb", o.bucket_mb, 0, 1e4, "gradient all-reduce bucket size in MB", true),
     }});
   }
   {
     auto& o = c.checkpoint;
-    s.push_back({"checkpoint", "checkpoint sets and retention", {
+    s.push_back({"checkpoint", "checkpoints and retention", {
       Snull("dir", o.dir, "checkpoint directory (empty: RUN_DIR/checkpoints)"),
       I("every_steps", o.every_steps, 0, 1e12, "save every N optimizer steps (0: off)"),
       F("every_minutes", o.every_minutes, 0, 1e6, "save every N minutes of wall clock (0: off)"),
       I("keep_last", o.keep_last, 0, 1e6, "keep the newest N checkpoints (0: keep all)"),
       I("keep_every", o.keep_every, 0, 1e12, "also keep checkpoints whose step is a multiple of N (0: off)"),
-      B("async", o.async, "write in a background thread after a host copy"),
+      B("async", o.async, "write in a background thread after a copy to host memory"),
       B("at_end", o.at_end, "save when training finishes"),
       B("at_epoch_end", o.at_epoch_end, "save at the end of every epoch"),
     }});
@@ -202,7 +214,7 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.preemption;
     s.push_back({"preemption", "cloud preemption notices (off by default)", {
-      S("watch", o.watch, "notice source", {"none", "aws", "gcp", "azure", "file"}),
+      En("watch", o.watch, "notice source"),
       Snull("endpoint", o.endpoint, "notice URL or file path (empty: the provider's default)"),
       F("poll_s", o.poll_s, 0.01, 3600, "seconds between polls"),
     }});
@@ -210,9 +222,9 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.log;
     s.push_back({"log", "metrics and progress", {
-      I("every_steps", o.every_steps, 1, 1e9, "write a metrics line every N steps"),
+      I("every_steps", o.every_steps, 1, 1e9, "write a metrics line (and read the loss from the device) every N steps"),
       B("tensorboard", o.tensorboard, "write TensorBoard event files"),
-      S("progress", o.progress, "auto (bar on a TTY) | bar | lines | none", {"auto", "bar", "lines", "none"}),
+      En("progress", o.progress, "terminal display: auto (a bar on a TTY, else lines), bar, lines or none"),
     }});
   }
   return s;
@@ -226,12 +238,16 @@ std::vector<std::string> all_keys() {
   return keys;
 }
 
+const Field* find_field(const std::vector<Section>& sections, const std::string& dotted) {
+  const auto dot = dotted.find('.');
+  if (dot == std::string::npos) return nullptr;
+  for (const auto& sec : sections) {
+    if (sec.name != dotted.substr(0, dot)) continue;
+    for (const auto& f : sec.fields)
+      if (f.name == dotted.substr(dot + 1)) return &f;
+  }
+  return nullptr;
+}
+
 }  // namespace dlrun::config
 
-namespace dlrun {
-SourceLoc Config::where(const std::string& key) const {
-  auto it = origin.find(key);
-  if (it != origin.end()) return it->second;
-  return SourceLoc{source_file, 0, 0};
-}
-}  // namespace dlrun

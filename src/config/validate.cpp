@@ -15,11 +15,6 @@ namespace {
 
 }  // namespace
 
-std::string default_data_root(const std::string& dataset) {
-  if (dataset == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
-  return "";
-}
-
 std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   std::vector<std::string> warnings;
 
@@ -38,7 +33,7 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   // Data.
   const std::string& ds = c.data.name;
   if (ds != "synthetic") {
-    std::string root = c.data.root.empty() ? default_data_root(ds) : c.data.root;
+    const std::string root = c.data.root_or_default();
     if (root.empty())
       bad(c, "data.root", "data.name=" + ds + " needs data.root (the directory with its files)");
     if (!fs::is_directory(root))
@@ -66,24 +61,24 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
 
   // Optimizer and schedule.
   if (c.optim.betas.size() != 2) bad(c, "optim.betas", fmt::format("expected [beta1, beta2], got {} values", c.optim.betas.size()));
-  if (c.sched.name == "multistep") {
+  if (c.sched.name == SchedName::kMultistep) {
     if (c.sched.milestones.empty()) bad(c, "sched.milestones", "multistep needs at least one milestone (in epochs)");
     for (size_t i = 1; i < c.sched.milestones.size(); ++i)
       if (c.sched.milestones[i] <= c.sched.milestones[i - 1])
         bad(c, "sched.milestones", "milestones must be strictly increasing");
   }
-  if (c.optim.name == "adamw" && c.optim.nesterov) warnings.push_back("optim.nesterov has no effect with adamw");
+  if (c.optim.name == OptimName::kAdamw && c.optim.nesterov) warnings.push_back("optim.nesterov has no effect with adamw");
 
   // Devices.
   if (c.amp.enabled && c.run.device == "cpu")
     bad(c, "amp.enabled", "automatic mixed precision needs a CUDA device, but run.device is cpu");
-  if (c.dist.backend == "nccl" && c.run.device == "cpu")
+  if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")
     bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=cpu");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
     warnings.push_back("data.workers is unused with data.device_resident: true");
 
   // Preemption.
-  if (c.preemption.watch == "file" && c.preemption.endpoint.empty())
+  if (c.preemption.watch == NoticeSource::kFile && c.preemption.endpoint.empty())
     bad(c, "preemption.endpoint", "preemption.watch=file needs the path to watch in preemption.endpoint");
 
   // Checkpoints.

@@ -17,7 +17,4 @@ struct LaunchContext {
 /// warnings for settings that are legal but probably not what the user meant.
 std::vector<std::string> validate(const Config& cfg, const LaunchContext& ctx = {});
 
-/// The directory a dataset reads from: data.root, or the dataset's default.
-std::string default_data_root(const std::string& dataset);
-
 }  // namespace dlrun::config

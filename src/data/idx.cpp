@@ -6,7 +6,6 @@
 #include <filesystem>
 
 #include "base/error.h"
-#include "config/validate.h"
 #include "data/byte_file.h"
 #include "data/memory_dataset.h"
 
@@ -49,7 +48,7 @@ std::vector<int64_t> idx_header(const std::vector<unsigned char>& b, const std::
 }  // namespace
 
 std::shared_ptr<Dataset> open_idx(const DataOptions& opts, Split split, const std::string& kind) {
-  std::string root = opts.root.empty() ? config::default_data_root(kind) : opts.root;
+  const std::string root = opts.root_or_default();
   DLRUN_CHECK_INPUT(!root.empty(), "data.name={} needs data.root", kind);
   DLRUN_CHECK_INPUT(std::filesystem::is_directory(root), "data directory does not exist: {}", root);
   std::string prefix = split == Split::kTrain ? "train" : "t10k";

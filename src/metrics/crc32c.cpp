@@ -1,6 +1,6 @@
 // CRC32C (Castagnoli), the checksum TFRecord framing uses for TensorBoard event files.
 // A plain byte-at-a-time table: event files are small, so speed does not matter here.
-#include "metrics/writers.h"
+#include "metrics/tensorboard.h"
 
 #include <array>
 

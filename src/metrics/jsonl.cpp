@@ -1,7 +1,7 @@
 // metrics.jsonl: one JSON object per line, appended and flushed line by line so that a
 // crash or a kill -9 loses at most the line being written, and a resumed run keeps
 // appending to the same file.
-#include "metrics/writers.h"
+#include "metrics/jsonl.h"
 
 #include <cerrno>
 #include <cstring>

@@ -2,12 +2,13 @@
 // otherwise (logs, CI, `lines`) a plain line is printed every `every_steps` steps, so
 // redirected output stays readable. Everything goes to stderr: stdout is kept for
 // machine-readable output.
-#include "metrics/writers.h"
+#include "metrics/progress.h"
 
 #include <unistd.h>
 
 #include <cmath>
 
+#include "base/clock.h"
 #include "base/error.h"
 
 namespace dlrun::metrics {
@@ -32,22 +33,20 @@ std::string format_progress(int64_t step, int64_t total, int64_t epoch, double l
                             double img_per_s, double lr, double eta_s) {
   std::string s = total > 0 ? fmt::format("step {}/{} ({}%)", step, total, step * 100 / total)
                             : fmt::format("step {}", step);
-  s += fmt::format(" | epoch {} | loss {:.4f} | {:.1f} img/s | lr {}", epoch, loss, img_per_s,
-                   format_lr(lr));
+  s += fmt::format(" | epoch {}", epoch);
+  if (!std::isnan(loss)) s += fmt::format(" | loss {:.4f}", loss);
+  s += fmt::format(" | {:.1f} img/s | lr {}", img_per_s, format_lr(lr));
   if (total > 0 && eta_s >= 0) s += " | ETA " + format_duration(eta_s);
   return s;
 }
 
-Progress::Progress(std::string mode, int64_t total_steps, int64_t every_steps, std::FILE* out)
+Progress::Progress(ProgressMode mode, int64_t total_steps, int64_t every_steps, std::FILE* out)
     : total_(total_steps), every_(every_steps > 0 ? every_steps : 1), out_(out) {
-  if (mode == "none") {
-    enabled_ = false;
-  } else if (mode == "bar") {
-    bar_ = true;
-  } else if (mode == "auto") {
-    bar_ = ::isatty(::fileno(out_)) == 1;
-  } else {
-    DLRUN_CHECK_INPUT(mode == "lines", "log.progress: unknown mode '{}' (auto | bar | lines | none)", mode);
+  switch (mode) {
+    case ProgressMode::kNone: enabled_ = false; break;
+    case ProgressMode::kBar: bar_ = true; break;
+    case ProgressMode::kAuto: bar_ = ::isatty(::fileno(out_)) == 1; break;
+    case ProgressMode::kLines: break;
   }
   start_ = mono_now();
 }

@@ -4,7 +4,7 @@
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
 //   Summary { repeated Value value = 1; }
 //   Value   { string tag = 1; float simple_value = 2; }
-#include "metrics/writers.h"
+#include "metrics/tensorboard.h"
 
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/clock.h"
 #include "base/error.h"
 
 namespace dlrun::metrics {

@@ -89,7 +89,7 @@ class ResNet : public Model {
  public:
   template <typename B>
   ResNet(const ModelOptions& opts, const std::array<int64_t, 4>& blocks, B* /*block type tag*/)
-      : channels_last_(opts.channels_last), imagenet_stem_(opts.stem == "imagenet") {
+      : channels_last_(opts.channels_last), imagenet_stem_(opts.stem == ResnetStem::kImagenet), dropout_(opts.dropout) {
     conv1_ = register_module("conv1", imagenet_stem_ ? conv(opts.in_channels, 64, 7, 2, 3)
                                                      : conv(opts.in_channels, 64, 3, 1, 1));
     bn1_ = register_module("bn1", nn::BatchNorm2d(64));
@@ -116,12 +116,16 @@ class ResNet : public Model {
     if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
     for (auto& layer : layers_) x = layer->forward(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, 512*expansion)
+    // model.dropout before the classifier, as for the other models; functional, so the
+    // state dict keeps torchvision's names (torchvision's ResNet has no dropout at all).
+    if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
     return fc_->forward(x);
   }
 
  private:
   bool channels_last_;
   bool imagenet_stem_;
+  double dropout_;
   nn::Conv2d conv1_{nullptr};
   nn::BatchNorm2d bn1_{nullptr};
   std::array<nn::Sequential, 4> layers_{nn::Sequential(nullptr), nn::Sequential(nullptr),
@@ -132,8 +136,6 @@ class ResNet : public Model {
 }  // namespace
 
 std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth) {
-  DLRUN_CHECK_INPUT(opts.stem == "imagenet" || opts.stem == "cifar",
-                    "model.stem must be imagenet or cifar, got '{}'", opts.stem);
   switch (depth) {
     case 18: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{2, 2, 2, 2}, static_cast<BasicBlock*>(nullptr));
     case 34: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{3, 4, 6, 3}, static_cast<BasicBlock*>(nullptr));

@@ -14,7 +14,7 @@
 namespace dlrun::preempt {
 
 struct NoticeWatcher::Impl {
-  std::string watch;
+  NoticeSource watch = NoticeSource::kNone;
   std::string endpoint;
   double poll_s = 5.0;
   std::mutex mutex;
@@ -23,7 +23,8 @@ struct NoticeWatcher::Impl {
   std::thread thread;
 
   void run() {
-    bool reported_error = false;
+    bool reported_error = false, reported_note = false;
+    const std::string name = name_of(watch);
     for (;;) {
       PollResult r;
       try {
@@ -32,13 +33,17 @@ struct NoticeWatcher::Impl {
         r.error = e.what();
       }
       if (r.notice) {
-        log::warn("preemption notice from {} ({}): {}", watch, endpoint, r.detail);
-        request_stop(watch + " notice: " + r.detail);
+        log::warn("preemption notice from {} ({}): {}", name, endpoint, r.detail);
+        request_stop(name + " notice: " + r.detail);
         return;
       }
       if (!r.error.empty() && !reported_error) {  // once: a misconfigured endpoint, not spam
-        log::warn("preemption watch {}: {} (will keep polling every {}s)", watch, r.error, poll_s);
+        log::warn("preemption watch {}: {} (will keep polling every {}s)", name, r.error, poll_s);
         reported_error = true;
+      }
+      if (!r.note.empty() && !reported_note) {
+        log::warn("preemption watch {}: {}", name, r.note);
+        reported_note = true;
       }
       std::unique_lock<std::mutex> lock(mutex);
       if (cv.wait_for(lock, std::chrono::duration<double>(poll_s), [this] { return stopping; }))
@@ -48,7 +53,7 @@ struct NoticeWatcher::Impl {
 };
 
 NoticeWatcher::NoticeWatcher(const PreemptionOptions& opts) {
-  if (opts.watch == "none") return;
+  if (opts.watch == NoticeSource::kNone) return;
   auto impl = std::make_unique<Impl>();
   impl->watch = opts.watch;
   impl->endpoint = opts.endpoint.empty() ? default_endpoint(opts.watch) : opts.endpoint;
@@ -56,7 +61,7 @@ NoticeWatcher::NoticeWatcher(const PreemptionOptions& opts) {
   impl->poll_s = opts.poll_s;
   // Fails at start-up (exit 2), not inside the thread, for a bad watch or endpoint.
   check_source(impl->watch, impl->endpoint);
-  log::info("watching for preemption notices: {} at {} every {}s", impl->watch, impl->endpoint,
+  log::info("watching for preemption notices: {} at {} every {}s", name_of(impl->watch), impl->endpoint,
             impl->poll_s);
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->run(); });

@@ -1,5 +1,6 @@
-// Preemption (DESIGN.md §5): signals and cloud notices set one flag; the training loop
-// checks it at step boundaries, saves, and exits 75.
+// Preemption (docs/design.md, "Preemption"): signals and cloud notices set one flag; the
+// training loop checks it at step boundaries and around evaluations and saves, saves, and
+// exits 75.
 #pragma once
 
 #include <atomic>
@@ -36,8 +37,8 @@ void reset();
 /// Endpoints default to the providers' metadata URLs (AWS spot/instance-action with an
 /// IMDSv2 token, GCP instance/preempted, Azure Scheduled Events "Preempt"), but only when
 /// the user configured preemption.watch. Without libcurl, aws/gcp/azure are a bad-input
-/// error (exit 2); `file` always works. An unknown watch, file without a path, or
-/// poll_s <= 0 are bad input too, thrown by the constructor.
+/// error (exit 2); `file` always works. file without a path or poll_s <= 0 are bad
+/// input too, thrown by the constructor.
 ///
 /// What preemption.endpoint means for each watch:
 ///   aws    the metadata service's base URL (default "http://169.254.169.254"); trailing
@@ -49,7 +50,10 @@ void reset();
 ///          "Metadata-Flavor: Google"; notice: 200 and body "TRUE".
 ///   azure  the full URL (default ".../metadata/scheduledevents?api-version=2020-07-01"),
 ///          sent with "Metadata: true"; notice: an Events[] entry with EventType "Preempt".
-///   file   a path; notice: the path exists (its first line is the detail).
+///   file   a path; notice: the path exists and was modified after this process started
+///          (within 1 s: timestamps are coarse; its first line is the detail). An older file
+///          is ignored (and logged once): it was a notice for an earlier process, e.g. the run
+///          before a requeue.
 /// HTTP requests: connect timeout 1 s, total 2 s, no redirects followed, no proxy; a
 /// network error is "no notice" (logged once) and polling goes on.
 class NoticeWatcher {
@@ -66,8 +70,8 @@ class NoticeWatcher {
 
 /// One poll, synchronously: true when the source reports a pending preemption.
 /// `detail` receives the notice text. Network errors count as "no notice".
-bool poll_once(const std::string& watch, const std::string& endpoint, std::string* detail = nullptr);
+bool poll_once(NoticeSource watch, const std::string& endpoint, std::string* detail = nullptr);
 /// The default endpoint of a provider ("" for file/none); see NoticeWatcher for the rule.
-std::string default_endpoint(const std::string& watch);
+std::string default_endpoint(NoticeSource watch);
 
 }  // namespace dlrun::preempt

@@ -4,11 +4,18 @@
 //          (IMDSv1).
 //   gcp    GET instance/preempted with "Metadata-Flavor: Google": body "TRUE".
 //   azure  GET Scheduled Events with "Metadata: true": an event with EventType "Preempt".
-//   file   the path exists (its first line, if any, is the detail).
+//   file   the path exists and was not last modified more than kStaleMarginS before this
+//          process started (its first line, if any, is the detail). An older file is a notice
+//          to an earlier process (a run that was requeued on the same machine): it is ignored,
+//          and the watcher says so once. The margin absorbs the file system's coarse
+//          timestamps; a notice that arrives during start-up is always honoured.
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "preempt/http.h"
 #include "preempt/preempt.h"
@@ -102,10 +109,20 @@ PollResult poll_azure(const std::string& url) {
   return out;
 }
 
+constexpr double kStaleMarginS = 1.0;
+
 PollResult poll_file(const std::string& path) {
   PollResult out;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return out;  // absent
+  const double mtime = static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+  if (mtime < process_start_wall() - kStaleMarginS) {
+    out.note = fmt::format("ignoring the notice file {}: it was written before this process started (a notice for an "
+                           "earlier run); remove it, or touch it again to stop this run", path);
+    return out;
+  }
   std::ifstream f(path);
-  if (!f) return out;  // absent (or unreadable, which the user will notice when creating it)
+  if (!f) return out;  // unreadable: the user will notice when creating it
   std::string line;
   std::getline(f, line);
   line = trim(line);
@@ -116,36 +133,41 @@ PollResult poll_file(const std::string& path) {
 
 }  // namespace
 
-std::string default_endpoint(const std::string& watch) {
-  if (watch == "aws") return "http://169.254.169.254";
-  if (watch == "gcp") return "http://metadata.google.internal/computeMetadata/v1/instance/preempted";
-  if (watch == "azure") return "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01";
+std::string default_endpoint(NoticeSource watch) {
+  switch (watch) {
+    case NoticeSource::kAws: return "http://169.254.169.254";
+    case NoticeSource::kGcp: return "http://metadata.google.internal/computeMetadata/v1/instance/preempted";
+    case NoticeSource::kAzure: return "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01";
+    case NoticeSource::kFile:
+    case NoticeSource::kNone: return "";
+  }
   return "";
 }
 
-void check_source(const std::string& watch, const std::string& endpoint) {
-  if (watch == "file") {
+void check_source(NoticeSource watch, const std::string& endpoint) {
+  DLRUN_CHECK_INPUT(watch != NoticeSource::kNone, "preemption.watch: none has nothing to poll");
+  if (watch == NoticeSource::kFile) {
     DLRUN_CHECK_INPUT(!endpoint.empty(),
                       "preemption.endpoint: preemption.watch=file needs the path to watch");
     return;
   }
-  DLRUN_CHECK_INPUT(watch == "aws" || watch == "gcp" || watch == "azure",
-                    "preemption.watch: unknown source '{}' (none | aws | gcp | azure | file)", watch);
   DLRUN_CHECK_INPUT(have_http(),
                     "preemption.watch: {} needs libcurl, and dlrun was built without it "
-                    "(install libcurl and rebuild, or use preemption.watch: file)", watch);
+                    "(install libcurl and rebuild, or use preemption.watch: file)", name_of(watch));
 }
 
-PollResult poll_source(const std::string& watch, const std::string& endpoint) {
+PollResult poll_source(NoticeSource watch, const std::string& endpoint) {
   const std::string ep = endpoint.empty() ? default_endpoint(watch) : endpoint;
   check_source(watch, ep);
-  if (watch == "file") return poll_file(ep);
-  if (watch == "aws") return poll_aws(ep);
-  if (watch == "gcp") return poll_gcp(ep);
-  return poll_azure(ep);
+  switch (watch) {
+    case NoticeSource::kFile: return poll_file(ep);
+    case NoticeSource::kAws: return poll_aws(ep);
+    case NoticeSource::kGcp: return poll_gcp(ep);
+    default: return poll_azure(ep);
+  }
 }
 
-bool poll_once(const std::string& watch, const std::string& endpoint, std::string* detail) {
+bool poll_once(NoticeSource watch, const std::string& endpoint, std::string* detail) {
   PollResult r = poll_source(watch, endpoint);
   if (detail) *detail = r.detail;
   return r.notice;

@@ -4,20 +4,23 @@
 
 #include <string>
 
+#include "config/options.h"
+
 namespace dlrun::preempt {
 
 struct PollResult {
   bool notice = false;  ///< a preemption is pending
   std::string detail;   ///< the notice ("action=terminate time=...") when notice
   std::string error;    ///< why the source could not be read ("" when it answered)
+  std::string note;     ///< something the user should know that is not an error (a stale notice)
 };
 
-/// Checks, without I/O, that `watch` is known, that file has a path, and that HTTP
+/// Checks, without I/O, that `watch` is a source, that file has a path, and that HTTP
 /// sources have libcurl; throws dlrun::Error(2) otherwise.
-void check_source(const std::string& watch, const std::string& endpoint);
+void check_source(NoticeSource watch, const std::string& endpoint);
 
 /// Polls `watch` (aws | gcp | azure | file) at `endpoint` ("" = default_endpoint(watch)).
-/// Throws dlrun::Error(2) for an unknown watch, or an HTTP watch without libcurl.
-PollResult poll_source(const std::string& watch, const std::string& endpoint);
+/// Throws dlrun::Error(2) for watch none, or an HTTP watch without libcurl.
+PollResult poll_source(NoticeSource watch, const std::string& endpoint);
 
 }  // namespace dlrun::preempt

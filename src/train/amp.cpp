@@ -25,19 +25,6 @@ GradScaler::GradScaler(const AmpOptions& o, bool active)
 
 torch::Tensor GradScaler::scale(const torch::Tensor& loss) const { return active_ ? loss * scale_ : loss; }
 
-bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
-  if (!active_) return true;
-  torch::NoGradGuard g;
-  torch::Tensor found_inf;  // reduced on the device; read back once (one sync per step)
-  for (const auto& p : params) {
-    if (!p.grad().defined()) continue;
-    p.grad().mul_(1.0 / scale_);
-    auto bad = torch::isfinite(p.grad()).all().logical_not();
-    found_inf = found_inf.defined() ? found_inf.logical_or(bad) : bad;
-  }
-  return !found_inf.defined() || !found_inf.item<bool>();
-}
-
 void GradScaler::update(bool finite) {
   if (!active_) return;
   if (!finite) {

@@ -1,6 +1,9 @@
-// CUDA automatic mixed precision: an autocast scope and a dynamic loss scaler with the
-// semantics of torch.cuda.amp.GradScaler (scale the loss, unscale before clipping, skip
-// steps with inf/NaN gradients, halve on overflow, double after growth_interval good steps).
+// CUDA automatic mixed precision: an autocast scope and the state of a dynamic loss scaler
+// with the semantics of torch.cuda.amp.GradScaler (scale the loss, unscale before clipping,
+// skip steps with inf/NaN gradients, halve on overflow, double after growth_interval good
+// steps). The step runner (step.h) does the unscaling and the skip; the scale itself is still
+// a host value, read by the runner once per fp16 step (the mixed-precision work moves it to
+// the device).
 #pragma once
 
 #include <torch/torch.h>
@@ -29,8 +32,6 @@ class GradScaler {
   GradScaler(const AmpOptions& opts, bool active);
   bool active() const { return active_; }
   torch::Tensor scale(const torch::Tensor& loss) const;
-  /// Divide gradients by the scale; returns false when any gradient is inf/NaN.
-  bool unscale(const std::vector<torch::Tensor>& params);
   /// After a step attempt: adjust the scale given whether the gradients were finite.
   void update(bool finite);
   double scale_value() const { return scale_; }

@@ -3,14 +3,22 @@
 
 namespace dlrun::train {
 
-EvalResult evaluate(models::Model& model, data::Loader& loader, const std::function<void(torch::Tensor&)>& reduce) {
+EvalResult evaluate(models::Model& model, data::Loader& loader, const std::function<void(torch::Tensor&)>& reduce,
+                    const std::function<bool()>& stop) {
   const bool was_training = model.is_training();
   model.eval();
   torch::NoGradGuard no_grad;
   // Sums kept on the device as [correct1, correct5, loss_sum, count] and read back once.
   torch::Tensor sums;
   loader.start_epoch(0, 0);
-  while (auto b = loader.next()) {
+  bool complete = true;
+  while (true) {
+    if (stop && stop()) {
+      complete = false;
+      break;
+    }
+    auto b = loader.next();
+    if (!b) break;
     auto logits = model.forward(b->x).to(torch::kFloat32);  // (b, classes)
     auto y = b->y.to(logits.device());
     auto loss_sum = torch::nn::functional::cross_entropy(
@@ -29,6 +37,7 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
                count = t[3].item<double>();
   if (was_training) model.train();
   EvalResult r;
+  r.complete = complete;
   r.samples = static_cast<int64_t>(count);
   if (count > 0) {
     r.accuracy = c1 / count;

@@ -13,12 +13,16 @@ struct EvalResult {
   double top5 = 0;      ///< top-5 (top-k with k = min(5, classes))
   double loss = 0;      ///< mean cross-entropy (no label smoothing)
   int64_t samples = 0;
+  bool complete = true;  ///< false when `stop` ended the pass early (the numbers are partial)
 };
 
 /// Evaluate `model` on one pass of `loader` (epoch 0). Restores train mode afterwards.
 /// The sums are returned unreduced across ranks when `reduce` is given: it receives the
-/// tensor [correct1, correct5, loss_sum, count] (float64) to all-reduce in place.
+/// tensor [correct1, correct5, loss_sum, count] (float64) to all-reduce in place. `stop`,
+/// when given, is asked before each batch; true ends the pass early (a preemption should not
+/// wait for a long evaluation) and the result says it is incomplete.
 EvalResult evaluate(models::Model& model, data::Loader& loader,
-                    const std::function<void(torch::Tensor&)>& reduce = {});
+                    const std::function<void(torch::Tensor&)>& reduce = {},
+                    const std::function<bool()>& stop = {});
 
 }  // namespace dlrun::train

@@ -1,14 +1,14 @@
 // params_sha256 (see fingerprint.h).
 #include "train/fingerprint.h"
 
-#include "metrics/writers.h"
+#include "base/sha256.h"
 #include "models/model.h"
 
 namespace dlrun::train {
 
 std::string params_sha256(const torch::nn::Module& model) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "params_sha256 assumes a little-endian host");
-  metrics::Sha256 h;
+  Sha256 h;
   for (const auto& [name, t] : models::state_dict(model)) {
     auto c = t.detach().to(torch::kCPU).contiguous();
     h.update(c.data_ptr(), c.numel() * c.element_size());

@@ -1,5 +1,5 @@
 // params_sha256: SHA-256 over every parameter and buffer of a model, in state-dict order,
-// as raw little-endian bytes (DESIGN.md §3) — a fingerprint users compare across runs.
+// as raw little-endian bytes (docs/design.md) — a fingerprint users compare across runs.
 #pragma once
 
 #include <torch/torch.h>

@@ -26,7 +26,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, 
     if (!kv.value().requires_grad()) continue;
     (o.no_decay_norm_bias && no_decay(kv.key(), kv.value()) ? plain : decay).push_back(kv.value());
   }
-  if (o.name == "sgd") {
+  if (o.name == OptimName::kSgd) {
     auto make = [&](double wd) {
       return std::make_unique<torch::optim::SGDOptions>(
           torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
@@ -37,7 +37,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, 
     if (!plain.empty()) groups.emplace_back(plain, make(0.0));
     return std::make_unique<torch::optim::SGD>(groups, *make(o.weight_decay));
   }
-  if (o.name == "adamw") {
+  if (o.name == OptimName::kAdamw) {
     auto make = [&](double wd) {
       return std::make_unique<torch::optim::AdamWOptions>(
           torch::optim::AdamWOptions(o.lr).betas({o.betas.at(0), o.betas.at(1)}).eps(o.eps).weight_decay(wd));
@@ -47,7 +47,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, 
     if (!plain.empty()) groups.emplace_back(plain, make(0.0));
     return std::make_unique<torch::optim::AdamW>(groups, *make(o.weight_decay));
   }
-  fail_input("unknown optimizer '{}' (valid: sgd, adamw)", o.name);
+  fail_input("unknown optimizer {}", static_cast<int>(o.name));
 }
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
@@ -63,7 +63,7 @@ TensorDict optimizer_state(const OptimOptions& o, torch::optim::Optimizer& opt, 
       auto it = state.find(p.unsafeGetTensorImpl());
       if (it == state.end()) continue;
       const std::string& n = names.at(p.unsafeGetTensorImpl());
-      if (o.name == "sgd") {
+      if (o.name == OptimName::kSgd) {
         auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
         if (s.momentum_buffer().defined()) out.emplace_back(n + ".momentum_buffer", s.momentum_buffer());
       } else {
@@ -94,7 +94,7 @@ void load_optimizer_state(const OptimOptions& o, torch::optim::Optimizer& opt, t
                         c10::str(it->second.sizes()), c10::str(p.sizes()));
       return it->second.to(p.device()).clone();
     };
-    if (o.name == "sgd") {
+    if (o.name == OptimName::kSgd) {
       auto buf = get(".momentum_buffer");
       if (!buf.defined()) continue;
       auto s = std::make_unique<torch::optim::SGDParamState>();

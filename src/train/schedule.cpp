@@ -19,7 +19,7 @@ double lr_at(const ScheduleSpec& s, int64_t step) {
   const auto& o = s.opts;
   const double base = s.base_lr;
   const int64_t total = std::max<int64_t>(1, s.total_steps);
-  if (o.name == "onecycle") {
+  if (o.name == SchedName::kOnecycle) {
     const double initial = base / o.div_factor;
     const double min_lr = initial / o.final_div_factor;
     const double up_end = o.pct_start * static_cast<double>(total) - 1.0;
@@ -33,14 +33,14 @@ double lr_at(const ScheduleSpec& s, int64_t step) {
   if (warm > 0 && step < warm) factor = static_cast<double>(step + 1) / static_cast<double>(warm);
   const double epoch = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, s.steps_per_epoch));
   double lr = base;
-  if (o.name == "step") {
+  if (o.name == SchedName::kStep) {
     lr = base * std::pow(o.gamma, std::floor(epoch / o.step_size));
-  } else if (o.name == "multistep") {
+  } else if (o.name == SchedName::kMultistep) {
     int n = 0;
     for (double m : o.milestones)
       if (epoch >= m) ++n;
     lr = base * std::pow(o.gamma, n);
-  } else if (o.name == "cosine") {
+  } else if (o.name == SchedName::kCosine) {
     const int64_t span = std::max<int64_t>(1, total - warm);
     const double pct = std::clamp(static_cast<double>(step - warm) / static_cast<double>(span), 0.0, 1.0);
     lr = step < warm ? base : o.min_lr + (base - o.min_lr) * 0.5 * (1.0 + std::cos(kPi * pct));

@@ -1,6 +1,10 @@
-// The training loop: `dlrun train`. Builds data, model and optimizer from a validated
-// Config, resumes from a checkpoint when asked, trains with periodic evaluation, metrics,
-// checkpoints and preemption handling, and writes the run directory of DESIGN.md §3.
+// `dlrun train`: start-up (checks first, run directory last), then the training loop.
+//
+// The loop (trainer.cpp) only wires parts that each live in their own file: the components
+// (components.h), one optimizer step (step.h), when to log/evaluate/save (triggers.h), what
+// a checkpoint holds and how a run resumes (resume.h), where things are written (run_dir.h)
+// and how events are reported (metrics/sink.h). docs/design.md describes how data flows
+// between them.
 #pragma once
 
 #include <functional>
@@ -12,20 +16,20 @@ namespace dlrun::train {
 
 struct TrainArgs {
   Config cfg;                  ///< loaded and validated
-  std::string run_dir;         ///< --run-dir, else run.dir, else runs/<run.name>
+  std::string run_dir;         ///< --run-dir, else run.dir, else runs/<run.name> (resolve_run_dir)
   std::string resume = "auto"; ///< auto | never | PATH of a checkpoint directory
-  bool force = false;          ///< with resume=never: set existing checkpoints aside and start fresh
+  bool force = false;          ///< with resume=never: set an earlier run aside and start fresh
   std::string save_init;       ///< write the initial weights here (torch.load-able dict) before step 1
-  /// Multi-process hook (DESIGN.md §5): given this rank's stop flag at a step boundary,
-  /// return whether ANY rank asked to stop (an all-reduce MAX). Unset: the flag itself.
+  /// Multi-process hook (docs/design.md, "Preemption"): given this rank's stop flag at a
+  /// step boundary, return whether ANY rank asked to stop (an all-reduce MAX). Unset: the flag.
   std::function<bool(bool)> agree_stop;
 };
 
-/// Run training. Returns the process exit code: 0 finished, 75 interrupted with a
-/// committed checkpoint. Throws dlrun::Error for bad input (2) and runtime failures (1).
+/// Run training. Returns the process exit code: 0 finished, 75 interrupted (a checkpoint is
+/// committed, or nothing had been trained yet). Throws dlrun::Error for bad input (2) and
+/// runtime failures (1). Every refusal happens before the run directory is written to, so a
+/// refused start leaves it exactly as it was; a failure after that records summary.json
+/// with status "failed".
 int run(const TrainArgs& args);
-
-/// The run directory to use for a config and an optional --run-dir.
-std::string resolve_run_dir(const Config& cfg, const std::string& cli_run_dir);
 
 }  // namespace dlrun::train

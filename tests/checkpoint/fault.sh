@@ -38,11 +38,17 @@ case "$point" in
 esac
 grep -Eq '^\* step-00000001 .*ok|^\* step-00000002 .*ok' <<<"$list" || fail "list does not mark LATEST ok"
 
-# Recovery: committing step 2 again replaces any stale step-00000002.tmp.
+# Recovery: committing step 2 again sets a stale step-00000002.tmp aside (never deletes it).
 "$helper" write "$d" 2 || fail "re-committing step 2"
 "$helper" check "$d" 1 2 || fail "check after recovery"
 [[ "$(cat "$d/LATEST")" == step-00000002 ]] || fail "LATEST not step-00000002 after recovery"
-[[ ! -e "$d/step-00000002.tmp" ]] || fail "stale step-00000002.tmp left behind"
+[[ ! -e "$d/step-00000002.tmp" ]] || fail "stale step-00000002.tmp left in place"
+case "$point" in
+  file|files|manifest)
+    compgen -G "$d/step-00000002.tmp.partial-*" >/dev/null || fail "the partial write was not kept aside"
+    grep -q 'set aside' <<<"$("$dlrun" ckpt list "$d")" || fail "list does not report the set-aside dir"
+    ;;
+esac
 
 # A crash while re-committing an existing step never loses the committed copy.
 DLRUN_FAULT="ckpt:$point" "$helper" write "$d" 2; rc=$?

@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/sample_snapshot.h"
+#include "support/snapshot.h"
 
 namespace ckpt = dlrun::ckpt;
 

@@ -1,10 +1,9 @@
 # Checkpoint crash, CLI and Python-interop tests. dlrun_ckpt_fault (fault_helper.cpp) commits
 # known snapshots; with DLRUN_FAULT=ckpt:<point> it aborts mid-commit like kill -9 would.
 add_executable(dlrun_ckpt_fault ${CMAKE_CURRENT_LIST_DIR}/fault_helper.cpp)
-target_link_libraries(dlrun_ckpt_fault PRIVATE dlrun_core)
 target_include_directories(dlrun_ckpt_fault PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+dlrun_link(dlrun_ckpt_fault)
 target_precompile_headers(dlrun_ckpt_fault REUSE_FROM dlrun_core)
-set_target_properties(dlrun_ckpt_fault PROPERTIES BUILD_RPATH "${DLRUN_TORCH_LIBDIR}")
 
 set(_ckpt_helper $<TARGET_FILE:dlrun_ckpt_fault>)
 set(_ckpt_fault_points file files manifest rename latest)  # ckpt::fault_points(), in order

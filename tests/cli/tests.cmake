@@ -37,7 +37,7 @@ function(dlrun_cli_expect name code)
 endfunction()
 
 # Usage errors.
-dlrun_cli_test(unknown_config_subcommand 2 "unknown subcommand 'frob' \\(valid: show, validate\\)" config frob x.yaml)
+dlrun_cli_test(unknown_config_subcommand 2 "unknown subcommand 'frob' \\(valid: show, validate, docs\\)" config frob x.yaml)
 dlrun_cli_test(config_no_subcommand 2 "subcommand" config)
 dlrun_cli_test(config_validate_missing_arg 2 "config is required" config validate)
 dlrun_cli_test(config_validate_directory 2 "data: is a directory" config validate ${_cfg})

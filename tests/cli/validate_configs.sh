@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# Every shipped config under configs/ must validate. Configs whose data lives elsewhere
-# (CIFAR-10, ImageNet folders) are checked with data.root pointed at an empty directory.
+# Every shipped config under configs/ must pass `dlrun config validate`, which also opens the
+# data as `dlrun train` would. Configs whose data lives elsewhere (CIFAR-10, ImageNet folders)
+# are checked with data.root pointed at a small stand-in set of the same format made here.
 set -u
 dlrun="$1"; root="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail=0; n=0
+
+# CIFAR-10 binary: records of 1 label byte + 3072 pixel bytes; two per file.
+mkdir -p "$tmp/cifar10"
+for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do
+  head -c $((3073 * 2)) /dev/zero > "$tmp/cifar10/$f.bin"
+done
+# An ImageNet-style folder with one 2x2 RGB PNG per split.
+png='iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGM4kWIERAwQCgAorgV5QuEn7gAAAABJRU5ErkJggg=='
+for split in train val; do
+  mkdir -p "$tmp/images/$split/n01440764"
+  base64 -d <<<"$png" > "$tmp/images/$split/n01440764/a.png"
+done
+
 while IFS= read -r cfg; do
   n=$((n + 1))
   extra=()
-  grep -qE 'name: (cifar10|cifar100|image_folder)' "$cfg" && extra=("data.root=$tmp")
+  grep -qE 'name: cifar10' "$cfg" && extra=("data.root=$tmp/cifar10")
+  grep -qE 'name: image_folder' "$cfg" && extra=("data.root=$tmp/images")
   if ! out="$("$dlrun" config validate "$cfg" "${extra[@]}" 2>&1)"; then
     echo "FAIL: $cfg"; echo "$out"; fail=1
   fi

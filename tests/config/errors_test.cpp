@@ -4,7 +4,9 @@
 // cross-field rules in validate_test.cpp.
 #include <catch2/catch.hpp>
 
-#include "config_test_util.h"
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/scratch_dir.h"
 
 using dlrun::testing::Expect;
 using dlrun::testing::expect_load_error;

@@ -2,16 +2,20 @@
 // value came from, and the errors (missing file, missing base, cycles, bad base values).
 #include <catch2/catch.hpp>
 
-#include "config_test_util.h"
+#include <filesystem>
+
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/scratch_dir.h"
 
 using dlrun::Config;
 using dlrun::testing::Expect;
 using dlrun::testing::expect_error;
-using dlrun::testing::TempDir;
+using dlrun::testing::ScratchDir;
 namespace config = dlrun::config;
 
 TEST_CASE("a child overrides its base key by key; sections merge", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("base.yaml",
           "model: {name: resnet18, num_classes: 100}\n"
           "data: {name: synthetic, batch_size: 64}\n"
@@ -23,7 +27,7 @@ TEST_CASE("a child overrides its base key by key; sections merge", "[config][bas
   CHECK(c.data.batch_size == 64);
   CHECK(c.optim.lr == 0.05);        // child
   CHECK(c.optim.momentum == 0.8);   // base, same section
-  CHECK(c.optim.name == "sgd");
+  CHECK(c.optim.name == dlrun::OptimName::kSgd);
   CHECK(c.source_file == child);
   // Each value remembers the file and line it came from.
   CHECK(c.where("optim.lr").file == child);
@@ -35,7 +39,7 @@ TEST_CASE("a child overrides its base key by key; sections merge", "[config][bas
 }
 
 TEST_CASE("precedence: override > file > base > default", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("base.yaml", "model: {name: mlp}\ndata: {name: synthetic}\ntrain: {epochs: 5, max_steps: 7, grad_accum: 2}\n");
   auto child = d.write("child.yaml", "base: base.yaml\ntrain: {epochs: 6, max_steps: 8}\n");
   Config c = config::load(child, {"train.epochs=9"});
@@ -47,7 +51,7 @@ TEST_CASE("precedence: override > file > base > default", "[config][base]") {
 }
 
 TEST_CASE("base may be a list; later bases override earlier ones", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("model.yaml", "model: {name: convnet, width: 16}\noptim: {lr: 0.3}\n");
   d.write("data.yaml", "data: {name: synthetic, batch_size: 32}\noptim: {lr: 0.4, momentum: 0.5}\n");
   auto child = d.write("exp.yaml", "base: [model.yaml, data.yaml]\nmodel: {width: 24}\n");
@@ -60,7 +64,7 @@ TEST_CASE("base may be a list; later bases override earlier ones", "[config][bas
 }
 
 TEST_CASE("a chain of bases resolves each path relative to the file naming it", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("common/root.yaml", "data: {name: synthetic, augment: [flip]}\ntrain: {epochs: 2}\n");
   d.write("models/mid.yaml", "base: ../common/root.yaml\nmodel: {name: mlp, hidden: [64]}\ntrain: {epochs: 3}\n");
   auto leaf = d.write("exps/deep/leaf.yaml", "base: ../../models/mid.yaml\ntrain: {max_steps: 10}\n");
@@ -73,7 +77,7 @@ TEST_CASE("a chain of bases resolves each path relative to the file naming it", 
 }
 
 TEST_CASE("a diamond of bases is not a cycle", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("root.yaml", "model: {name: mlp}\ndata: {name: synthetic}\n");
   d.write("a.yaml", "base: root.yaml\noptim: {lr: 0.2}\n");
   d.write("b.yaml", "base: root.yaml\noptim: {momentum: 0.7}\n");
@@ -83,7 +87,7 @@ TEST_CASE("a diamond of bases is not a cycle", "[config][base]") {
 }
 
 TEST_CASE("lists and scalars in a child replace the base's, they do not append", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("base.yaml", "model: {name: mlp, hidden: [512, 256]}\ndata: {name: synthetic, augment: [flip, crop]}\n");
   Config c = config::load(d.write("child.yaml", "base: base.yaml\nmodel: {hidden: [8]}\ndata: {augment: []}\n"));
   CHECK(c.model.hidden == std::vector<int64_t>{8});
@@ -91,7 +95,7 @@ TEST_CASE("lists and scalars in a child replace the base's, they do not append",
 }
 
 TEST_CASE("null in a child resets a value; an empty section changes nothing", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("base.yaml", "model: {name: mlp}\ndata: {name: synthetic}\nrun: {dir: /tmp/base-dir}\noptim: {lr: 0.3}\n");
   Config c = config::load(d.write("child.yaml", "base: base.yaml\nrun:\n  dir: null\noptim:\n  # lr: 0.5\n"));
   CHECK(c.run.dir.empty());
@@ -100,7 +104,7 @@ TEST_CASE("null in a child resets a value; an empty section changes nothing", "[
 }
 
 TEST_CASE("load_text resolves base relative to the name it is given", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("base.yaml", "model: {name: convnet}\ndata: {name: synthetic}\n");
   Config c = config::load_text("base: base.yaml\n", d.path("virtual.yaml"));
   CHECK(c.model.name == "convnet");
@@ -110,7 +114,7 @@ TEST_CASE("load_text resolves base relative to the name it is given", "[config][
 }
 
 TEST_CASE("the base path may use ${env:...}", "[config][base]") {
-  TempDir d;
+  ScratchDir d;
   d.write("sub/base.yaml", "model: {name: resnet34}\ndata: {name: synthetic}\n");
   dlrun::testing::ScopedEnv env("DLRUN_TEST_BASE_DIR", "sub");
   Config c = config::load(d.write("exp.yaml", "base: ${env:DLRUN_TEST_BASE_DIR}/base.yaml\n"));
@@ -118,7 +122,7 @@ TEST_CASE("the base path may use ${env:...}", "[config][base]") {
 }
 
 TEST_CASE("file errors: missing config, missing base, directories", "[config][base][errors]") {
-  TempDir d;
+  ScratchDir d;
   SECTION("missing config file") {
     auto p = d.path("nope.yaml");
     expect_error([&] { config::load(p); }, {"", p, 0, 0, "config file not found"});
@@ -159,7 +163,7 @@ TEST_CASE("file errors: missing config, missing base, directories", "[config][ba
 }
 
 TEST_CASE("inheritance cycles are errors showing the chain", "[config][base][errors]") {
-  TempDir d;
+  ScratchDir d;
   SECTION("a -> b -> a") {
     auto a = d.write("a.yaml", "base: b.yaml\nmodel: {name: mlp}\n");
     auto b = d.write("b.yaml", "data: {name: synthetic}\nbase: a.yaml\n");

@@ -5,7 +5,9 @@
 #include <set>
 
 #include "config/schema.h"
-#include "config_test_util.h"
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/scratch_dir.h"
 
 using dlrun::Config;
 namespace config = dlrun::config;

@@ -2,7 +2,9 @@
 // what they set, and the errors they report (located on the command line).
 #include <catch2/catch.hpp>
 
-#include "config_test_util.h"
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/scratch_dir.h"
 
 using dlrun::Config;
 using dlrun::testing::Expect;
@@ -25,7 +27,7 @@ TEST_CASE("overrides set scalars of every kind", "[config][override]") {
   CHECK(c.train.epochs == 7);
   CHECK(c.run.deterministic);
   CHECK(c.run.name == "exp one");
-  CHECK(c.optim.name == "adamw");
+  CHECK(c.optim.name == dlrun::OptimName::kAdamw);
   CHECK(c.amp.init_scale == 1024.0);
   CHECK(c.run.device == "cuda:1");
   CHECK(c.where("optim.lr").file == "command line 'optim.lr=0.05'");

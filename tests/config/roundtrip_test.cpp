@@ -9,7 +9,9 @@
 
 #include "config/schema.h"
 #include "config/tree.h"
-#include "config_test_util.h"
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/scratch_dir.h"
 
 using dlrun::Config;
 namespace config = dlrun::config;
@@ -155,5 +157,5 @@ TEST_CASE("config show lists every key of the schema once, with its doc", "[conf
   CHECK_THAT(config::to_yaml(c, true),
              Catch::Matchers::Contains("# model architecture: mlp | convnet | resnet18 | resnet34 | resnet50 (required)\n"));
   CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# optimizer: sgd | adamw\n"));
-  CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# auto (bar on a TTY) | bar | lines | none\n"));
+  CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# terminal display: auto (a bar on a TTY, else lines), bar, lines or none\n"));
 }

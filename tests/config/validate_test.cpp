@@ -3,13 +3,17 @@
 // line), and legal-but-odd settings come back as warnings.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "config/validate.h"
-#include "config_test_util.h"
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/scratch_dir.h"
 
 using dlrun::Config;
 using dlrun::testing::Expect;
 using dlrun::testing::expect_error;
-using dlrun::testing::TempDir;
+using dlrun::testing::ScratchDir;
 namespace config = dlrun::config;
 
 namespace {
@@ -32,7 +36,7 @@ TEST_CASE("valid configs pass validation", "[config][validate]") {
   CHECK(config::validate(config::load_text(kMin + "run: {device: cuda:3}\n", "mem.yaml")).empty());
   Config c = config::load_text(kMin + "train: {grad_accum: 3}\n", "mem.yaml", {"data.batch_size=96"});
   CHECK(config::validate(c, {4}).empty());  // 96 = 4 ranks x 3 accumulation steps x 8
-  TempDir d;
+  ScratchDir d;
   std::filesystem::create_directories(d.path("images"));
   CHECK(config::validate(config::load_text("model: {name: convnet}\ndata: {name: image_folder, root: " +
                                                d.path("images") + "}\n",
@@ -104,7 +108,7 @@ TEST_CASE("preemption.watch=file needs an endpoint", "[config][validate]") {
 
 TEST_CASE("validation errors point at overrides and base files", "[config][validate]") {
   expect_invalid(kMin, {"run.device", "command line 'run.device=tpu'", 0, 0, "invalid device 'tpu'"}, {"run.device=tpu"});
-  TempDir d;
+  ScratchDir d;
   d.write("base.yaml", "model: {name: mlp}\ndata: {name: synthetic}\nsched:\n  name: multistep\n  milestones: [5, 5]\n");
   Config c = config::load(d.write("child.yaml", "base: base.yaml\n"));
   expect_error([&] { config::validate(c); }, {"sched.milestones", d.path("base.yaml"), 5, 15, "strictly increasing"});
@@ -119,7 +123,13 @@ TEST_CASE("legal but odd settings are warnings", "[config][validate]") {
   CHECK_THAT(w[0], Catch::Matchers::Contains("checkpoint.keep_every has no effect"));
 }
 
-TEST_CASE("default_data_root knows Debian's Fashion-MNIST", "[config][validate]") {
-  CHECK(config::default_data_root("fashion_mnist") == "/usr/share/datasets/fashion-mnist");
-  CHECK(config::default_data_root("cifar10").empty());
+TEST_CASE("root_or_default knows Debian's Fashion-MNIST", "[config][validate]") {
+  dlrun::DataOptions d;
+  d.name = "fashion_mnist";
+  CHECK(d.root_or_default() == "/usr/share/datasets/fashion-mnist");
+  d.root = "/data/fm";
+  CHECK(d.root_or_default() == "/data/fm");
+  d.name = "cifar10";
+  d.root.clear();
+  CHECK(d.root_or_default().empty());
 }

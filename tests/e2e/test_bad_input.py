@@ -12,9 +12,7 @@ FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def test_corrupt_idx_files():
-    if not os.path.isdir(FMNIST):
-        print("SKIP: Fashion-MNIST not installed")
-        return
+    expect(os.path.isdir(FMNIST), f"{FMNIST} is missing: install Debian's dataset-fashion-mnist (scripts/setup.sh does)")
     with RunDir() as r:
         root = r.file("data")
         os.makedirs(root)
@@ -52,8 +50,9 @@ def test_fresh_start_does_not_mix_runs():
         p = dlrun("train", TINY, "train.max_steps=5", "--resume", "never", "--run-dir", r.path, check=2)
         expect("--force" in p.stdout, p.stdout[-1000:])
         dlrun("train", TINY, "train.max_steps=5", "--resume", "never", "--force", "--run-dir", r.path, check=0)
-        aside = [d for d in os.listdir(r.path) if d.startswith("checkpoints.old-")]
-        expect(len(aside) == 1 and os.listdir(os.path.join(r.path, aside[0])), "old checkpoints were not kept")
+        aside = [d for d in os.listdir(r.path) if d.startswith("aside-")]
+        expect(len(aside) == 1 and os.listdir(os.path.join(r.path, aside[0], "checkpoints")),
+               "old checkpoints were not kept")
 
 
 def test_bad_resume_path():
@@ -85,6 +84,45 @@ def test_undecodable_image_mid_run():
         expect(s["status"] == "failed" and s["steps"] > 0, s)
 
 
+DIVERGE = ("model.name=mlp", "model.hidden=[32]", "optim.lr=1000", "sched.name=constant", "sched.warmup_steps=0")
+
+
+def test_nonfinite_loss_stops_the_run_naming_the_step():
+    with RunDir() as r:
+        p = train(TINY, r.path, *DIVERGE, check=1)
+        expect("the training loss or a gradient is not finite" in p.stdout, p.stdout[-1500:])
+        s = r.summary()
+        expect(s["status"] == "failed" and f"step {s['steps']}:" in s["error"], s)
+        # The last checkpoint was written before the bad step and still verifies.
+        expect(s["checkpoint"] and int(s["checkpoint"][-8:]) < s["steps"], s)
+        dlrun("ckpt", "verify", s["checkpoint"], check=0)
+
+
+def test_nonfinite_steps_can_be_skipped_and_counted():
+    with RunDir() as r:
+        train(TINY, r.path, *DIVERGE, "train.nonfinite=skip")
+        s = r.summary()
+        skips = [m for m in r.metrics() if m.get("event") == "skip"]
+        expect(s["status"] == "completed" and s["skipped_steps"] > 0 and len(skips) == s["skipped_steps"], s)
+        expect(all("non-finite" in m["reason"] for m in skips), skips[:2])
+
+
+def test_config_validate_refuses_what_train_refuses():
+    """`config validate` runs train's start-up checks: the data must fit the model, and the
+    device must exist here."""
+    p = dlrun("config", "validate", TINY, "model.in_channels=3", "data.synthetic_shape=[3,16,16]",
+              "data.name=fashion_mnist", check=2)
+    expect("model.in_channels: data.name=fashion_mnist has 1 channel(s) but model.in_channels is 3" in p.stdout,
+           p.stdout[-800:])
+    info = json.loads(dlrun("info", "--json", check=0).stdout)
+    if not info["torch"]["cuda_available"]:
+        p = dlrun("config", "validate", TINY, "run.device=cuda", check=2)
+        expect("CUDA is not available here" in p.stdout, p.stdout[-800:])
+    else:
+        dlrun("config", "validate", TINY, "run.device=cuda", check=0)
+
+
 if __name__ == "__main__":
     main([test_corrupt_idx_files, test_incompatible_resume_is_refused, test_fresh_start_does_not_mix_runs,
-          test_bad_resume_path, test_undecodable_image_mid_run])
+          test_bad_resume_path, test_undecodable_image_mid_run, test_nonfinite_loss_stops_the_run_naming_the_step,
+          test_nonfinite_steps_can_be_skipped_and_counted, test_config_validate_refuses_what_train_refuses])

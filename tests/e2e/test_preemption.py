@@ -1,6 +1,7 @@
-"""Preemption (DESIGN.md §5): SIGTERM / SIGUSR1 / SIGINT and cloud notices stop the run at
-the next step boundary with a committed checkpoint and exit 75; the resumed run ends exactly
-where an uninterrupted one would. Notice sources are served from 127.0.0.1 only."""
+"""Preemption (docs/checkpoints.md): SIGTERM / SIGUSR1 / SIGINT and cloud notices stop the run
+at the next step boundary (or during an evaluation) with a committed checkpoint and exit 75;
+the resumed run ends exactly where an uninterrupted one would. Notice sources are served from
+127.0.0.1 only."""
 import http.server
 import json
 import os
@@ -81,6 +82,29 @@ def test_file_notice():
         expect("file" in s["preemption"]["reason"], s["preemption"])
 
 
+def test_a_signal_during_evaluation_ends_it_and_saves():
+    """The stop flag is checked around evaluations, not only after steps: a SIGTERM that
+    arrives while evaluating ends the evaluation early, saves, and exits 75."""
+    with RunDir() as r, RunDir() as ref:
+        train(TINY, r.path, env={"DLRUN_FAULT": "signal_during:eval"}, check=75)
+        s = r.summary()
+        expect(s["steps"] == 16 and s["checkpoint"].endswith("step-00000016"), s)  # the first eval: end of epoch 1
+        expect(not [m for m in r.metrics() if m.get("event") == "eval"], "an interrupted evaluation was reported")
+        train(TINY, r.path)
+        train(TINY, ref.path)
+        expect(r.summary()["params_sha256"] == ref.summary()["params_sha256"], "resume after an eval stop differs")
+
+
+def test_a_signal_during_a_save_exits_after_it_without_saving_twice():
+    with RunDir() as r:
+        train(TINY, r.path, env={"DLRUN_FAULT": "signal_during:save"}, check=75)
+        s = r.summary()
+        saves = [m for m in r.metrics() if m.get("event") == "checkpoint"]
+        expect(s["steps"] == 5 and len(saves) == 1 and saves[0]["reason"] == "every_steps", saves)
+        expect(s["checkpoint"].endswith("step-00000005"), s)
+        expect(open(r.file("checkpoints", "LATEST")).read().strip() == "step-00000005", "LATEST")
+
+
 class NoticeServer:
     """GCP- and AWS-style metadata answers on 127.0.0.1; `fire()` turns the notice on."""
 
@@ -144,4 +168,5 @@ def test_gcp_and_aws_notices_from_local_server():
 
 if __name__ == "__main__":
     main([test_sigterm_at_step_then_exact_resume, test_external_signals, test_file_notice,
-          test_gcp_and_aws_notices_from_local_server])
+          test_gcp_and_aws_notices_from_local_server, test_a_signal_during_evaluation_ends_it_and_saves,
+          test_a_signal_during_a_save_exits_after_it_without_saving_twice])

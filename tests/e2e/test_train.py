@@ -50,9 +50,8 @@ def test_different_seed_differs():
 
 def test_fashion_mnist_learns():
     """A short run on real Fashion-MNIST must show a clear learning signal."""
-    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
-        print("SKIP: /usr/share/datasets/fashion-mnist missing (install dataset-fashion-mnist)")
-        return
+    expect(os.path.isdir("/usr/share/datasets/fashion-mnist"),
+           "/usr/share/datasets/fashion-mnist is missing: install Debian's dataset-fashion-mnist (scripts/setup.sh does)")
     with RunDir() as r:
         train(os.path.join(os.environ["DLRUN_SOURCE_DIR"], "configs", "quickstart.yaml"), r.path,
               "data.limit_train=8192", "data.limit_eval=2000", "train.epochs=1", "model.width=16",

@@ -2,7 +2,7 @@
 // into the directory given as argv[1] and prints the file's path.
 #include <cstdio>
 
-#include "metrics/writers.h"
+#include "metrics/tensorboard.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

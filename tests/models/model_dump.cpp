@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     opts.name = argv[1];
     opts.num_classes = std::stoll(argv[2]);
     opts.in_channels = std::stoll(argv[3]);
-    opts.stem = argv[4];
+    opts.stem = std::string(argv[4]) == "cifar" ? dlrun::ResnetStem::kCifar : dlrun::ResnetStem::kImagenet;
     const uint64_t seed = std::stoull(argv[5]);
     const int64_t size = std::stoll(argv[6]);
     const std::string prefix = argv[7];

@@ -1,9 +1,8 @@
 # Python-side model tests: dlrun's ResNets load into torchvision and give the same logits.
 # dlrun_model_dump (a test-only executable) writes weights and logits that Python reads.
 add_executable(dlrun_model_dump ${CMAKE_CURRENT_LIST_DIR}/model_dump.cpp)
-target_link_libraries(dlrun_model_dump PRIVATE dlrun_core)
+dlrun_link(dlrun_model_dump)
 target_precompile_headers(dlrun_model_dump REUSE_FROM dlrun_core)
-set_target_properties(dlrun_model_dump PROPERTIES BUILD_RPATH "${DLRUN_TORCH_LIBDIR}")
 
 if(DLRUN_PYTHON)
   add_test(NAME py:torchvision_resnet_compat

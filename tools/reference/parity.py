@@ -4,8 +4,9 @@
 For each model (convnet, resnet18) this runs `dlrun train configs/parity/<model>.yaml
 --save-init init.pt`, then builds the same model in PyTorch, loads dlrun's initial weights,
 feeds the same Fashion-MNIST batches (in file order, normalized the same way) with the same
-optimizer and learning-rate schedule, and compares the first 100 training losses:
-every step must agree within 1e-4 relative.
+optimizer and learning-rate schedule (PyTorch's own LinearLR / CosineAnnealingLR), and
+compares the first 100 training losses: convnet must agree within 1e-4 relative at every
+step, resnet18 bit for bit (same ATen kernels, same order of operations).
 
     tools/reference/parity.py --dlrun build/dlrun [--models convnet resnet18] [--tol 1e-4]
 """
@@ -56,11 +57,19 @@ def resnet18(in_channels=1, num_classes=10):
     return m
 
 
-def warmup_lr(cfg, step):
-    """Constant schedule with dlrun's linear warmup: lr * (step + 1) / W for step < W."""
-    base = cfg["optim"]["lr"]
-    warm = cfg["sched"].get("warmup_steps", 0)
-    return base * ((step + 1) / warm if step < warm else 1.0)
+# Models whose losses must equal PyTorch's exactly (tolerance 0), not within --tol.
+BITWISE = {"resnet18"}
+
+
+def scheduler(cfg, opt, steps):
+    """The PyTorch scheduler that dlrun's sched section describes (warmup = LinearLR)."""
+    s, lrs = cfg["sched"], torch.optim.lr_scheduler
+    warm = s.get("warmup_steps", 0)
+    if s["name"] == "constant" and warm > 0:
+        return lrs.LinearLR(opt, start_factor=1.0 / warm, end_factor=1.0, total_iters=warm - 1)
+    if s["name"] == "cosine" and warm == 0:
+        return lrs.CosineAnnealingLR(opt, T_max=steps, eta_min=s.get("min_lr", 0.0))
+    raise SystemExit(f"parity.py: no PyTorch scheduler mapped for sched {s}")
 
 
 def run_model(name, dlrun, tol, steps):
@@ -93,18 +102,14 @@ def run_model(name, dlrun, tol, steps):
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
                                 weight_decay=o["weight_decay"])
-    sched = None
-    if cfg["sched"]["name"] == "cosine":
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=cfg["sched"]["min_lr"])
+    sched = scheduler(cfg, opt, steps)
+    tol = 0.0 if name in BITWISE else tol
 
     images = read_idx(os.path.join(FMNIST, "train-images-idx3-ubyte.gz"))
     labels = read_idx(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz"))
     b = cfg["data"]["batch_size"]
     worst = 0.0
     for step in range(steps):
-        if sched is None:
-            for g in opt.param_groups:
-                g["lr"] = warmup_lr(cfg, step)
         x = torch.from_numpy(images[step * b:(step + 1) * b].copy()).float().div(255.0).unsqueeze(1)
         x = (x - MEAN) / STD
         y = torch.from_numpy(labels[step * b:(step + 1) * b].astype(np.int64))
@@ -112,8 +117,7 @@ def run_model(name, dlrun, tol, steps):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        if sched is not None:
-            sched.step()
+        sched.step()
         ref = loss.item()
         got = dl_losses.get(step + 1)
         if got is None:
@@ -124,8 +128,8 @@ def run_model(name, dlrun, tol, steps):
         worst = max(worst, rel)
         if rel > tol:
             raise SystemExit(f"{name}: step {step + 1}: dlrun loss {got!r} vs PyTorch {ref!r} (relative {rel:.2e} > {tol})")
-    print(f"{name}: {steps} losses agree, worst relative difference {worst:.2e} "
-          f"(first {dl_losses[1]:.5f}, last {dl_losses[steps]:.5f})")
+    agree = "are bitwise equal" if tol == 0 else f"agree within {tol:g}, worst relative difference {worst:.2e}"
+    print(f"{name}: {steps} losses {agree} (first {dl_losses[1]:.5f}, last {dl_losses[steps]:.5f})")
     return worst
 
 
@@ -137,8 +141,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     a = ap.parse_args()
     if not os.path.isdir(FMNIST):
-        print(f"SKIP: {FMNIST} missing (Debian package dataset-fashion-mnist)")
-        return 0
+        print(f"FAIL: {FMNIST} missing: install Debian's dataset-fashion-mnist (scripts/setup.sh does)")
+        return 1
     torch.set_num_threads(max(1, torch.get_num_threads()))
     for m in a.models:
         run_model(m, a.dlrun, a.tol, a.steps)

@@ -1,0 +1,36 @@
+// Fault injection for the crash tests: the one reader of DLRUN_FAULT (docs/testing.md).
+//
+//   DLRUN_FAULT=abort_at_step:K    abort() right after optimizer step K, as kill -9 would
+//   DLRUN_FAULT=signal_at_step:K   raise SIGTERM right after step K (the real signal path)
+//   DLRUN_FAULT=ckpt:POINT         abort() on reaching POINT of a checkpoint commit
+//   DLRUN_FAULT=signal_during:PHASE  raise SIGTERM inside a phase of the trainer: startup
+//                                  (data loaded, nothing written yet), eval (an evaluation
+//                                  has begun), save (a snapshot taken, the write not done)
+//
+// Unset, it does nothing. It is read from the environment at each check (cheap), so a test
+// may set it in-process. An unrecognized value is reported once on stderr and ignored.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dlrun::fault {
+
+/// DLRUN_FAULT split at its first ':' ({"ckpt", "manifest"}); empty when unset.
+struct Spec {
+  std::string name;
+  std::string arg;
+};
+Spec current();
+
+/// abort() when DLRUN_FAULT is `ckpt:<point>`.
+void at_checkpoint_point(const char* point);
+
+/// After optimizer step `step`: abort() for abort_at_step:step, raise(SIGTERM) for
+/// signal_at_step:step.
+void after_step(int64_t step);
+
+/// raise(SIGTERM) when DLRUN_FAULT is `signal_during:<phase>`.
+void during(const char* phase);
+
+}  // namespace dlrun::fault

@@ -1,0 +1,18 @@
+// The few behaviours of the option structs (see options.h).
+#include "config/options.h"
+
+namespace dlrun {
+
+SourceLoc Config::where(const std::string& key) const {
+  auto it = origin.find(key);
+  if (it != origin.end()) return it->second;
+  return SourceLoc{source_file, 0, 0};
+}
+
+std::string DataOptions::root_or_default() const {
+  if (!root.empty()) return root;
+  if (name == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
+  return "";
+}
+
+}  // namespace dlrun

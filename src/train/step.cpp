@@ -1,0 +1,89 @@
+// The step runner (see step.h).
+#include "train/step.h"
+
+#include "base/log.h"
+#include "train/optim.h"
+
+namespace dlrun::train {
+
+StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models::Model& model,
+                       torch::optim::Optimizer& optim, const torch::Device& device)
+    : train_(train),
+      model_(model),
+      optim_(optim),
+      device_(device),
+      autocast_(amp.enabled && device.is_cuda()),
+      autocast_dtype_(amp.dtype == AmpDtype::kBf16 ? torch::kBFloat16 : torch::kHalf),
+      scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf) {
+  if (amp.enabled && !device.is_cuda()) log0::warn("amp.enabled ignored: the device is {}", device.str());
+  for (auto& p : model.parameters())
+    if (p.requires_grad()) params_.push_back(p);
+}
+
+void StepRunner::clip(const std::vector<torch::Tensor>& grads) const {
+  // Global L2 norm as torch.nn.utils.clip_grad_norm_ computes it, kept on the device: the
+  // factor is clamped to 1 instead of branching on the norm on the host.
+  torch::NoGradGuard no_grad;
+  const auto norms = at::_foreach_norm(grads, 2);
+  const auto total = at::linalg_vector_norm(at::stack(norms), 2);
+  const auto factor = (train_.clip_grad_norm / (total + 1e-6)).clamp_max(1.0);
+  at::_foreach_mul_(grads, factor);
+}
+
+StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
+  set_lr(optim_, lr);
+  optim_.zero_grad(true);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  auto loss_sum = torch::zeros({}, f64);
+  const auto n = static_cast<double>(micro.size());
+  for (const auto& b : micro) {
+    torch::Tensor loss;
+    {
+      AutocastScope ac(autocast_, autocast_dtype_);
+      auto logits = model_.forward(b.x);  // (b, classes)
+      loss = torch::nn::functional::cross_entropy(
+          logits.to(torch::kFloat32), b.y,
+          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(train_.label_smoothing));
+    }
+    loss_sum += loss.detach().to(torch::kFloat64);
+    scaler_.scale(loss / n).backward();
+  }
+
+  // Unscale (by 1 without fp16 scaling) and look for inf/NaN in one pass over the gradients.
+  std::vector<torch::Tensor> grads;
+  grads.reserve(params_.size());
+  for (const auto& p : params_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  auto found_inf = torch::zeros({1}, f32);
+  const double inv_scale = scaler_.active() ? 1.0 / scaler_.scale_value() : 1.0;
+  if (!grads.empty()) at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch::full({1}, inv_scale, f32));
+  const auto grads_bad = found_inf.gt(0).squeeze();
+  const auto loss_bad = loss_sum.isfinite().logical_not();
+  StepResult r;
+  r.loss = loss_sum / n;
+  // With fp16 scaling, overflowing gradients are routine (the scale is searched for); only
+  // a non-finite loss is the model's problem.
+  r.nonfinite = scaler_.active() ? loss_bad : loss_bad.logical_or(grads_bad);
+  if (train_.clip_grad_norm > 0 && !grads.empty()) clip(grads);
+
+  bool overflow = false;
+  if (scaler_.active() || train_.nonfinite == NonfinitePolicy::kSkip) {
+    const auto flags = torch::stack({grads_bad, r.nonfinite}).to(torch::kCPU);  // the one read
+    overflow = scaler_.active() && flags[0].item<bool>();
+    r.nonfinite_read = flags[1].item<bool>();
+    if (train_.nonfinite == NonfinitePolicy::kSkip && *r.nonfinite_read) {
+      r.skipped = true;
+      r.skip_reason = "non-finite loss or gradients";
+    } else if (overflow) {
+      r.skipped = true;
+      r.skip_reason = fmt::format("fp16 gradient overflow (loss scale {} -> {})", scaler_.scale_value(),
+                                  scaler_.scale_value() / 2);
+    }
+  }
+  if (!r.skipped) optim_.step();
+  scaler_.update(!overflow);
+  return r;
+}
+
+}  // namespace dlrun::train

@@ -1,0 +1,56 @@
+// One optimizer step: forward, loss, backward over the micro-batches of gradient
+// accumulation, unscale and the non-finite check, gradient clipping, the optimizer update and
+// the loss-scale update. This is the one place that DDP's no-sync, device-side AMP,
+// activation recomputation and CUDA-graph capture touch.
+//
+// The step is device work: it returns device tensors and reads nothing back, with one
+// exception that the mixed-precision work removes — when an update may have to be skipped
+// (fp16 loss scaling, or train.nonfinite: skip) the runner reads the non-finite flag before
+// the optimizer step (one device sync). The learning rate is set from the host.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <vector>
+
+#include "config/options.h"
+#include "data/loader.h"
+#include "models/model.h"
+#include "train/amp.h"
+
+namespace dlrun::train {
+
+struct StepResult {
+  torch::Tensor loss;       ///< float64 scalar on the device: mean of the micro-batch losses
+  torch::Tensor nonfinite;  ///< bool scalar on the device: a non-finite loss or gradient (fp16: loss only)
+  /// Known on the host only when the runner had to read it (see above): whether the loss or
+  /// a gradient was non-finite, and whether the update was skipped, and why.
+  std::optional<bool> nonfinite_read;
+  bool skipped = false;
+  std::string skip_reason;
+};
+
+class StepRunner {
+ public:
+  StepRunner(const TrainOptions& train, const AmpOptions& amp, models::Model& model, torch::optim::Optimizer& optim,
+             const torch::Device& device);
+  /// One optimizer step over `micro` (train.grad_accum micro-batches) at learning rate `lr`.
+  StepResult run(const std::vector<data::Batch>& micro, double lr);
+  GradScaler& scaler() { return scaler_; }
+  const GradScaler& scaler() const { return scaler_; }
+
+ private:
+  void clip(const std::vector<torch::Tensor>& grads) const;
+
+  TrainOptions train_;
+  models::Model& model_;
+  torch::optim::Optimizer& optim_;
+  torch::Device device_;
+  bool autocast_ = false;
+  torch::ScalarType autocast_dtype_ = torch::kHalf;
+  GradScaler scaler_;
+  std::vector<torch::Tensor> params_;  ///< trainable parameters
+};
+
+}  // namespace dlrun::train

@@ -1,0 +1,35 @@
+// Writers of the data tests' input files: raw or gzipped bytes.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+
+namespace dlrun::testing::data {
+
+namespace fs = std::filesystem;
+
+inline void write_file(const fs::path& p, const std::vector<uint8_t>& bytes, bool gz = false) {
+  fs::create_directories(p.parent_path());
+  if (gz) {
+    gzFile f = gzopen(p.string().c_str(), "wb");
+    REQUIRE(f != nullptr);
+    if (!bytes.empty()) REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+    gzclose(f);
+    return;
+  }
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::vector<uint8_t> read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace dlrun::testing::data

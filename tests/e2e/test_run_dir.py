@@ -1,0 +1,129 @@
+"""The run directory a user relies on: a refused or interrupted start leaves it exactly as it
+was; one trainer at a time; --force sets a whole earlier run aside; each segment's config is
+kept; a changed config is named at resume; notices for an earlier process are ignored."""
+import hashlib
+import os
+import subprocess
+import time
+
+from common import DLRUN, RunDir, cfg, dlrun, expect, main, train
+
+TINY = cfg("tiny.yaml")
+
+
+def snapshot(path):
+    """Every file under `path` with its size, mtime and SHA-256: 'exactly as it was'."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.stat(p)
+            digest = hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.isfile(p) else "dir"
+            out[os.path.relpath(p, path)] = (st.st_size if os.path.isfile(p) else 0, st.st_mtime_ns, digest)
+    return out
+
+
+def test_refusals_leave_the_run_directory_as_it_was():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=20")
+        before = snapshot(r.path)
+        refusals = {
+            "incompatible architecture": (("model.width=16",), ()),
+            "--resume never without --force": ((), ("--resume", "never")),
+            "a bad --resume PATH": ((), ("--resume", r.file("no-such-checkpoint"))),
+            "a bad notice source": (("preemption.watch=file",), ()),
+            "a channel mismatch": (("model.in_channels=3", "data.synthetic_shape=[3,16,16]", "data.name=fashion_mnist"), ()),
+        }
+        for what, (overrides, extra) in refusals.items():
+            p = dlrun("train", TINY, "train.max_steps=40", *overrides, "--run-dir", r.path, *extra)
+            expect(p.returncode == 2, f"{what}: exit {p.returncode}, expected 2:\n{p.stdout[-1500:]}")
+            expect(snapshot(r.path) == before, f"{what}: the run directory changed")
+            expect(r.summary()["status"] == "completed" and r.summary()["steps"] == 20, f"{what}: {r.summary()}")
+    with RunDir() as r:  # a refused first start creates nothing at all
+        target = r.file("new", "run")
+        p = dlrun("train", TINY, "model.in_channels=3", "--run-dir", target)
+        expect(p.returncode == 2, p.stdout[-800:])
+        expect(not os.path.exists(r.file("new")), "a refused start left directories behind")
+
+
+def test_a_signal_during_startup_exits_75_and_touches_nothing():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=10")
+        before = snapshot(r.path)
+        p = train(TINY, r.path, "train.max_steps=30", env={"DLRUN_FAULT": "signal_during:startup"}, check=75)
+        expect("during start-up" in p.stdout, p.stdout[-1000:])
+        expect(snapshot(r.path) == before, "the run directory changed")
+        train(TINY, r.path, "train.max_steps=30")  # the requeued run continues normally
+        expect(r.summary()["steps"] == 30 and r.summary()["resumed_from_step"] == 10, r.summary())
+
+
+def test_a_second_trainer_is_refused_while_the_first_runs():
+    with RunDir() as r:
+        env = dict(os.environ)
+        env.pop("DLRUN_FAULT", None)
+        first = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "train.epochs=400", "log.progress=none"],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.time() + 120
+            while not os.path.exists(r.file("metrics.jsonl")) and time.time() < deadline:
+                time.sleep(0.05)
+            second = dlrun("train", TINY, "--run-dir", r.path, "train.epochs=400")
+            expect(second.returncode == 2, f"second trainer exited {second.returncode}")
+            expect(f"in use by another dlrun train (pid {first.pid}" in second.stdout, second.stdout[-800:])
+            expect(first.poll() is None, "the first trainer stopped")
+        finally:
+            first.terminate()
+            out, _ = first.communicate(timeout=120)
+        expect(first.returncode == 75, f"first trainer exited {first.returncode}:\n{out[-1500:]}")
+        expect(r.summary()["status"] == "interrupted", r.summary())
+        expect(not os.path.exists(r.file("dlrun.lock")), "the lock file was not removed")
+
+
+def test_force_sets_the_whole_earlier_run_aside():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=12")
+        old_metrics = open(r.file("metrics.jsonl")).read()
+        train(TINY, r.path, "train.max_steps=6", extra=("--resume", "never", "--force"))
+        aside = [d for d in os.listdir(r.path) if d.startswith("aside-")]
+        expect(len(aside) == 1, os.listdir(r.path))
+        kept = os.listdir(r.file(aside[0]))
+        for f in ("metrics.jsonl", "summary.json", "config.yaml", "checkpoints"):
+            expect(f in kept, f"{f} not set aside: {kept}")
+        expect(any(f.startswith("events.out.tfevents.") for f in kept), kept)
+        expect(open(r.file(aside[0], "metrics.jsonl")).read() == old_metrics, "the old metrics changed")
+        s = r.summary()
+        expect(s["steps"] == 6 and s["steps_lost"] == 0 and s["goodput"] == 1.0, s)
+        expect(max(m["step"] for m in r.metrics()) == 6, "metrics.jsonl mixes the two runs")
+        expect(r.summary()["resumed_from_step"] == -1, s)
+
+
+def test_resume_with_a_changed_config_names_the_keys_and_keeps_each_segment():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=10")
+        first = open(r.file("config.yaml")).read()
+        p = train(TINY, r.path, "train.max_steps=20", "optim.lr=0.02", "run.seed=9")
+        expect("optim.lr: 0.05 -> 0.02" in p.stdout, p.stdout[-2500:])
+        expect("run.seed: 1 -> 9" in p.stdout and "not an exact continuation" in p.stdout, p.stdout[-2500:])
+        kept = r.file("config.before-step-00000010.yaml")
+        expect(os.path.isfile(kept) and open(kept).read() == first, os.listdir(r.path))
+        expect("lr: 0.02" in open(r.file("config.yaml")).read(), "config.yaml is not the new segment's")
+        p = train(TINY, r.path, "train.max_steps=20", "optim.lr=0.02", "run.seed=9")
+        expect("differs from the checkpoint" not in p.stdout, "warned although nothing changed")
+
+
+def test_a_notice_file_from_an_earlier_process_is_ignored():
+    with RunDir() as r:
+        notice = r.file("preempt-notice")
+        open(notice, "w").write("for the process before the requeue")
+        old = time.time() - 600
+        os.utime(notice, (old, old))
+        p = train(TINY, r.path, "preemption.watch=file", f"preemption.endpoint={notice}", "preemption.poll_s=0.05")
+        expect(r.summary()["status"] == "completed", r.summary())
+        expect("ignoring the notice file" in p.stdout, p.stdout[-1500:])
+
+
+if __name__ == "__main__":
+    main([test_refusals_leave_the_run_directory_as_it_was, test_a_signal_during_startup_exits_75_and_touches_nothing,
+          test_a_second_trainer_is_refused_while_the_first_runs, test_force_sets_the_whole_earlier_run_aside,
+          test_resume_with_a_changed_config_names_the_keys_and_keeps_each_segment,
+          test_a_notice_file_from_an_earlier_process_is_ignored])
