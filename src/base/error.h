@@ -1,4 +1,4 @@
-// The one error type of dlrun, and the exit codes of DESIGN.md §2.
+// The one error type of dlrun, and its exit codes (README.md, "Exit codes").
 //
 // Every failure that reaches main() is a dlrun::Error (or is wrapped into one there). It
 // carries the exit code, a message, and — for bad input — where the input was wrong: the
@@ -12,7 +12,7 @@
 
 namespace dlrun {
 
-/// Process exit codes (DESIGN.md §2). Documented in README.md.
+/// Process exit codes, documented in README.md.
 enum class ExitCode : int {
   kOk = 0,            ///< finished
   kRuntime = 1,       ///< runtime failure: a bug, a CUDA error, a peer rank died

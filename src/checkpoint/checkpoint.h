@@ -54,13 +54,14 @@ std::string dir_name(int64_t step);
 
 /// Write and commit synchronously into `checkpoints_dir`. Returns the committed directory.
 /// Throws dlrun::Error (exit 1) on I/O failure; never touches other checkpoints.
-/// Nothing is ever deleted that is not a verified duplicate: a stale step-N.tmp/ of the same
-/// step (a crashed writer) is set aside as step-N.partial-<unix time>/. When step-N/ already
-/// exists (the step is saved again, e.g. after resuming from an older checkpoint), the new
-/// copy is written to step-N.tmp/ first; an existing copy that fails verification is set
-/// aside as step-N.corrupt-<unix time>/, one that verifies is swapped out atomically
-/// (renameat2 RENAME_EXCHANGE; else via step-N.old-<pid>/) and removed, so a complete step-N/
-/// exists at every instant. LATEST then names this checkpoint.
+/// Nothing that may be needed is deleted: a stale step-N.tmp/ of the same step (a crashed
+/// writer) is set aside as step-N.tmp.partial-<unix time>/. When step-N/ already exists (the
+/// step is saved again, e.g. after resuming from an older checkpoint), the new copy is
+/// written to step-N.tmp/ first; an existing copy that fails verification is set aside as
+/// step-N.corrupt-<unix time>/, one that verifies (a complete checkpoint of the same step,
+/// now superseded) is swapped out atomically (renameat2 RENAME_EXCHANGE; else via
+/// step-N.old-<pid>/) and removed, so a complete step-N/ exists at every instant. LATEST then
+/// names this checkpoint.
 std::string commit(const Snapshot& snap, const std::string& checkpoints_dir);
 
 struct VerifyResult {
@@ -130,9 +131,10 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
 /// set-aside directories are left alone (reported by `dlrun ckpt list`). Also never removes
 /// the checkpoint LATEST names, any checkpoint that fails verification (left for inspection),
 /// or anything newer than the newest verified one. `just_committed` names a checkpoint this
-/// process has just written and hashed (commit() returns it): it counts as verified without
-/// being read again. Every other candidate for "newest verified" is checked with SHA-256;
-/// older ones for presence and sizes only, so retention never re-hashes kept checkpoints.
+/// process has just written and hashed (commit() returns it): it is the newest verified one
+/// without being read again, and checkpoints newer than it are left alone unread. Without
+/// it, candidates for "newest verified" are checked with SHA-256. Older ones are checked for
+/// presence and sizes only, so retention after a save never re-hashes a checkpoint.
 void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every,
                      const std::string& just_committed = {});
 

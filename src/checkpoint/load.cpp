@@ -62,7 +62,10 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
   auto entries = detail::scan(checkpoints_dir);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if (it->partial) {
-      if (on_skip) on_skip(it->path, "partial: not a committed checkpoint; ignored, not deleted");
+      // A leftover step-N.tmp/ is worth a word; directories dlrun set aside itself
+      // (.partial-, .corrupt-, .old-) were reported when they were, and are not candidates.
+      const bool tmp = it->name.size() > 4 && it->name.compare(it->name.size() - 4, 4, ".tmp") == 0;
+      if (tmp && on_skip) on_skip(it->path, "partial: never committed (interrupted writer); ignored, not deleted");
       continue;
     }
     try {

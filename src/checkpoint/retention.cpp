@@ -20,10 +20,14 @@ void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int6
   for (auto& e : detail::scan(checkpoints_dir))
     if (!e.partial) committed.push_back(std::move(e));
 
-  // The newest that verifies fully; everything newer failed verification and stays.
+  // The newest verified checkpoint: the one just written when we are told (anything newer is
+  // another timeline's, e.g. after --resume PATH, or corrupt, and is left alone without being
+  // read), else the newest that verifies fully.
   int newest = -1;
-  for (int i = static_cast<int>(committed.size()) - 1; i >= 0 && newest < 0; --i)
-    if ((!just_committed.empty() && committed[i].path == just_committed) || verify(committed[i].path).ok) newest = i;
+  for (int i = static_cast<int>(committed.size()) - 1; i >= 0 && !just_committed.empty() && newest < 0; --i)
+    if (committed[i].path == just_committed) newest = i;
+  for (int i = static_cast<int>(committed.size()) - 1; i >= 0 && just_committed.empty() && newest < 0; --i)
+    if (verify(committed[i].path).ok) newest = i;
   if (newest < 0) return;
 
   const auto latest = read_latest(checkpoints_dir);

@@ -7,7 +7,7 @@ class App;
 
 namespace dlrun::cli {
 
-/// Parse argv, run the chosen subcommand, and map every error to DESIGN.md's exit codes.
+/// Parse argv, run the chosen subcommand, and map every error to the exit codes of README.md.
 int main(int argc, char** argv);
 
 // Subcommand registration; each lives in its own cmd_<name>.cpp.

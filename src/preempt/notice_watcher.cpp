@@ -52,15 +52,19 @@ struct NoticeWatcher::Impl {
   }
 };
 
+void check_notice_source(const PreemptionOptions& opts) {
+  if (opts.watch == NoticeSource::kNone) return;
+  DLRUN_CHECK_INPUT(opts.poll_s > 0, "preemption.poll_s: must be > 0, got {}", opts.poll_s);
+  check_source(opts.watch, opts.endpoint.empty() ? default_endpoint(opts.watch) : opts.endpoint);
+}
+
 NoticeWatcher::NoticeWatcher(const PreemptionOptions& opts) {
   if (opts.watch == NoticeSource::kNone) return;
+  check_notice_source(opts);  // fails at start-up (exit 2), not inside the thread
   auto impl = std::make_unique<Impl>();
   impl->watch = opts.watch;
   impl->endpoint = opts.endpoint.empty() ? default_endpoint(opts.watch) : opts.endpoint;
-  DLRUN_CHECK_INPUT(opts.poll_s > 0, "preemption.poll_s: must be > 0, got {}", opts.poll_s);
   impl->poll_s = opts.poll_s;
-  // Fails at start-up (exit 2), not inside the thread, for a bad watch or endpoint.
-  check_source(impl->watch, impl->endpoint);
   log::info("watching for preemption notices: {} at {} every {}s", name_of(impl->watch), impl->endpoint,
             impl->poll_s);
   Impl* p = impl.get();

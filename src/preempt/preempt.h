@@ -68,6 +68,10 @@ class NoticeWatcher {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The checks NoticeWatcher's constructor makes, without starting anything: a file source
+/// has a path, HTTP sources have libcurl, poll_s > 0. Throws dlrun::Error (exit 2).
+void check_notice_source(const PreemptionOptions& opts);
+
 /// One poll, synchronously: true when the source reports a pending preemption.
 /// `detail` receives the notice text. Network errors count as "no notice".
 bool poll_once(NoticeSource watch, const std::string& endpoint, std::string* detail = nullptr);

@@ -1,4 +1,4 @@
-// The stop flag and the signal handlers that set it (DESIGN.md §5). A handler only stores
+// The stop flag and the signal handlers that set it (docs/design.md, "Preemption"). A handler only stores
 // into lock-free atomics (async-signal-safe); the training loop polls stop_requested() at
 // step boundaries, saves and exits 75. A second signal means "now": _exit(128 + signo).
 #include "preempt/preempt.h"

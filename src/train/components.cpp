@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "preempt/preempt.h"
 #include "train/optim.h"
 
 namespace dlrun::train {
@@ -36,6 +37,10 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
     bad(c, "model.num_classes",
         fmt::format("data.name={} has {} classes but model.num_classes is {}", c.data.name, d.info.num_classes,
                     c.model.num_classes));
+  if (d.train && d.train->size() < c.data.batch_size)
+    bad(c, "data.batch_size",
+        fmt::format("the training set ({} samples) is smaller than one global batch ({})", d.train->size(),
+                    c.data.batch_size));
   return d;
 }
 
@@ -53,9 +58,6 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   if (out.data.train) {
     out.train_loader = std::make_unique<data::Loader>(out.data.train, c.data, spec);
     out.steps_per_epoch = out.train_loader->steps_per_epoch();
-    DLRUN_CHECK_INPUT(out.steps_per_epoch > 0,
-                      "the training set ({} samples) is smaller than one global batch ({})", out.data.train->size(),
-                      c.data.batch_size);
     out.total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * out.steps_per_epoch;
     out.schedule = ScheduleSpec{c.sched, c.optim.lr, out.total_steps, out.steps_per_epoch};
   }
@@ -78,6 +80,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
 void preflight(const Config& cfg) {
   resolve_device(cfg.run);
   open_datasets(cfg, Purpose::kTrain);
+  preempt::check_notice_source(cfg.preemption);
 }
 
 }  // namespace dlrun::train

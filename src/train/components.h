@@ -26,7 +26,8 @@ struct Datasets {
 };
 
 /// Open the splits `purpose` needs and check that the dataset fits the model: channels equal
-/// model.in_channels, classes at most model.num_classes (exit 2 naming the key otherwise).
+/// model.in_channels, classes at most model.num_classes, a training set of at least one
+/// global batch (exit 2 naming the key otherwise).
 /// Corrupt or missing data files are exit 2 naming the file.
 Datasets open_datasets(const Config& cfg, Purpose purpose);
 
@@ -47,7 +48,8 @@ struct Components {
 Components build_components(const Config& cfg, const Placement& placement, Purpose purpose);
 
 /// The checks `dlrun train` makes before it allocates anything, for `dlrun config validate`:
-/// the device exists and the dataset opens and fits the model. Throws dlrun::Error (exit 2).
+/// the device exists, the dataset opens and fits the model (channels, classes, at least one
+/// global batch), the preemption notice source can be watched. Throws dlrun::Error (exit 2).
 void preflight(const Config& cfg);
 
 }  // namespace dlrun::train

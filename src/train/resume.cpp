@@ -155,6 +155,7 @@ ckpt::Snapshot make_snapshot(const Config& cfg, models::Model& model, torch::opt
       {"grad_scaler", scaler.state()},
       {"augmentation_seed_scheme", "splitmix64(seed, epoch, sample index)"},
       {"skipped_steps", st.skipped_steps},
+      {"eval_pending", st.eval_pending},
       {"steps_lost_total", st.steps_lost_total},
       {"config_hash", s.config_hash},
       {"versions", build::version_line()},
@@ -205,6 +206,7 @@ void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model
     st.cursor = rounded;
   }
   st.skipped_steps = j.value("skipped_steps", int64_t{0});
+  st.eval_pending = j.value("eval_pending", false);
   st.steps_lost_total = j.value("steps_lost_total", int64_t{0});
   st.resumed_from_step = st.step;
 }

@@ -93,13 +93,25 @@ int64_t RunDir::furthest_logged_step() const {
   return furthest;
 }
 
-std::string RunDir::write_config(const std::string& text, int64_t step) const {
+namespace {
+/// A config file's text without its leading comment lines (the version line).
+std::string without_comments(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && text[i] == '#') {
+    const size_t nl = text.find('\n', i);
+    i = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  return text.substr(i);
+}
+}  // namespace
+
+std::string RunDir::write_config(const std::string& header, const std::string& yaml, int64_t step) const {
   std::string kept;
-  if (fsutil::is_regular_file(config_yaml()) && fsutil::read_file(config_yaml()) != text) {
+  if (fsutil::is_regular_file(config_yaml()) && without_comments(fsutil::read_file(config_yaml())) != yaml) {
     kept = free_name(fmt::format("{}/config.before-step-{:08d}", path_, step), ".yaml");
     fsutil::rename_durable(config_yaml(), kept);
   }
-  fsutil::write_file_atomic(config_yaml(), text);
+  fsutil::write_file_atomic(config_yaml(), "# " + header + "\n" + yaml);
   return kept;
 }
 
@@ -148,6 +160,15 @@ RunLock::RunLock(const std::string& run_dir) {
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
+      if (err == ENOSYS || err == ENOLCK || err == EOPNOTSUPP || err == EINVAL) {
+        // Some shared file systems (Lustre without -o flock, some NFS setups) have no locks.
+        log::warn("{}: the file system does not support locks ({}); running without the one-trainer-per-directory "
+                  "check",
+                  path_, std::strerror(err));
+        ::close(fd);
+        ::unlink(path_.c_str());
+        return;
+      }
       const std::string holder = holder_text(fd);
       ::close(fd);
       release();

@@ -46,10 +46,11 @@ class RunDir {
   std::string set_aside_previous_run() const;
   /// The highest step recorded in metrics.jsonl, or -1 when there is none.
   int64_t furthest_logged_step() const;
-  /// Write config.yaml (atomically) for a segment that starts at `step`. When config.yaml
-  /// already holds different text, it is kept as config.before-step-<step>.yaml first; that
-  /// path is returned ("" when nothing was kept).
-  std::string write_config(const std::string& text, int64_t step) const;
+  /// Write config.yaml (atomically) for a segment that starts at `step`: `header` (a comment
+  /// line naming the versions) then `yaml`. When config.yaml already holds a different config
+  /// (the version line alone does not count: a rebuilt binary changes nothing), it is kept as
+  /// config.before-step-<step>.yaml first; that path is returned ("" when nothing was kept).
+  std::string write_config(const std::string& header, const std::string& yaml, int64_t step) const;
   /// Write summary.json atomically.
   void write_summary(const nlohmann::json& summary) const;
 
@@ -61,7 +62,8 @@ class RunDir {
 /// One trainer per run directory. Taking the lock creates the run directory (and missing
 /// parents) if needed, and holds an flock(2) on RUN_DIR/dlrun.lock, which names this process.
 /// Another live trainer holding it is a refusal (exit 2) naming its pid and host; a lock file
-/// left by a killed process holds no flock and is taken over. Releasing (the destructor)
+/// left by a killed process holds no flock and is taken over. On a file system without
+/// locks (ENOSYS, ENOLCK) it warns and runs unlocked. Releasing (the destructor)
 /// removes the lock file, and the directories taking it created when they are still empty,
 /// so a refused start leaves no trace.
 class RunLock {

@@ -17,6 +17,7 @@ struct TrainState {
   int64_t steps_lost_total = 0;    ///< steps computed but lost to interruptions (at least)
   int64_t steps_lost_last = 0;     ///< lost by the interruption this process resumed from
   int64_t resumed_from_step = -1;  ///< -1: fresh start
+  bool eval_pending = false;       ///< an evaluation was due when the run was interrupted
   nlohmann::json preemption;       ///< the preempt event of this process, if any
 };
 

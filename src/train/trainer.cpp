@@ -2,10 +2,10 @@
 // run directory is written; Trainer::run() is the loop itself:
 //
 //   epochs -> micro-batches -> one optimizer step (StepRunner) -> step boundary:
+//     log due?         -> read the loss (and the non-finite flag) from the device, report
 //     stop requested?  -> save, exit 75
-//     log due?         -> read the loss from the device, report
 //     eval due?        -> evaluate (ends early on a stop request), report
-//     save due?        -> snapshot to host memory, write in the background, report
+//     save due?        -> snapshot to host memory, write in the background, report; stop?
 //   then the final evaluation and save, and summary.json.
 #include "train/trainer.h"
 
@@ -15,6 +15,7 @@
 #include "base/build_info.h"
 #include "base/clock.h"
 #include "base/fault.h"
+#include "base/fsutil.h"
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
 #include "config/loader.h"
@@ -58,13 +59,24 @@ class Trainer {
   }
 
   /// Load what --resume asks for into the model, optimizer and state (refusals: exit 2).
-  void resume(const ResumePlan& plan) {
-    plan_ = plan;
+  void resume(ResumePlan plan) {
+    set_aside_ = plan.set_aside;
     if (!plan.from) return;
     restore(plan.from->snapshot, cfg_, *c_.model, *c_.optimizer, runner_.scaler(), st_, c_.total_steps,
             c_.placement.device);
+    resumed_from_ = plan.from->path;  // the snapshot's host tensors are released here
     last_saved_step_ = st_.step;
-    log0::info("resumed from {} at step {} (epoch {}, sample {})", plan.from->path, st_.step, st_.epoch, st_.cursor);
+    log0::info("resumed from {} at step {} (epoch {}, sample {})", resumed_from_, st_.step, st_.epoch, st_.cursor);
+  }
+
+  /// --save-init: the initial weights of a fresh run, written before the run directory is
+  /// touched (a bad path is a failed start, not a half-written run).
+  void save_init() const {
+    if (args_.save_init.empty() || !resumed_from_.empty()) return;
+    DLRUN_CHECK_INPUT(fsutil::is_directory(fsutil::parent_of(args_.save_init)),
+                      "--save-init {}: the directory {} does not exist", args_.save_init,
+                      fsutil::parent_of(args_.save_init));
+    save_weights(*c_.model, args_.save_init);
   }
 
   int run();
@@ -93,7 +105,8 @@ class Trainer {
   RunDir dir_;
   Components c_;
   StepRunner runner_;
-  ResumePlan plan_;
+  std::string resumed_from_;  ///< the checkpoint this process resumed from ("" for a fresh start)
+  bool set_aside_ = false;    ///< --resume never --force over an earlier run
   TrainState st_;
   metrics::Reporter report_;
   std::unique_ptr<ckpt::Writer> writer_;
@@ -108,6 +121,7 @@ class Trainer {
 
 int Trainer::run() {
   begin();
+  if (st_.eval_pending && !run_eval()) return interrupted();  // the evaluation an interruption cut off
   while (st_.step < c_.total_steps) {
     c_.train_loader->start_epoch(st_.epoch, st_.cursor);
     std::vector<data::Batch> micro;
@@ -131,27 +145,27 @@ int Trainer::run() {
   return finish();
 }
 
-// Every start-up check has passed: from here on the run directory is written.
+// Every start-up check has passed: from here on the run directory is written, and a failure
+// is recorded in it (record_failure).
 void Trainer::begin() {
-  if (plan_.set_aside) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
+  begun_ = true;
+  if (set_aside_) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
   const int64_t furthest = dir_.furthest_logged_step();  // steps an interrupted process got to
   st_.steps_lost_last = std::max<int64_t>(0, furthest - st_.step);
   st_.steps_lost_total += st_.steps_lost_last;
   const std::string kept =
-      dir_.write_config("# resolved by " + build::version_line() + "\n" + config::to_yaml(cfg_, false), st_.step);
+      dir_.write_config("resolved by " + build::version_line(), config::to_yaml(cfg_, false), st_.step);
   if (!kept.empty()) log0::info("the config changed since the last segment; the previous one is kept as {}", kept);
   report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
   writer_ = std::make_unique<ckpt::Writer>(dir_.checkpoints(), cfg_.checkpoint);
-  if (!args_.save_init.empty() && !plan_.from) save_weights(*c_.model, args_.save_init);
-  begun_ = true;
   start_mono_ = last_save_mono_ = last_log_mono_ = mono_now();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(c_.placement.device);
   loss_.sum = torch::zeros({}, f64);
   metrics::Event e{"start", st_.step};
   e.fields = {{"epoch", st_.epoch}, {"total_steps", c_.total_steps},
-              {"resumed_from", plan_.from ? plan_.from->path : std::string()}, {"steps_lost", st_.steps_lost_last},
+              {"resumed_from", resumed_from_}, {"steps_lost", st_.steps_lost_last},
               {"config_kept", kept}, {"version", build::version_line()}};
   report_.report(std::move(e));
 }
@@ -188,8 +202,11 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
   if (!epoch_end) report_.tick({st_.step, st_.epoch, samples_per_s(mono_now()), last_lr_});
   if (log_due(cfg_.log, b)) log_step();  // the record of a step that has happened
   if (!epoch_end) fault::after_step(st_.step);
+  // An evaluation due here and not done is recorded in the checkpoint, and the resumed run
+  // does it first: interrupting must not lose it.
+  st_.eval_pending = eval_due(cfg_.train, b, last_eval_step_);
   if (stop_agreed()) return interrupted();
-  if (eval_due(cfg_.train, b, last_eval_step_) && !run_eval()) return interrupted();
+  if (st_.eval_pending && !run_eval()) return interrupted();
   const SaveReason why = save_due(cfg_.checkpoint, b, (mono_now() - last_save_mono_) / 60.0, last_saved_step_);
   if (why != SaveReason::kNone) {
     save(why, !cfg_.checkpoint.async);
@@ -205,7 +222,7 @@ bool Trainer::stop_agreed() const {
 
 void Trainer::log_step() {
   const auto bad = loss_.first_bad.defined() ? loss_.first_bad.to(torch::kFloat64) : torch::full_like(loss_.sum, -1);
-  const auto host = torch::stack({loss_.last, loss_.sum, bad}).to(torch::kCPU);  // the one read
+  const auto host = torch::stack({loss_.last, loss_.sum, bad}).to(torch::kCPU);  // one read for all three
   if (host[2].item<double>() >= 0) fail_nonfinite(static_cast<int64_t>(host[2].item<double>()));
   final_loss_ = host[0].item<double>();
   const double now = mono_now();
@@ -226,7 +243,11 @@ bool Trainer::run_eval() {
   check_finite();
   fault::during("eval");
   const auto r = evaluate(*c_.model, *c_.eval_loader, {}, [] { return preempt::stop_requested(); });
-  if (!r.complete) return false;
+  if (!r.complete) {
+    st_.eval_pending = true;
+    return false;
+  }
+  st_.eval_pending = false;
   last_eval_step_ = st_.step;
   last_eval_ = {{"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss}, {"samples", r.samples}, {"step", st_.step}};
   metrics::Event e{"eval", st_.step};
@@ -284,15 +305,23 @@ int Trainer::interrupted() {
     writer_->wait();
   }
   const double commit_time = wall_now();
-  metrics::Event e{"preempt", st_.step};
-  e.scalars = {{"latency_s", commit_time - signal_time}};
-  e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
-  st_.preemption = e.fields;
-  st_.preemption["latency_s"] = commit_time - signal_time;
-  st_.preemption["step"] = st_.step;
-  report_.report(std::move(e));
-  dir_.write_summary(summary("interrupted"));
-  report_.close();
+  // The checkpoint is committed: from here on the exit code is 75 whatever happens to the
+  // records (a full disk under metrics.jsonl must not stop the scheduler from requeueing).
+  try {
+    read_last_loss();
+    metrics::Event e{"preempt", st_.step};
+    e.scalars = {{"latency_s", commit_time - signal_time}};
+    e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
+    st_.preemption = e.fields;
+    st_.preemption["event"] = "preempt";
+    st_.preemption["latency_s"] = commit_time - signal_time;
+    st_.preemption["step"] = st_.step;
+    report_.report(std::move(e));
+    dir_.write_summary(summary("interrupted"));
+    report_.close();
+  } catch (const std::exception& e) {
+    log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
+  }
   log0::info("checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
   return kInterrupted;
 }
@@ -323,7 +352,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   const double wall = mono_now() - start_mono_;
   const double useful = static_cast<double>(st_.step);
   const double computed = useful + static_cast<double>(st_.steps_lost_total);
-  std::string checkpoint = plan_.from ? plan_.from->path : std::string();
+  std::string checkpoint = resumed_from_;
   if (writer_ && writer_->last().step >= 0) checkpoint = writer_->last().path;
   nlohmann::json fingerprint = nullptr;
   try {
@@ -387,13 +416,14 @@ bool stopped_during_startup(const char* phase) {
 }  // namespace
 
 int run(const TrainArgs& args) {
-  preempt::install_signal_handlers();  // first: a signal during start-up must still mean 75
+  preempt::install_signal_handlers();  // (again: `dlrun train` installs them before loading the config)
   RunDir dir(args.run_dir, args.cfg.checkpoint.dir);
   RunLock lock(dir.path());  // one trainer per run directory
   Trainer trainer(args, dir);  // data files, model, optimizer: the cheap failures first
   fault::during("startup");
   if (stopped_during_startup("after loading data")) return kInterrupted;
   trainer.resume(plan_resume(args.resume, args.force, dir));
+  trainer.save_init();
   if (stopped_during_startup("after loading the checkpoint")) return kInterrupted;
   preempt::NoticeWatcher watcher(args.cfg.preemption);  // a bad source is refused here
   if (stopped_during_startup("before the first step")) return kInterrupted;

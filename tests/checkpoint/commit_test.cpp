@@ -224,6 +224,34 @@ TEST_CASE("host_copy detaches into owned contiguous CPU tensors", "[ckpt]") {
   CHECK(copy[0].second.sum().item<float>() == 6.0f);  // unaffected by later training
 }
 
+TEST_CASE("retention after a save reads nothing newer than the checkpoint just written", "[ckpt]") {
+  ScratchDir tmp;
+  for (int64_t step : {1, 2, 3, 9}) ckpt::commit(sample_snapshot(step), tmp.str());
+  dlrun::testing::flip_byte(tmp / "step-00000009/model.pt", 50);  // e.g. the corrupt one a resume skipped
+  const uint64_t before = dlrun::Sha256::bytes_hashed();
+  ckpt::apply_retention(tmp.str(), 2, 0, tmp / "step-00000003");
+  CHECK(dlrun::Sha256::bytes_hashed() == before);  // step 9 was not re-hashed
+  CHECK(dlrun::fsutil::is_directory(tmp / "step-00000009"));  // newer: left alone
+  CHECK(dlrun::fsutil::is_directory(tmp / "step-00000003"));
+  CHECK(dlrun::fsutil::is_directory(tmp / "step-00000002"));
+  CHECK_FALSE(dlrun::fsutil::path_exists(tmp / "step-00000001"));  // beyond keep_last 2
+}
+
+TEST_CASE("resume does not report the directories dlrun set aside itself", "[ckpt]") {
+  ScratchDir tmp;
+  ckpt::commit(sample_snapshot(1), tmp.str());
+  dlrun::fsutil::make_dirs(tmp / "step-00000005.corrupt-1700000000");
+  dlrun::fsutil::make_dirs(tmp / "step-00000004.tmp.partial-1700000000");
+  dlrun::fsutil::make_dirs(tmp / "step-00000003.tmp");
+  std::vector<std::string> skipped;
+  const auto loaded = ckpt::load_newest(tmp.str(), [&](const std::string& p, const std::string&) {
+    skipped.push_back(dlrun::fsutil::base_name(p));
+  });
+  REQUIRE(loaded);
+  CHECK(loaded->snapshot.step == 1);
+  CHECK(skipped == std::vector<std::string>{"step-00000003.tmp"});
+}
+
 TEST_CASE("fault points are listed in commit order", "[ckpt]") {
   CHECK(ckpt::fault_points() == std::vector<std::string>{"file", "files", "manifest", "rename", "latest"});
 }

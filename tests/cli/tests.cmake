@@ -98,3 +98,9 @@ endforeach()
 add_test(NAME cli:config_show_roundtrip_quickstart
          COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/show_roundtrip.sh $<TARGET_FILE:dlrun> ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml)
 set_tests_properties(cli:config_show_roundtrip_quickstart PROPERTIES LABELS cli)
+
+# The key reference in docs/configuration.md is generated from the schema and must be current.
+add_test(NAME cli:config_docs_current
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/config_docs_current.sh $<TARGET_FILE:dlrun> ${CMAKE_SOURCE_DIR}/docs/configuration.md)
+set_tests_properties(cli:config_docs_current PROPERTIES LABELS cli)
+dlrun_cli_expect(config_docs 0 MATCH "^\\| `train.nonfinite` \\| choice \\| `stop` \\|" ARGS config docs)

@@ -7,16 +7,19 @@ dlrun="$1"; root="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail=0; n=0
 
-# CIFAR-10 binary: records of 1 label byte + 3072 pixel bytes; two per file.
+# Enough samples for one global batch of the largest shipped config (validate checks that).
+samples=300
+# CIFAR-10 binary: records of 1 label byte + 3072 pixel bytes; samples/5 per training file.
 mkdir -p "$tmp/cifar10"
 for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do
-  head -c $((3073 * 2)) /dev/zero > "$tmp/cifar10/$f.bin"
+  head -c $((3073 * samples / 5)) /dev/zero > "$tmp/cifar10/$f.bin"
 done
-# An ImageNet-style folder with one 2x2 RGB PNG per split.
+# An ImageNet-style folder of 2x2 RGB PNGs.
 png='iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGM4kWIERAwQCgAorgV5QuEn7gAAAABJRU5ErkJggg=='
 for split in train val; do
   mkdir -p "$tmp/images/$split/n01440764"
-  base64 -d <<<"$png" > "$tmp/images/$split/n01440764/a.png"
+  base64 -d <<<"$png" > "$tmp/images/$split/n01440764/0.png"
+  for ((i = 1; i < samples; i++)); do ln "$tmp/images/$split/n01440764/0.png" "$tmp/images/$split/n01440764/$i.png"; done
 done
 
 while IFS= read -r cfg; do

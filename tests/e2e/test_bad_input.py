@@ -3,6 +3,7 @@ data files, incompatible resumes, unsafe fresh starts, bad checkpoint paths."""
 import gzip
 import json
 import os
+import re
 import shutil
 
 from common import RunDir, cfg, dlrun, expect, main, train
@@ -88,14 +89,20 @@ DIVERGE = ("model.name=mlp", "model.hidden=[32]", "optim.lr=1000", "sched.name=c
 
 
 def test_nonfinite_loss_stops_the_run_naming_the_step():
-    with RunDir() as r:
-        p = train(TINY, r.path, *DIVERGE, check=1)
-        expect("the training loss or a gradient is not finite" in p.stdout, p.stdout[-1500:])
-        s = r.summary()
-        expect(s["status"] == "failed" and f"step {s['steps']}:" in s["error"], s)
-        # The last checkpoint was written before the bad step and still verifies.
-        expect(s["checkpoint"] and int(s["checkpoint"][-8:]) < s["steps"], s)
-        dlrun("ckpt", "verify", s["checkpoint"], check=0)
+    # every_steps 1: found when the loss is read; 7: found before the next save (every 5 steps),
+    # with the loss still on the device - no checkpoint may be written from spoiled weights.
+    for every in (1, 7):
+        with RunDir() as r:
+            p = train(TINY, r.path, *DIVERGE, f"log.every_steps={every}", check=1)
+            expect("the training loss or a gradient is not finite" in p.stdout, p.stdout[-1500:])
+            s = r.summary()
+            m = re.search(r"^step (\d+): the training loss", s["error"])
+            expect(s["status"] == "failed" and m, s)
+            bad = int(m.group(1))
+            saved = [int(d[5:]) for d in os.listdir(r.file("checkpoints")) if re.fullmatch(r"step-\d+", d)]
+            expect(saved and max(saved) < bad, f"log.every_steps={every}: bad step {bad}, checkpoints {saved}")
+            expect(s["checkpoint"] and int(s["checkpoint"][-8:]) == max(saved), s)
+            dlrun("ckpt", "verify", s["checkpoint"], check=0)
 
 
 def test_nonfinite_steps_can_be_skipped_and_counted():

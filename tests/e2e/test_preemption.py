@@ -91,6 +91,8 @@ def test_a_signal_during_evaluation_ends_it_and_saves():
         expect(s["steps"] == 16 and s["checkpoint"].endswith("step-00000016"), s)  # the first eval: end of epoch 1
         expect(not [m for m in r.metrics() if m.get("event") == "eval"], "an interrupted evaluation was reported")
         train(TINY, r.path)
+        evals = [m["step"] for m in r.metrics() if m.get("event") == "eval"]
+        expect(evals == [16, 32, 48], f"the interrupted evaluation was not done after the resume: {evals}")
         train(TINY, ref.path)
         expect(r.summary()["params_sha256"] == ref.summary()["params_sha256"], "resume after an eval stop differs")
 

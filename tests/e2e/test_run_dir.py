@@ -31,7 +31,9 @@ def test_refusals_leave_the_run_directory_as_it_was():
             "incompatible architecture": (("model.width=16",), ()),
             "--resume never without --force": ((), ("--resume", "never")),
             "a bad --resume PATH": ((), ("--resume", r.file("no-such-checkpoint"))),
-            "a bad notice source": (("preemption.watch=file",), ()),
+            "a notice source without a path": (("preemption.watch=file",), ()),
+            "a bad --save-init path": ((), ("--resume", "never", "--force", "--save-init", "/nonexistent/dir/w.pt")),
+            "a batch larger than the training set": (("data.batch_size=1024",), ()),
             "a channel mismatch": (("model.in_channels=3", "data.synthetic_shape=[3,16,16]", "data.name=fashion_mnist"), ()),
         }
         for what, (overrides, extra) in refusals.items():

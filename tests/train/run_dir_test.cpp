@@ -86,13 +86,15 @@ TEST_CASE("furthest_logged_step reads metrics.jsonl", "[train][run_dir]") {
 TEST_CASE("each segment's config is kept when it changes", "[train][run_dir]") {
   ScratchDir t;
   RunDir d(t.str());
-  CHECK(d.write_config("a: 1\n", 0).empty());
-  CHECK(d.write_config("a: 1\n", 40).empty());  // unchanged: nothing to keep
-  const std::string kept = d.write_config("a: 2\n", 80);
+  CHECK(d.write_config("dlrun 1", "a: 1\n", 0).empty());
+  CHECK(dlrun::testing::read_text(d.config_yaml()) == "# dlrun 1\na: 1\n");
+  CHECK(d.write_config("dlrun 1", "a: 1\n", 40).empty());  // unchanged: nothing to keep
+  CHECK(d.write_config("dlrun 2 (rebuilt)", "a: 1\n", 50).empty());  // a new binary is no new config
+  const std::string kept = d.write_config("dlrun 2", "a: 2\n", 80);
   CHECK(kept == t / "config.before-step-00000080.yaml");
-  CHECK(dlrun::testing::read_text(kept) == "a: 1\n");
-  CHECK(dlrun::testing::read_text(d.config_yaml()) == "a: 2\n");
-  CHECK(d.write_config("a: 3\n", 80) == t / "config.before-step-00000080-2.yaml");
+  CHECK(dlrun::testing::read_text(kept) == "# dlrun 2 (rebuilt)\na: 1\n");
+  CHECK(dlrun::testing::read_text(d.config_yaml()) == "# dlrun 2\na: 2\n");
+  CHECK(d.write_config("dlrun 2", "a: 3\n", 80) == t / "config.before-step-00000080-2.yaml");
 }
 
 TEST_CASE("one trainer per run directory; the holder is named", "[train][run_dir]") {
