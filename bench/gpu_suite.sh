@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench/gpu_suite.sh — every GPU check of dlrun in one command, for a GPU machine without
+# network (the machine docs/benchmarks.md reports on): build against the Debian libraries
+# carried in .devdeps (made by scripts/pack-gpu-deps.sh on a networked machine), run the
+# GPU-labelled tests and the CPU test labels, then the GPU benchmarks. Every log and result
+# table goes under $OUT (default ./gpu-out).
+#
+#   scripts/pack-gpu-deps.sh                 # once, where Debian's registry is reachable
+#   OUT=/somewhere bench/gpu_suite.sh        # on the GPU machine, from the checkout
+#
+# Each issue that adds a GPU path adds its checks here. Steps that fail are reported in
+# $OUT/summary.md and the script goes on; its exit code is non-zero if any failed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$ROOT/gpu-out}"
+BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
+JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
+mkdir -p "$OUT"
+cd "$ROOT"
+failed=()
+summary="$OUT/summary.md"
+echo "# dlrun GPU suite, $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$summary"
+step() { echo "== $*" | tee -a "$OUT/suite.log"; }
+fail() { failed+=("$1"); echo "- FAILED: $1" >> "$summary"; }
+
+step "machine"
+{ nvidia-smi || true; nproc; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } \
+  > "$OUT/machine.txt" 2>&1
+grep -E "NVIDIA|torch" "$OUT/machine.txt" | head -4 | sed 's/^/    /' >> "$summary"
+
+step "libraries"
+if [[ -x .devdeps/unpack.sh ]]; then
+  bash .devdeps/unpack.sh > "$OUT/unpack.log" 2>&1 || fail "unpack .devdeps"
+else
+  echo "no .devdeps/unpack.sh: run scripts/pack-gpu-deps.sh on a networked machine and carry .devdeps" >> "$summary"
+fi
+TORCH_CMAKE="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+export CMAKE_PREFIX_PATH="/opt/devdeps/usr:$TORCH_CMAKE"
+export LD_LIBRARY_PATH="/opt/devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+MULTIARCH_INC=/opt/devdeps/usr/include/x86_64-linux-gnu  # OpenSSL's configuration.h lives here
+
+step "build ($JOBS jobs)"
+if [[ -z "${DLRUN_GPU_SKIP_BUILD:-}" ]]; then
+  start=$(date +%s)
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLRUN_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DDLRUN_PYTHON="$(command -v python3)" \
+        -DOPENSSL_ROOT_DIR=/opt/devdeps/usr -DCMAKE_CXX_FLAGS="-isystem $MULTIARCH_INC" \
+        > "$OUT/configure.log" 2>&1 || fail "configure"
+  cmake --build "$BUILD" -j "$JOBS" > "$OUT/build.log" 2>&1 || fail "build"
+  echo "- build: $(( $(date +%s) - start )) s with $JOBS jobs" >> "$summary"
+fi
+DLRUN="$BUILD/dlrun"
+[[ -x "$DLRUN" ]] || { fail "no dlrun binary"; printf '%s\n' "${failed[@]}"; exit 1; }
+"$DLRUN" info > "$OUT/info.txt" 2>&1 || fail "dlrun info"
+
+step "tests: gpu label, then the CPU labels"
+ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error > "$OUT/tests-gpu.log" 2>&1 || fail "ctest -L gpu"
+grep -E "tests passed|Skipped|Failed" "$OUT/tests-gpu.log" | sed 's/^/    /' >> "$summary"
+# e2e and python need Fashion-MNIST and Python packages the GPU machine may lack.
+ctest --test-dir "$BUILD" -L "unit|core|cli|ckpt|crash" -j "$JOBS" --timeout 600 > "$OUT/tests-cpu.log" 2>&1 \
+  || fail "ctest unit|core|cli|ckpt|crash"
+grep -E "tests passed" "$OUT/tests-cpu.log" | sed 's/^/    /' >> "$summary"
+
+step "benchmark: checkpoint stall and write, ResNet-50 state, on the GPU and on the CPU"
+for dev in cuda cpu; do
+  "$DLRUN" bench ckpt --model resnet50 --repeat 3 --device "$dev" --json > "$OUT/bench-ckpt-$dev.json" 2>>"$OUT/suite.log" \
+    || fail "bench ckpt --device $dev"
+done
+
+step "benchmark: training throughput on synthetic ImageNet-sized data (ResNet-50, batch 128)"
+tsv="$OUT/train-throughput.tsv"
+printf 'variant\tsamples_per_s\tsteps\n' > "$tsv"
+throughput() {  # name, overrides...
+  local name="$1"; shift
+  local run="$OUT/run-$name"
+  rm -rf "$run"
+  if "$DLRUN" train configs/synthetic/resnet50.yaml --run-dir "$run" run.device=cuda train.max_steps=60 \
+       data.batch_size=128 data.workers=8 log.every_steps=10 log.progress=none train.eval_at_end=false \
+       train.eval_every_epochs=0 checkpoint.at_end=false "$@" > "$OUT/train-$name.log" 2>&1; then
+    python3 - "$run/metrics.jsonl" "$name" >> "$tsv" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"samples_per_s"' in l]
+rows = [r for r in rows if r["step"] > 20]  # after warm-up (cuDNN autotuning, allocator)
+print(f"{sys.argv[2]}\t{sum(r['samples_per_s'] for r in rows) / len(rows):.1f}\t{rows[-1]['step']}")
+PY
+  else
+    fail "train $name"
+  fi
+  rm -rf "$run/checkpoints"
+}
+throughput fp32-nchw model.channels_last=false
+throughput fp32-nhwc model.channels_last=true
+throughput amp-fp16-nhwc model.channels_last=true amp.enabled=true amp.dtype=fp16
+throughput amp-bf16-nhwc model.channels_last=true amp.enabled=true amp.dtype=bf16
+throughput amp-bf16-nhwc-resident model.channels_last=true amp.enabled=true amp.dtype=bf16 data.device_resident=true
+sed 's/^/    /' "$tsv" >> "$summary"
+
+echo >> "$summary"
+if ((${#failed[@]})); then
+  echo "FAILED steps: ${failed[*]}" | tee -a "$summary"
+  exit 1
+fi
+echo "all steps passed" | tee -a "$summary"
