@@ -35,6 +35,8 @@ class GradScaler {
   /// After a step attempt: adjust the scale given whether the gradients were finite.
   void update(bool finite);
   double scale_value() const { return scale_; }
+  /// What gradients are multiplied by to unscale them: 1 / scale, or 1 when inactive.
+  double inv_scale() const { return active_ ? 1.0 / scale_ : 1.0; }
   nlohmann::json state() const;
   void load_state(const nlohmann::json& j);
 

@@ -56,8 +56,8 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
     if (p.grad().defined()) grads.push_back(p.grad());
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   auto found_inf = torch::zeros({1}, f32);
-  const double inv_scale = scaler_.active() ? 1.0 / scaler_.scale_value() : 1.0;
-  if (!grads.empty()) at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch::full({1}, inv_scale, f32));
+  if (!grads.empty())
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch::full({1}, scaler_.inv_scale(), f32));
   const auto grads_bad = found_inf.gt(0).squeeze();
   const auto loss_bad = loss_sum.isfinite().logical_not();
   StepResult r;

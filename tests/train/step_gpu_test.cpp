@@ -26,6 +26,16 @@ ModelOptions convnet() {
   return m;
 }
 
+/// A small convnet and its optimizer on `device`.
+struct Rig {
+  std::shared_ptr<models::Model> model;
+  std::unique_ptr<torch::optim::Optimizer> optim;
+  explicit Rig(const torch::Device& device) : model(models::build(convnet(), 1, 16)) {
+    model->to(device);
+    optim = train::build_optimizer(OptimOptions{}, *model);
+  }
+};
+
 data::Batch batch(const torch::Device& d) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   return {torch::randn({16, 1, 16, 16}, gen).to(d), torch::randint(0, 10, {16}, gen).to(d)};
@@ -39,10 +49,8 @@ TEST_CASE("a CUDA step computes the CPU step's loss", "[gpu][train][step]") {
   double losses[2];
   int i = 0;
   for (const torch::Device& d : {torch::Device(torch::kCPU), cuda}) {
-    auto model = models::build(convnet(), 1, 16);
-    model->to(d);
-    auto optim = train::build_optimizer(OptimOptions{}, *model);
-    train::StepRunner runner(TrainOptions{}, AmpOptions{}, *model, *optim, d);
+    Rig r(d);
+    train::StepRunner runner(TrainOptions{}, AmpOptions{}, *r.model, *r.optim, d);
     const auto out = runner.run({batch(d)}, 0.1);
     CHECK(out.loss.device() == d);
     losses[i++] = out.loss.item<double>();
@@ -53,32 +61,28 @@ TEST_CASE("a CUDA step computes the CPU step's loss", "[gpu][train][step]") {
 TEST_CASE("fp16 autocast: an overflowing step is skipped and the loss scale halves", "[gpu][train][step]") {
   if (no_cuda()) return;
   const torch::Device cuda(torch::kCUDA, 0);
-  auto model = models::build(convnet(), 1, 16);
-  model->to(cuda);
-  auto optim = train::build_optimizer(OptimOptions{}, *model);
+  Rig r(cuda);
   AmpOptions amp;
   amp.enabled = true;
   amp.init_scale = 1e38;  // scaled gradients overflow fp16 at once
-  train::StepRunner runner(TrainOptions{}, amp, *model, *optim, cuda);
-  const auto before = models::state_dict(*model)[0].second.clone();
+  train::StepRunner runner(TrainOptions{}, amp, *r.model, *r.optim, cuda);
+  const auto before = models::state_dict(*r.model)[0].second.clone();
   const auto out = runner.run({batch(cuda)}, 0.1);
   CHECK(out.skipped);
   CHECK_THAT(out.skip_reason, Catch::Contains("fp16 gradient overflow"));
   CHECK(runner.scaler().scale_value() == Approx(0.5e38));
-  CHECK(torch::equal(before, models::state_dict(*model)[0].second));
+  CHECK(torch::equal(before, models::state_dict(*r.model)[0].second));
   CHECK_FALSE(out.nonfinite.item<bool>());  // the loss itself was finite
 }
 
 TEST_CASE("bf16 autocast trains without a loss scaler", "[gpu][train][step]") {
   if (no_cuda()) return;
   const torch::Device cuda(torch::kCUDA, 0);
-  auto model = models::build(convnet(), 1, 16);
-  model->to(cuda);
-  auto optim = train::build_optimizer(OptimOptions{}, *model);
+  Rig r(cuda);
   AmpOptions amp;
   amp.enabled = true;
   amp.dtype = AmpDtype::kBf16;
-  train::StepRunner runner(TrainOptions{}, amp, *model, *optim, cuda);
+  train::StepRunner runner(TrainOptions{}, amp, *r.model, *r.optim, cuda);
   CHECK_FALSE(runner.scaler().active());
   const auto out = runner.run({batch(cuda)}, 0.1);
   CHECK_FALSE(out.skipped);
