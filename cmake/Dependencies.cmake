@@ -20,7 +20,8 @@ add_library(dlrun::turbojpeg UNKNOWN IMPORTED)
 set_target_properties(dlrun::turbojpeg PROPERTIES
   IMPORTED_LOCATION ${TURBOJPEG_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${TURBOJPEG_INCLUDE_DIR})
 
-# libcurl is optional: it is only used to poll cloud preemption notices.
+# libcurl is optional: it is used to poll cloud preemption notices and to talk to S3 for remote
+# checkpoints; without it both are refused with a clear error.
 find_package(CURL QUIET)
 if(CURL_FOUND)
   set(DLRUN_HAVE_CURL ON)

@@ -1,6 +1,6 @@
 # Targets:
-#   dlrun_base     no LibTorch: errors, logging, clocks, SHA-256, files, fault injection, the
-#                  config system, metrics sinks, preemption, and the torch-free parts of
+#   dlrun_base     no LibTorch: errors, logging, clocks, SHA-256, files, HTTP, fault injection,
+#                  the config system, metrics sinks, preemption, the S3 client, and the torch-free parts of
 #                  training (triggers, run directory). Fast to compile; its tests link only it.
 #   dlrun_kernels  OBJECT library: operators registered with the PyTorch dispatcher
 #                  (TORCH_LIBRARY in src/kernels/) and every CUDA source. Object files rather
@@ -12,7 +12,7 @@
 #   dlrun          the executable: src/main.cpp.
 set(_src ${CMAKE_SOURCE_DIR}/src)
 file(GLOB_RECURSE DLRUN_BASE_SOURCES CONFIGURE_DEPENDS
-     ${_src}/base/*.cpp ${_src}/config/*.cpp ${_src}/metrics/*.cpp ${_src}/preempt/*.cpp)
+     ${_src}/base/*.cpp ${_src}/config/*.cpp ${_src}/metrics/*.cpp ${_src}/preempt/*.cpp ${_src}/remote/*.cpp)
 list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp)
 file(GLOB_RECURSE DLRUN_KERNEL_SOURCES CONFIGURE_DEPENDS ${_src}/kernels/*.cpp ${_src}/cuda/*.cpp)
 file(GLOB_RECURSE DLRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${_src}/*.cu)

@@ -51,6 +51,7 @@ import sys
 from importlib.metadata import version, PackageNotFoundError
 for pin in sys.argv[1:]:
     name, want = pin.split("==")
+    name = name.split("[")[0]  # "moto[server]": the distribution is "moto"
     try:
         have = version(name)
     except PackageNotFoundError:

@@ -9,4 +9,5 @@ PY_PINS=(
   "tensorboard==2.20.0"
   "safetensors==0.7.0"
   "pyyaml==6.0.3"
+  "moto[server]==5.2.5"  # a local S3 implementation for the remote-checkpoint tests
 )

@@ -11,7 +11,8 @@ namespace dlrun::fault {
 namespace {
 
 bool known(const std::string& name) {
-  return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during";
+  return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
+         name == "upload";
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -39,6 +40,11 @@ Spec current() {
 void at_checkpoint_point(const char* point) {
   const Spec s = current();
   if (s.name == "ckpt" && point != nullptr && s.arg == point) die("ckpt:" + s.arg + " reached");
+}
+
+void at_upload_point(const char* point) {
+  const Spec s = current();
+  if (s.name == "upload" && point != nullptr && s.arg == point) die("upload:" + s.arg + " reached");
 }
 
 void during(const char* phase) {

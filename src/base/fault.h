@@ -3,6 +3,9 @@
 //   DLRUN_FAULT=abort_at_step:K    abort() right after optimizer step K, as kill -9 would
 //   DLRUN_FAULT=signal_at_step:K   raise SIGTERM right after step K (the real signal path)
 //   DLRUN_FAULT=ckpt:POINT         abort() on reaching POINT of a checkpoint commit
+//   DLRUN_FAULT=upload:POINT       abort() on reaching POINT of a remote checkpoint upload:
+//                                  files (all files sent, not the manifest), manifest (the
+//                                  manifest sent, not LATEST), latest (LATEST sent)
 //   DLRUN_FAULT=signal_during:PHASE  raise SIGTERM inside a phase of the trainer: startup
 //                                  (data loaded, nothing written yet), eval (an evaluation
 //                                  has begun), save (a snapshot taken, the write not done)
@@ -25,6 +28,8 @@ Spec current();
 
 /// abort() when DLRUN_FAULT is `ckpt:<point>`.
 void at_checkpoint_point(const char* point);
+/// abort() when DLRUN_FAULT is `upload:<point>`.
+void at_upload_point(const char* point);
 
 /// After optimizer step `step`: abort() for abort_at_step:step, raise(SIGTERM) for
 /// signal_at_step:step.

@@ -49,6 +49,22 @@ struct Snapshot {
 /// Copy tensors to host memory (pinned when `pinned` and CUDA is available), detached.
 TensorDict host_copy(const TensorDict& tensors, bool pinned = false);
 
+/// The files of one checkpoint as bytes, in the order they are written: the model first,
+/// the other files, manifest.json last. What commit writes, load reads, and remote storage
+/// carries; a set from load or a download has been checked against its manifest.
+struct FileSet {
+  std::string name;          ///< "step-00001200"
+  nlohmann::json manifest;   ///< manifest.json, parsed
+  std::vector<std::pair<std::string, std::vector<char>>> files;  ///< file name -> bytes; manifest.json last
+  uint64_t bytes() const;
+};
+
+/// Serialize a snapshot: tensor files, state.json, config.yaml, and the manifest with the
+/// size and SHA-256 of each (hashed here, from memory).
+FileSet serialize(const Snapshot& snap);
+/// Parse a checked file set; `where` names its source in errors (exit 2).
+Snapshot parse(const FileSet& set, const std::string& where);
+
 /// "step-00001200"
 std::string dir_name(int64_t step);
 
@@ -63,6 +79,8 @@ std::string dir_name(int64_t step);
 /// step-N.old-<pid>/) and removed, so a complete step-N/ exists at every instant. LATEST then
 /// names this checkpoint.
 std::string commit(const Snapshot& snap, const std::string& checkpoints_dir);
+/// The same protocol for a serialized (or downloaded) file set, written byte for byte.
+std::string commit_files(const FileSet& set, const std::string& checkpoints_dir);
 
 struct VerifyResult {
   bool ok = false;
@@ -112,6 +130,8 @@ std::string resolve(const std::string& path);
 /// read: each byte is read and hashed once. Throws dlrun::Error (exit 2) with the reason when
 /// it does not verify.
 Snapshot load(const std::string& ckpt_dir);
+/// The checked bytes of a checkpoint directory (what load() parses).
+FileSet read_set(const std::string& ckpt_dir);
 
 /// A checkpoint found and loaded by load_newest().
 struct Loaded {
@@ -135,8 +155,10 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
 /// without being read again, and checkpoints newer than it are left alone unread. Without
 /// it, candidates for "newest verified" are checked with SHA-256. Older ones are checked for
 /// presence and sizes only, so retention after a save never re-hashes a checkpoint.
+/// `in_use` lists checkpoint directories that must stay whatever the counts say (the one
+/// being uploaded to remote storage, and the one waiting for it).
 void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every,
-                     const std::string& just_committed = {});
+                     const std::string& just_committed = {}, const std::vector<std::string>& in_use = {});
 
 /// Background writer: save() waits for any write still running, then (async) hands the
 /// snapshot to a thread that writes, hashes and commits it, then applies retention.
@@ -155,6 +177,11 @@ class Writer {
   };
   /// Stats of the last committed checkpoint (step -1 if none yet).
   Stats last() const;
+  /// Called after each commit (before retention), from the thread that wrote it: how the
+  /// remote uploader learns of a new checkpoint.
+  void on_commit(std::function<void(const Stats&)> callback);
+  /// Asked at each retention: checkpoint directories that must not be removed yet.
+  void in_use(std::function<std::vector<std::string>()> callback);
 
  private:
   struct Impl;

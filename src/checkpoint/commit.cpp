@@ -46,14 +46,6 @@ std::vector<std::string> fault_points() { return {"file", "files", "manifest", "
 
 namespace {
 
-struct Written {
-  nlohmann::json files = nlohmann::json::array();
-  void add(const std::string& dir, const std::string& name, std::string_view data) {
-    fsutil::write_file_durable(dir + "/" + name, data);
-    files.push_back({{"name", name}, {"bytes", data.size()}, {"sha256", sha256_hex(data.data(), data.size())}});
-  }
-};
-
 void check_stem(const std::string& stem) {
   DLRUN_CHECK(!stem.empty() && stem.find('/') == std::string::npos && stem != "." && stem != "..",
               ExitCode::kRuntime, "checkpoint: invalid tensor file name '{}'", stem);
@@ -96,40 +88,35 @@ void install(const std::string& tmp, const std::string& final_dir, const std::st
 
 }  // namespace
 
-std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
+uint64_t FileSet::bytes() const {
+  uint64_t n = 0;
+  for (const auto& f : files) n += f.second.size();
+  return n;
+}
+
+FileSet serialize(const Snapshot& snap) {
   DLRUN_CHECK(snap.tensor_files.count("model") == 1, ExitCode::kRuntime,
               "checkpoint step {}: the snapshot has no 'model' tensors", snap.step);
-  if (!fsutil::is_directory(checkpoints_dir)) {
-    fsutil::make_dirs(checkpoints_dir);
-    fsutil::fsync_dir(fsutil::parent_of(checkpoints_dir));
-  }
-  const std::string name = dir_name(snap.step);
-  const std::string final_dir = checkpoints_dir + "/" + name;
-  const std::string tmp = final_dir + ".tmp";
-  if (fsutil::path_exists(tmp)) {
-    const std::string aside = set_aside(tmp, "partial");
-    log::warn("{}: a partial checkpoint of the same step left by an interrupted writer; kept as {}", tmp, aside);
-  }
-  fsutil::make_dirs(tmp);
-  fsutil::fsync_dir(checkpoints_dir);
-
-  Written w;
-  // model first: "file" fires after the first tensor file, with others still to come.
+  FileSet set;
+  set.name = dir_name(snap.step);
+  nlohmann::json listed = nlohmann::json::array();
+  auto add = [&](const std::string& name, std::vector<char> bytes) {
+    listed.push_back({{"name", name}, {"bytes", bytes.size()}, {"sha256", sha256_hex(bytes.data(), bytes.size())}});
+    set.files.emplace_back(name, std::move(bytes));
+  };
+  // model first: the "file" fault point fires after the first file, with others still to come.
   std::vector<std::string> stems = {"model"};
   for (const auto& kv : snap.tensor_files)
     if (kv.first != "model") stems.push_back(kv.first);
   for (const auto& stem : stems) {
     check_stem(stem);
-    const auto bytes = tensors_to_bytes(snap.tensor_files.at(stem));
-    w.add(tmp, stem + ".pt", std::string_view(bytes.data(), bytes.size()));
-    if (stem == "model") fault::at_checkpoint_point("file");
+    add(stem + ".pt", tensors_to_bytes(snap.tensor_files.at(stem)));
   }
   const nlohmann::json state = snap.state.is_null() ? nlohmann::json::object() : snap.state;
-  w.add(tmp, detail::kState, state.dump(2) + "\n");
-  w.add(tmp, detail::kConfig, snap.config_yaml);
-  fault::at_checkpoint_point("files");
-
-  nlohmann::json manifest = {
+  const std::string state_text = state.dump(2) + "\n";
+  add(detail::kState, std::vector<char>(state_text.begin(), state_text.end()));
+  add(detail::kConfig, std::vector<char>(snap.config_yaml.begin(), snap.config_yaml.end()));
+  set.manifest = {
       {"format", "dlrun-checkpoint"},
       {"format_version", detail::kFormatVersion},
       {"step", snap.step},
@@ -138,16 +125,48 @@ std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
       {"world_size", snap.world_size},
       {"versions", {{"dlrun", build::version()}, {"git", build::git_revision()}, {"torch", build::torch_version()}}},
       {"created_unix", wall_now()},
-      {"files", w.files},
+      {"files", listed},
   };
-  fsutil::write_file_durable(tmp + "/" + detail::kManifest, manifest.dump(2) + "\n");
+  const std::string manifest = set.manifest.dump(2) + "\n";
+  set.files.emplace_back(detail::kManifest, std::vector<char>(manifest.begin(), manifest.end()));
+  return set;
+}
+
+std::string commit(const Snapshot& snap, const std::string& checkpoints_dir) {
+  return commit_files(serialize(snap), checkpoints_dir);
+}
+
+std::string commit_files(const FileSet& set, const std::string& checkpoints_dir) {
+  DLRUN_CHECK(!set.files.empty() && set.files.back().first == detail::kManifest, ExitCode::kRuntime,
+              "checkpoint {}: a file set must end with its manifest", set.name);
+  if (!fsutil::is_directory(checkpoints_dir)) {
+    fsutil::make_dirs(checkpoints_dir);
+    fsutil::fsync_dir(fsutil::parent_of(checkpoints_dir));
+  }
+  const std::string final_dir = checkpoints_dir + "/" + set.name;
+  const std::string tmp = final_dir + ".tmp";
+  if (fsutil::path_exists(tmp)) {
+    const std::string aside = set_aside(tmp, "partial");
+    log::warn("{}: a partial checkpoint of the same step left by an interrupted writer; kept as {}", tmp, aside);
+  }
+  fsutil::make_dirs(tmp);
+  fsutil::fsync_dir(checkpoints_dir);
+
+  for (size_t i = 0; i + 1 < set.files.size(); ++i) {
+    const auto& [name, bytes] = set.files[i];
+    fsutil::write_file_durable(tmp + "/" + name, std::string_view(bytes.data(), bytes.size()));
+    if (i == 0) fault::at_checkpoint_point("file");
+  }
+  fault::at_checkpoint_point("files");
+  const auto& manifest = set.files.back().second;
+  fsutil::write_file_durable(tmp + "/" + detail::kManifest, std::string_view(manifest.data(), manifest.size()));
   fsutil::fsync_dir(tmp);
   fault::at_checkpoint_point("manifest");
 
   install(tmp, final_dir, checkpoints_dir);
   fault::at_checkpoint_point("rename");
 
-  fsutil::write_file_atomic(checkpoints_dir + "/" + detail::kLatest, name + "\n");
+  fsutil::write_file_atomic(checkpoints_dir + "/" + detail::kLatest, set.name + "\n");
   fault::at_checkpoint_point("latest");
   return final_dir;
 }

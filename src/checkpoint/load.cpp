@@ -1,7 +1,8 @@
 // Loading a checkpoint into a Snapshot. Each file the manifest lists is read once into
-// memory, its size and SHA-256 compared with the manifest, and only then parsed: a checkpoint
-// that does not verify is bad input (exit 2, with the reason and the path), and no byte is
-// read or hashed twice (resume time bounds how fast a requeued job gets back to work).
+// memory (read_set), its size and SHA-256 compared with the manifest, and only then parsed
+// (parse): a checkpoint that does not verify is bad input (exit 2, with the reason and the
+// path), and no byte is read or hashed twice (resume time bounds how fast a requeued job gets
+// back to work). A downloaded checkpoint is parsed from its checked bytes the same way.
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/sha256.h"
@@ -20,16 +21,13 @@ namespace {
 
 }  // namespace
 
-Snapshot load(const std::string& ckpt_dir) {
+FileSet read_set(const std::string& ckpt_dir) {
   const VerifyResult v = detail::read_manifest(ckpt_dir);
   if (!v.ok) fail_verify(ckpt_dir, v.reason);
-  const auto& m = v.manifest;
-  Snapshot snap;
-  snap.step = v.step;
-  snap.epoch = v.epoch < 0 ? 0 : v.epoch;
-  if (m.contains("config_hash") && m["config_hash"].is_string()) snap.config_hash = m["config_hash"].get<std::string>();
-  if (m.contains("world_size") && m["world_size"].is_number_integer()) snap.world_size = m["world_size"].get<int>();
-  for (const auto& f : m["files"]) {
+  FileSet set;
+  set.name = fsutil::base_name(ckpt_dir);
+  set.manifest = v.manifest;
+  for (const auto& f : v.manifest["files"]) {
     const auto name = f["name"].get<std::string>();
     const std::string path = ckpt_dir + "/" + name;
     if (!fsutil::is_regular_file(path)) fail_verify(ckpt_dir, name + ": missing (listed in manifest.json)");
@@ -41,13 +39,28 @@ Snapshot load(const std::string& ckpt_dir) {
     }
     const std::string why = detail::file_mismatch(f, bytes.size(), sha256_hex(bytes.data(), bytes.size()));
     if (!why.empty()) fail_verify(ckpt_dir, why);
+    set.files.emplace_back(name, std::move(bytes));
+  }
+  set.files.emplace_back(detail::kManifest, fsutil::read_bytes(ckpt_dir + "/" + detail::kManifest));
+  return set;
+}
+
+Snapshot parse(const FileSet& set, const std::string& where) {
+  const auto& m = set.manifest;
+  Snapshot snap;
+  snap.step = m.value("step", int64_t{0});
+  snap.epoch = m.contains("epoch") && m["epoch"].is_number_integer() ? std::max<int64_t>(0, m["epoch"].get<int64_t>()) : 0;
+  if (m.contains("config_hash") && m["config_hash"].is_string()) snap.config_hash = m["config_hash"].get<std::string>();
+  if (m.contains("world_size") && m["world_size"].is_number_integer()) snap.world_size = m["world_size"].get<int>();
+  for (const auto& [name, bytes] : set.files) {
+    const std::string what = where + "/" + name;
     if (name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0) {
-      snap.tensor_files[name.substr(0, name.size() - 3)] = tensors_from_bytes(bytes, path);
+      snap.tensor_files[name.substr(0, name.size() - 3)] = tensors_from_bytes(bytes, what);
     } else if (name == detail::kState) {
       try {
         snap.state = nlohmann::json::parse(bytes.begin(), bytes.end());
       } catch (const nlohmann::json::exception& e) {
-        fail_input("{}: not valid JSON: {}", path, e.what());
+        fail_input("{}: not valid JSON: {}", what, e.what());
       }
     } else if (name == detail::kConfig) {
       snap.config_yaml.assign(bytes.begin(), bytes.end());
@@ -55,6 +68,8 @@ Snapshot load(const std::string& ckpt_dir) {
   }
   return snap;
 }
+
+Snapshot load(const std::string& ckpt_dir) { return parse(read_set(ckpt_dir), ckpt_dir); }
 
 std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
                                   const std::function<void(const std::string&, const std::string&)>& on_skip) {

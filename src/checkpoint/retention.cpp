@@ -4,6 +4,7 @@
 // names are never removed; checkpoints that fail verification and partial or set-aside
 // directories are left for the user to inspect (`dlrun ckpt list`); nothing newer than the
 // newest verified checkpoint is touched.
+#include <algorithm>
 #include <cstdio>
 
 #include "base/log.h"
@@ -14,7 +15,7 @@
 namespace dlrun::ckpt {
 
 void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every,
-                     const std::string& just_committed) {
+                     const std::string& just_committed, const std::vector<std::string>& in_use) {
   if (keep_last <= 0) return;  // keep all
   std::vector<Entry> committed;
   for (auto& e : detail::scan(checkpoints_dir))
@@ -47,6 +48,7 @@ void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int6
     }
     if (keep_every > 0 && e.step % keep_every == 0) continue;
     if (latest && *latest == e.name) continue;
+    if (std::find(in_use.begin(), in_use.end(), e.path) != in_use.end()) continue;
     // Manifest first: a crash mid-removal leaves a directory that fails verification, never
     // one that verifies with files missing.
     std::remove((e.path + "/" + detail::kManifest).c_str());

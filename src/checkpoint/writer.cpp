@@ -30,6 +30,8 @@ struct Writer::Impl {
   bool stop = false;
   std::exception_ptr error;         ///< failure of the last background write
   Stats last;
+  std::function<void(const Stats&)> on_commit;
+  std::function<std::vector<std::string>()> in_use;
   std::thread thread;
 
   /// Write, commit, retain; returns the stats (throws on failure).
@@ -39,8 +41,9 @@ struct Writer::Impl {
     s.path = commit(snap, dir);
     s.step = snap.step;
     s.wait_s = wait_s;
+    if (on_commit) on_commit(s);
     try {
-      apply_retention(dir, opts.keep_last, opts.keep_every, s.path);
+      apply_retention(dir, opts.keep_last, opts.keep_every, s.path, in_use ? in_use() : std::vector<std::string>{});
     } catch (const std::exception& e) {
       log::warn("checkpoint retention in {} failed: {}", dir, e.what());
     }
@@ -129,6 +132,16 @@ void Writer::wait() {
   std::unique_lock<std::mutex> lock(impl_->mu);
   impl_->wait_idle(lock);
   impl_->rethrow();
+}
+
+void Writer::on_commit(std::function<void(const Stats&)> callback) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->on_commit = std::move(callback);
+}
+
+void Writer::in_use(std::function<std::vector<std::string>()> callback) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->in_use = std::move(callback);
 }
 
 Writer::Stats Writer::last() const {

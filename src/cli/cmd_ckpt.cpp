@@ -11,7 +11,9 @@
 
 #include "base/error.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/remote.h"
 #include "cli/app.h"
+#include "cli/remote_args.h"
 
 namespace dlrun::cli {
 namespace {
@@ -37,6 +39,56 @@ std::string local_time(double unix_s) {
 }
 
 const char* status_of(const ckpt::Entry& e) { return e.partial ? "partial" : e.verified.ok ? "ok" : "invalid"; }
+
+void run_remote_list(const std::string& url, const RemoteArgs& args, bool json) {
+  std::string name;
+  auto store = remote_store_for(url, args, &name);
+  const auto latest = store->latest();
+  const auto entries = store->list();
+  if (json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& e : entries)
+      arr.push_back({{"name", e.name}, {"url", store->url().str(e.name)}, {"step", e.step}, {"bytes", e.bytes},
+                     {"status", e.complete ? "complete" : "incomplete"}, {"latest", latest && *latest == e.name}});
+    nlohmann::json j = {{"dir", store->url().str()}, {"latest", latest ? nlohmann::json(*latest) : nlohmann::json()},
+                        {"checkpoints", arr}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s (LATEST: %s)\n", store->url().str().c_str(), latest ? latest->c_str() : "none");
+  if (entries.empty()) {
+    std::printf("no checkpoints\n");
+    return;
+  }
+  std::printf("  %-20s %10s  %10s  %s\n", "NAME", "STEP", "SIZE", "STATUS");
+  for (const auto& e : entries) {
+    const bool is_latest = latest && *latest == e.name;
+    std::string status = e.complete ? "complete (sizes as listed; `dlrun ckpt verify` checks SHA-256)"
+                                    : "INCOMPLETE: no manifest.json (an upload cut short); never used";
+    if (is_latest) status += "  <- LATEST";
+    std::printf("%s %-20s %10lld  %10s  %s\n", is_latest ? "*" : " ", e.name.c_str(), static_cast<long long>(e.step),
+                human_bytes(e.bytes).c_str(), status.c_str());
+  }
+}
+
+void run_remote_verify(const std::string& url, const RemoteArgs& args) {
+  std::string name;
+  auto store = remote_store_for(url, args, &name);
+  if (name.empty()) {
+    const auto latest = store->latest();
+    DLRUN_CHECK_INPUT(latest.has_value(), "{}: no LATEST (no checkpoint was uploaded there)", url);
+    name = *latest;
+    std::printf("%s: LATEST is %s\n", url.c_str(), store->url().str(name).c_str());
+  }
+  const auto v = store->verify(name);
+  const std::string where = store->url().str(name);
+  if (!v.ok) throw Error(ExitCode::kBadInput, fmt::format("{}: INVALID: {}", where, v.reason));
+  uint64_t bytes = 0;
+  for (const auto& f : v.manifest["files"]) bytes += f["bytes"].get<uint64_t>();
+  std::printf("%s: ok (step %lld, epoch %lld, %zu files, %s, sizes and SHA-256 match)\n", where.c_str(),
+              static_cast<long long>(v.step), static_cast<long long>(v.epoch), v.manifest["files"].size(),
+              human_bytes(bytes).c_str());
+}
 
 void run_list(const std::string& path, bool json) {
   const std::string dir = ckpt::checkpoints_dir_of(path);
@@ -98,14 +150,25 @@ void setup_ckpt(CLI::App& app) {
   auto* list = cmd->add_subcommand("list", "list the checkpoints of a run (committed, corrupt, partial)");
   auto list_dir = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  list->add_option("RUN_DIR", *list_dir, "run directory or its checkpoints/ directory")->required();
+  auto remote_args = std::make_shared<RemoteArgs>();
+  list->add_option("RUN_DIR", *list_dir, "run directory, its checkpoints/ directory, or s3://BUCKET/PREFIX")->required();
   list->add_flag("--json", *json, "print as JSON");
-  list->callback([list_dir, json] { run_list(*list_dir, *json); });
+  add_remote_args(list, *remote_args);
+  list->callback([list_dir, json, remote_args] {
+    if (remote::is_s3_url(*list_dir)) run_remote_list(*list_dir, *remote_args, *json);
+    else run_list(*list_dir, *json);
+  });
 
   auto* verify = cmd->add_subcommand("verify", "check a checkpoint's manifest, sizes and SHA-256 (exit 0 ok, 2 not)");
   auto path = std::make_shared<std::string>();
-  verify->add_option("PATH", *path, "checkpoint directory, or a run directory (verifies LATEST)")->required();
-  verify->callback([path] { run_verify(*path); });
+  verify->add_option("PATH", *path,
+                      "checkpoint directory, a run directory (verifies LATEST), or s3://BUCKET/PREFIX[/step-N]")
+      ->required();
+  add_remote_args(verify, *remote_args);
+  verify->callback([path, remote_args] {
+    if (remote::is_s3_url(*path)) run_remote_verify(*path, *remote_args);
+    else run_verify(*path);
+  });
 }
 
 }  // namespace dlrun::cli

@@ -12,38 +12,59 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_file.h"
+#include "checkpoint/remote.h"
 #include "cli/app.h"
+#include "cli/remote_args.h"
 
 namespace dlrun::cli {
 namespace {
 
 struct ExportOptions {
-  std::string checkpoint;  ///< checkpoint dir, or a run / checkpoints dir (uses LATEST)
+  std::string checkpoint;  ///< checkpoint dir, a run / checkpoints dir (uses LATEST), or s3://...
   std::string format = "safetensors";
   std::string output;
+  RemoteArgs remote;
 };
 
+/// The checked files of the checkpoint `path` names, and where they came from.
+ckpt::FileSet checked_files(const ExportOptions& o, std::string* where) {
+  if (!remote::is_s3_url(o.checkpoint)) {
+    *where = ckpt::resolve(o.checkpoint);
+    return ckpt::read_set(*where);  // every file checked against the manifest as it is read
+  }
+  std::string name;
+  auto store = remote_store_for(o.checkpoint, o.remote, &name);
+  if (name.empty()) {
+    const auto latest = store->latest();
+    DLRUN_CHECK_INPUT(latest.has_value(), "{}: no LATEST (no checkpoint was uploaded there)", o.checkpoint);
+    name = *latest;
+  }
+  *where = store->url().str(name);
+  return store->fetch(name);
+}
+
 void run_export(const ExportOptions& o) {
-  const std::string ck = ckpt::resolve(o.checkpoint);
-  const auto v = ckpt::verify(ck);
-  if (!v.ok)
-    throw Error(ExitCode::kBadInput, fmt::format("{}: checkpoint does not verify: {}", ck, v.reason),
-                "`dlrun ckpt list RUN_DIR` shows which checkpoints are valid");
-  const auto tensors = ckpt::load_tensor_file(ck + "/model.pt");
+  std::string ck;
+  const ckpt::FileSet set = checked_files(o, &ck);
+  const auto& m = set.manifest;
+  const int64_t step = m.value("step", int64_t{-1}), epoch = m.value("epoch", int64_t{-1});
+  ckpt::TensorDict tensors;
+  for (const auto& [name, bytes] : set.files)
+    if (name == "model.pt") tensors = ckpt::tensors_from_bytes(bytes, ck + "/model.pt");
+  DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no model.pt", ck);
   if (o.format == "safetensors") {
     std::map<std::string, std::string> meta = {{"format", "pt"},
                                                {"dlrun_version", build::version()},
                                                {"torch_version", build::torch_version()},
-                                               {"step", std::to_string(v.step)},
-                                               {"epoch", std::to_string(v.epoch)}};
-    if (v.manifest.contains("config_hash") && v.manifest["config_hash"].is_string())
-      meta["config_hash"] = v.manifest["config_hash"].get<std::string>();
+                                               {"step", std::to_string(step)},
+                                               {"epoch", std::to_string(epoch)}};
+    if (m.contains("config_hash") && m["config_hash"].is_string()) meta["config_hash"] = m["config_hash"].get<std::string>();
     ckpt::write_safetensors(o.output, tensors, meta);
   } else {
     ckpt::write_tensor_file(o.output, tensors);
   }
   std::printf("%s: %zu tensors from %s (step %lld) written as %s\n", o.output.c_str(), tensors.size(), ck.c_str(),
-              static_cast<long long>(v.step), o.format.c_str());
+              static_cast<long long>(step), o.format.c_str());
 }
 
 }  // namespace
@@ -51,8 +72,10 @@ void run_export(const ExportOptions& o) {
 void setup_export(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "write a checkpoint's model weights as safetensors or a torch file");
   auto o = std::make_shared<ExportOptions>();
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory, or a run directory (uses LATEST)")
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint directory, a run directory (uses LATEST), or s3://BUCKET/PREFIX[/step-N]")
       ->required();
+  add_remote_args(cmd, o->remote);
   cmd->add_option("--format", o->format, "safetensors | torch (a torch.load-able dict of tensors)")
       ->check(CLI::IsMember({"safetensors", "torch"}))
       ->capture_default_str();

@@ -106,7 +106,10 @@ std::string value_text(const Field& f) {
   switch (f.kind) {
     case Kind::kBool: return *static_cast<bool*>(f.ptr) ? "true" : "false";
     case Kind::kInt: return std::to_string(*static_cast<int64_t*>(f.ptr));
-    case Kind::kFloat: return num(*static_cast<double*>(f.ptr));
+    case Kind::kFloat: {
+      const double v = *static_cast<double*>(f.ptr);
+      return f.auto_ok && is_auto(v) ? "auto" : num(v);
+    }
     case Kind::kString: {
       const auto& s = *static_cast<std::string*>(f.ptr);
       return s.empty() ? (f.nullable ? "null" : "\"\"") : quote(s);
@@ -153,6 +156,7 @@ std::string reference_markdown() {
       } else if (f.kind == Kind::kInt || f.kind == Kind::kFloat || f.kind == Kind::kIntList ||
                  f.kind == Kind::kFloatList) {
         allowed = range_text(f);
+        if (f.auto_ok) allowed += " or `auto`";
       } else if (f.kind == Kind::kBool) {
         allowed = "`true`, `false`";
       } else {

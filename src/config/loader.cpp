@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <cctype>
 #include <functional>
+#include <limits>
 #include <regex>
 
 #include "config/schema.h"
@@ -278,6 +279,10 @@ void bind_field(const Field& f, const Tree& t, const std::string& key) {
     }
     case Kind::kFloat: {
       double v;
+      if (f.auto_ok && t.type == Tree::Type::kScalar && !t.quoted && t.scalar == "auto") {
+        *static_cast<double*>(f.ptr) = std::numeric_limits<double>::quiet_NaN();
+        break;
+      }
       if (!parse_double(t, v)) type_error();
       check_range(f, v, loc, key);
       *static_cast<double*>(f.ptr) = v;

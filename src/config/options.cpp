@@ -9,6 +9,16 @@ SourceLoc Config::where(const std::string& key) const {
   return SourceLoc{source_file, 0, 0};
 }
 
+double PreemptionOptions::deadline_or_default() const {
+  if (!is_auto(deadline_s)) return deadline_s;
+  switch (watch) {
+    case NoticeSource::kAws: return 120.0;
+    case NoticeSource::kGcp:
+    case NoticeSource::kAzure: return 30.0;
+    default: return 0.0;
+  }
+}
+
 std::string DataOptions::root_or_default() const {
   if (!root.empty()) return root;
   if (name == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ enum class DistBackend { kAuto, kNccl, kCpu };
 enum class NoticeSource { kNone, kAws, kGcp, kAzure, kFile };
 enum class ProgressMode { kAuto, kBar, kLines, kNone };
 enum class NonfinitePolicy { kStop, kSkip };
+enum class S3Addressing { kAuto, kPath, kVirtual };
+enum class RemoteErrorPolicy { kContinue, kStop };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
 template <typename E>
@@ -45,6 +48,11 @@ template <> struct EnumNames<NoticeSource> {
 };
 template <> struct EnumNames<ProgressMode> { static constexpr std::array<const char*, 4> names{"auto", "bar", "lines", "none"}; };
 template <> struct EnumNames<NonfinitePolicy> { static constexpr std::array<const char*, 2> names{"stop", "skip"}; };
+template <> struct EnumNames<S3Addressing> { static constexpr std::array<const char*, 3> names{"auto", "path", "virtual"}; };
+template <> struct EnumNames<RemoteErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
+
+/// Float keys that also accept `auto` hold it as NaN.
+inline bool is_auto(double v) { return v != v; }
 
 /// "adamw" for OptimName::kAdamw.
 template <typename E>
@@ -157,18 +165,29 @@ struct DistOptions {
 struct CheckpointOptions {
   std::string dir;
   int64_t every_steps = 0;
-  double every_minutes = 0.0;
+  double every_minutes = 0.0;  ///< NaN: auto (Young/Daly)
   int64_t keep_last = 3;
   int64_t keep_every = 0;
   bool async = true;
   bool at_end = true;
   bool at_epoch_end = false;
+  std::string remote;
+  std::string remote_endpoint;
+  std::string remote_region;
+  S3Addressing remote_addressing = S3Addressing::kAuto;
+  int64_t remote_part_mb = 512;
+  RemoteErrorPolicy on_error = RemoteErrorPolicy::kContinue;
 };
 
 struct PreemptionOptions {
   NoticeSource watch = NoticeSource::kNone;
   std::string endpoint;
   double poll_s = 5.0;
+  double deadline_s = std::numeric_limits<double>::quiet_NaN();  ///< NaN: auto (the provider's notice time)
+  double mtbf_hours = 0.0;
+
+  /// The deadline in seconds, auto resolved: AWS 120, GCP and Azure 30, else 0 (none).
+  double deadline_or_default() const;
 };
 
 struct LogOptions {

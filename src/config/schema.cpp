@@ -21,6 +21,11 @@ Field F(const char* n, double& v, double lo, double hi, const char* doc, bool lo
   f.min_exclusive = lo_excl;
   return f;
 }
+Field Fauto(const char* n, double& v, double lo, double hi, const char* doc) {
+  Field f = F(n, v, lo, hi, doc);
+  f.auto_ok = true;
+  return f;
+}
 Field S(const char* n, std::string& v, const char* doc, std::vector<std::string> choices = {}) {
   Field f{n, doc, Kind::kString, &v};
   f.choices = std::move(choices);
@@ -203,12 +208,23 @@ std::vector<Section> describe(Config& c) {
     s.push_back({"checkpoint", "checkpoints and retention", {
       Snull("dir", o.dir, "checkpoint directory (empty: RUN_DIR/checkpoints)"),
       I("every_steps", o.every_steps, 0, 1e12, "save every N optimizer steps (0: off)"),
-      F("every_minutes", o.every_minutes, 0, 1e6, "save every N minutes of wall clock (0: off)"),
+      Fauto("every_minutes", o.every_minutes, 0, 1e6,
+            "save every N minutes of wall clock (0: off; auto: Young/Daly from the measured save cost and "
+            "preemption.mtbf_hours)"),
       I("keep_last", o.keep_last, 0, 1e6, "keep the newest N checkpoints (0: keep all)"),
       I("keep_every", o.keep_every, 0, 1e12, "also keep checkpoints whose step is a multiple of N (0: off)"),
       B("async", o.async, "write in a background thread after a copy to host memory"),
       B("at_end", o.at_end, "save when training finishes"),
       B("at_epoch_end", o.at_epoch_end, "save at the end of every epoch"),
+      Snull("remote", o.remote, "s3://BUCKET/PREFIX: upload every checkpoint there and resume from it (empty: off)"),
+      Snull("remote_endpoint", o.remote_endpoint,
+            "URL of an S3-compatible service (empty: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)"),
+      Snull("remote_region", o.remote_region, "region to sign for (empty: $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1)"),
+      En("remote_addressing", o.remote_addressing,
+         "bucket in the host name (virtual) or the path (path); auto: virtual on AWS, path elsewhere"),
+      I("remote_part_mb", o.remote_part_mb, 5, 5120,
+        "files larger than this go up in parts of this size (MiB); one PUT below"),
+      En("on_error", o.on_error, "a checkpoint that cannot be uploaded: continue (reported, retried) or stop (exit 1)"),
     }});
   }
   {
@@ -217,6 +233,10 @@ std::vector<Section> describe(Config& c) {
       En("watch", o.watch, "notice source"),
       Snull("endpoint", o.endpoint, "notice URL or file path (empty: the provider's default)"),
       F("poll_s", o.poll_s, 0.01, 3600, "seconds between polls"),
+      Fauto("deadline_s", o.deadline_s, 0, 86400,
+            "after a stop request, seconds to wait for the remote upload before exiting 75 (0: no limit; auto: AWS "
+            "120, GCP and Azure 30, else no limit)"),
+      F("mtbf_hours", o.mtbf_hours, 0, 1e6, "mean time between interruptions, for checkpoint.every_minutes: auto"),
     }});
   }
   {

@@ -30,6 +30,7 @@ struct Field {
   std::vector<std::string> choices;  ///< allowed values for strings and string-list items
   bool required = false;             ///< must be set (no usable default)
   bool nullable = false;             ///< `null` allowed: means empty/auto
+  bool auto_ok = false;              ///< kFloat: the word `auto` is allowed, held as NaN
   /// kEnum: read and write the member as the index of its name in `choices`.
   std::function<int()> get_index;
   std::function<void(int)> set_index;

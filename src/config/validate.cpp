@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <regex>
 
+#include "base/http.h"
+#include "remote/s3.h"
+
 namespace fs = std::filesystem;
 
 namespace dlrun::config {
@@ -82,6 +85,20 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
     bad(c, "preemption.endpoint", "preemption.watch=file needs the path to watch in preemption.endpoint");
 
   // Checkpoints.
+  if (!c.checkpoint.remote.empty()) {
+    try {
+      remote::parse_s3_url(c.checkpoint.remote);
+    } catch (const Error& e) {
+      bad(c, "checkpoint.remote", e.message(), "write s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs/exp1");
+    }
+    if (!http::available())
+      bad(c, "checkpoint.remote", "this dlrun was built without libcurl, which remote checkpoints need",
+          "install libcurl4-openssl-dev and rebuild (scripts/setup.sh does)");
+  }
+  if (is_auto(c.checkpoint.every_minutes) && !(c.preemption.mtbf_hours > 0))
+    bad(c, "checkpoint.every_minutes",
+        "auto needs the mean time between interruptions: set preemption.mtbf_hours (e.g. 24 for an instance type "
+        "that is reclaimed about once a day)");
   if (c.checkpoint.keep_last == 0 && c.checkpoint.keep_every > 0)
     warnings.push_back("checkpoint.keep_every has no effect with keep_last: 0 (every checkpoint is kept)");
   return warnings;

@@ -17,7 +17,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
-#include "preempt/http.h"
+#include "base/http.h"
 #include "preempt/preempt.h"
 #include "preempt/providers.h"
 
@@ -44,7 +44,16 @@ std::string field(const nlohmann::json& obj, const char* key) {
 }
 
 /// Turns a non-answer into PollResult::error; true when the source answered.
-bool answered(const HttpResponse& r, const std::string& url, PollResult* out) {
+/// One metadata request: connect timeout 1 s, total 2 s.
+http::Response metadata_request(const std::string& method, const std::string& url, std::vector<std::string> headers) {
+  http::Request req;
+  req.method = method;
+  req.url = url;
+  req.headers = std::move(headers);
+  return http::perform(req);
+}
+
+bool answered(const http::Response& r, const std::string& url, PollResult* out) {
   if (r.status == 0) {
     out->error = url + ": " + r.error;
     return false;
@@ -56,12 +65,12 @@ PollResult poll_aws(const std::string& base_in) {
   const std::string base = strip_trailing_slashes(base_in);
   PollResult out;
   std::vector<std::string> headers;
-  HttpResponse tok = http_request("PUT", base + "/latest/api/token",
-                                  {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
+  http::Response tok = metadata_request("PUT", base + "/latest/api/token",
+                                        {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
   if (tok.status == 200 && !trim(tok.body).empty())
     headers.push_back("X-aws-ec2-metadata-token: " + trim(tok.body));
   const std::string url = base + "/latest/meta-data/spot/instance-action";
-  HttpResponse r = http_request("GET", url, headers);
+  http::Response r = metadata_request("GET", url, headers);
   if (!answered(r, url, &out) || r.status != 200) {
     if (r.status != 0 && r.status != 404) out.error = url + ": HTTP " + std::to_string(r.status);
     return out;
@@ -78,7 +87,7 @@ PollResult poll_aws(const std::string& base_in) {
 
 PollResult poll_gcp(const std::string& url) {
   PollResult out;
-  HttpResponse r = http_request("GET", url, {"Metadata-Flavor: Google"});
+  http::Response r = metadata_request("GET", url, {"Metadata-Flavor: Google"});
   if (!answered(r, url, &out)) return out;
   if (r.status != 200) {
     out.error = url + ": HTTP " + std::to_string(r.status);
@@ -91,7 +100,7 @@ PollResult poll_gcp(const std::string& url) {
 
 PollResult poll_azure(const std::string& url) {
   PollResult out;
-  HttpResponse r = http_request("GET", url, {"Metadata: true"});
+  http::Response r = metadata_request("GET", url, {"Metadata: true"});
   if (!answered(r, url, &out)) return out;
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (r.status != 200 || j.is_discarded() || !j.is_object()) {
@@ -151,7 +160,7 @@ void check_source(NoticeSource watch, const std::string& endpoint) {
                       "preemption.endpoint: preemption.watch=file needs the path to watch");
     return;
   }
-  DLRUN_CHECK_INPUT(have_http(),
+  DLRUN_CHECK_INPUT(http::available(),
                     "preemption.watch: {} needs libcurl, and dlrun was built without it "
                     "(install libcurl and rebuild, or use preemption.watch: file)", name_of(watch));
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/remote.h"
 #include "config/options.h"
 #include "models/model.h"
 #include "train/amp.h"
@@ -25,15 +26,18 @@ ckpt::Snapshot make_snapshot(const Config& cfg, models::Model& model, torch::opt
 
 /// What --resume asks for, decided before anything in the run directory is touched.
 struct ResumePlan {
-  std::optional<ckpt::Loaded> from;  ///< the checkpoint to continue, loaded and verified
-  bool set_aside = false;            ///< --resume never --force: set the previous run aside
+  std::optional<ckpt::Loaded> from;     ///< the checkpoint to continue, loaded and verified
+  std::optional<ckpt::FileSet> fetched; ///< `from` came from remote storage: its bytes, kept locally once the run starts
+  bool set_aside = false;               ///< --resume never --force: set the previous run aside
 };
 
-/// `resume`: "auto" (the newest checkpoint that loads; corrupt and partial ones are reported
-/// and skipped, never deleted), "never" (start fresh: refused, exit 2, when the run
-/// directory holds an earlier run, unless `force`), or the path of a checkpoint (exit 2 when
-/// it does not verify).
-ResumePlan plan_resume(const std::string& resume, bool force, const RunDir& dir);
+/// `resume`: "auto" (the newest checkpoint that loads, local or — with `remote` — remote,
+/// a remote one downloaded and checked against its manifest; corrupt and partial ones are
+/// reported and skipped, never deleted), "never" (start fresh: refused, exit 2, when the run
+/// directory holds an earlier run, unless `force`; and when the remote prefix holds
+/// checkpoints, which dlrun never deletes), or the path of a checkpoint, local or s3://
+/// (exit 2 when it does not verify).
+ResumePlan plan_resume(const std::string& resume, bool force, const RunDir& dir, ckpt::RemoteStore* remote = nullptr);
 
 /// Restore `snap` into the live objects. Refuses (exit 2, naming the difference) a different
 /// architecture or optimizer type; warns when the schedule length, global batch size or world

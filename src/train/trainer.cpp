@@ -18,6 +18,7 @@
 #include "base/fsutil.h"
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/remote.h"
 #include "config/loader.h"
 #include "metrics/sink.h"
 #include "preempt/preempt.h"
@@ -53,6 +54,16 @@ class Trainer {
         dir_(std::move(dir)),
         c_(build_components(cfg_, place(cfg_.run), Purpose::kTrain)),
         runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device) {
+    if (!cfg_.checkpoint.remote.empty()) {
+      remote_ = std::make_unique<ckpt::RemoteStore>(remote::s3_config(cfg_.checkpoint),
+                                                    remote::parse_s3_url(cfg_.checkpoint.remote));
+      try {
+        remote_->check_access();  // wrong credentials or bucket: exit 2 here, before anything is written
+      } catch (const Error& e) {
+        if (e.code() == ExitCode::kBadInput) throw;
+        log0::warn("remote storage is not reachable now ({}); training goes on and uploads are retried", e.message());
+      }
+    }
     log0::info("model {}: {} parameters; data {}: {} train / {} eval samples; {} steps/epoch, {} steps on {}",
                cfg_.model.name, models::num_parameters(*c_.model), cfg_.data.name, c_.data.train->size(),
                c_.data.eval->size(), c_.steps_per_epoch, c_.total_steps, c_.placement.device.str());
@@ -61,6 +72,7 @@ class Trainer {
   /// Load what --resume asks for into the model, optimizer and state (refusals: exit 2).
   void resume(ResumePlan plan) {
     set_aside_ = plan.set_aside;
+    fetched_ = std::move(plan.fetched);
     if (!plan.from) return;
     restore(plan.from->snapshot, cfg_, *c_.model, *c_.optimizer, runner_.scaler(), st_, c_.total_steps,
             c_.placement.device);
@@ -80,6 +92,7 @@ class Trainer {
   }
 
   int run();
+  ckpt::RemoteStore* remote_store() { return remote_.get(); }
   /// After an exception: record it in metrics.jsonl and summary.json when the run directory
   /// is already ours (never throws; before that, the directory stays untouched).
   void record_failure(const std::string& what) noexcept;
@@ -93,11 +106,14 @@ class Trainer {
   bool run_eval();
   void save(SaveReason why, bool sync);
   void check_finite();
+  void report_uploads();
+  double save_interval_minutes();
   [[noreturn]] void fail_nonfinite(int64_t step) const;
   int interrupted();
   int finish();
   double read_last_loss();
   nlohmann::json summary(const std::string& status);
+  nlohmann::json remote_summary() const;
   double samples_per_s(double now) const { return samples_since_log_ / std::max(1e-9, now - last_log_mono_); }
 
   const TrainArgs& args_;
@@ -106,10 +122,16 @@ class Trainer {
   Components c_;
   StepRunner runner_;
   std::string resumed_from_;  ///< the checkpoint this process resumed from ("" for a fresh start)
+  std::optional<ckpt::FileSet> fetched_;  ///< a downloaded checkpoint, kept locally at begin()
   bool set_aside_ = false;    ///< --resume never --force over an earlier run
   TrainState st_;
   metrics::Reporter report_;
+  // Destroyed in reverse order: the writer (whose last commit may still notify the
+  // uploader) before the uploader, the uploader before the store it uploads to.
+  std::unique_ptr<ckpt::RemoteStore> remote_;
+  std::unique_ptr<ckpt::Uploader> uploader_;
   std::unique_ptr<ckpt::Writer> writer_;
+  double save_cost_s_ = -1, last_stall_s_ = 0, interval_logged_ = -1;
   LossWindow loss_;
   bool begun_ = false;
   double start_mono_ = 0, last_save_mono_ = 0, last_log_mono_ = 0, last_lr_ = 0;
@@ -159,7 +181,18 @@ void Trainer::begin() {
   report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
+  if (fetched_) {  // a checkpoint downloaded from remote storage is kept beside the others
+    resumed_from_ = ckpt::commit_files(*fetched_, dir_.checkpoints());
+    log0::info("the downloaded checkpoint is kept as {}", resumed_from_);
+    fetched_.reset();
+  }
   writer_ = std::make_unique<ckpt::Writer>(dir_.checkpoints(), cfg_.checkpoint);
+  if (remote_) {
+    uploader_ = std::make_unique<ckpt::Uploader>(*remote_, cfg_.checkpoint);
+    writer_->on_commit([up = uploader_.get()](const ckpt::Writer::Stats& s) { up->submit(s.path, s.step); });
+    writer_->in_use([up = uploader_.get()] { return up->in_use(); });
+    log0::info("checkpoints are uploaded to {}", remote_->url().str());
+  }
   start_mono_ = last_save_mono_ = last_log_mono_ = mono_now();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(c_.placement.device);
   loss_.sum = torch::zeros({}, f64);
@@ -199,6 +232,7 @@ void Trainer::step(const std::vector<data::Batch>& micro) {
 
 std::optional<int> Trainer::at_boundary(bool epoch_end) {
   const Boundary b{st_.step, st_.epoch, c_.total_steps, epoch_end};
+  report_uploads();
   if (!epoch_end) report_.tick({st_.step, st_.epoch, samples_per_s(mono_now()), last_lr_});
   if (log_due(cfg_.log, b)) log_step();  // the record of a step that has happened
   if (!epoch_end) fault::after_step(st_.step);
@@ -207,7 +241,8 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
   st_.eval_pending = eval_due(cfg_.train, b, last_eval_step_);
   if (stop_agreed()) return interrupted();
   if (st_.eval_pending && !run_eval()) return interrupted();
-  const SaveReason why = save_due(cfg_.checkpoint, b, (mono_now() - last_save_mono_) / 60.0, last_saved_step_);
+  const SaveReason why =
+      save_due(cfg_.checkpoint, b, (mono_now() - last_save_mono_) / 60.0, last_saved_step_, save_interval_minutes());
   if (why != SaveReason::kNone) {
     save(why, !cfg_.checkpoint.async);
     if (stop_agreed()) return interrupted();
@@ -271,10 +306,69 @@ void Trainer::save(SaveReason why, bool sync) {
   const double now = mono_now();
   last_save_mono_ = now;
   last_saved_step_ = st_.step;
+  last_stall_s_ = now - t0;
+  if (!uploader_) save_cost_s_ = last_stall_s_;  // with uploads, the cost is known once uploaded
   metrics::Event e{"checkpoint", st_.step};
   e.scalars = {{"copy_s", copied - t0}, {"stall_s", now - t0}};
   e.fields = {{"reason", name_of(why)}, {"path", dir_.checkpoints() + "/" + ckpt::dir_name(st_.step)}, {"async", !sync}};
   report_.report(std::move(e));
+}
+
+void Trainer::report_uploads() {
+  if (!uploader_) return;
+  for (const auto& r : uploader_->drain()) {
+    if (r.ok) {
+      metrics::Event e{"upload", r.step, r.wall_time};
+      e.scalars = {{"seconds", r.seconds}, {"mb_per_s", r.bytes / 1e6 / std::max(1e-9, r.seconds)}};
+      e.fields = {{"url", r.url}, {"bytes", r.bytes}, {"attempt", r.attempt}};
+      report_.report(std::move(e));
+      save_cost_s_ = last_stall_s_ + r.seconds;  // what a save costs when the checkpoint must reach storage
+      continue;
+    }
+    metrics::Event e{"upload_error", r.step, r.wall_time};
+    e.fields = {{"url", r.url}, {"error", r.error}, {"attempt", r.attempt}, {"final", r.final},
+                {"retry_in_s", r.retry_in_s}};
+    e.message = r.final ? fmt::format("upload of step {} to {} failed for good (attempt {}): {}", r.step, r.url,
+                                      r.attempt, r.error)
+                        : fmt::format("upload of step {} failed (attempt {}), retrying in {:.0f} s: {}", r.step,
+                                      r.attempt, r.retry_in_s, r.error);
+    log::warn("{}", e.message);
+    report_.report(std::move(e));
+    if (r.final && cfg_.checkpoint.on_error == RemoteErrorPolicy::kStop)
+      throw Error(ExitCode::kRuntime,
+                  fmt::format("the checkpoint of step {} could not be uploaded to {}: {} (checkpoint.on_error: stop)",
+                              r.step, r.url, r.error),
+                  "the local checkpoint is intact; fix the remote storage and requeue, or set checkpoint.on_error: "
+                  "continue");
+  }
+}
+
+// checkpoint.every_minutes, with `auto` resolved by Young and Daly's rule: the interval that
+// minimizes the expected loss to interruptions, sqrt(2 x save cost x mean time between them),
+// with the save cost this run measured (the stall, plus the upload with remote storage).
+double Trainer::save_interval_minutes() {
+  const double every = cfg_.checkpoint.every_minutes;
+  if (!is_auto(every)) return every;
+  if (save_cost_s_ < 0) {
+    if (interval_logged_ < 0) {
+      log0::info("checkpoint.every_minutes=auto: saving at the next step boundary to measure what a save costs");
+      interval_logged_ = 0;
+    }
+    return 1e-9;  // due at once
+  }
+  const double mtbf_s = cfg_.preemption.mtbf_hours * 3600.0;
+  const double minutes = std::sqrt(2.0 * std::max(save_cost_s_, 1e-3) * mtbf_s) / 60.0;
+  if (interval_logged_ <= 0 || std::abs(minutes - interval_logged_) > 0.1 * interval_logged_) {
+    log0::info("checkpoint.every_minutes=auto: every {:.2f} min = sqrt(2 x {:.3f} s save cost x {} h mean time between "
+               "interruptions)",
+               minutes, save_cost_s_, cfg_.preemption.mtbf_hours);
+    metrics::Event e{"checkpoint_interval", st_.step};
+    e.scalars = {{"minutes", minutes}, {"save_cost_s", save_cost_s_}};
+    e.fields = {{"mtbf_hours", cfg_.preemption.mtbf_hours}};
+    report_.report(std::move(e));
+    interval_logged_ = minutes;
+  }
+  return minutes;
 }
 
 void Trainer::check_finite() {
@@ -305,13 +399,43 @@ int Trainer::interrupted() {
     writer_->wait();
   }
   const double commit_time = wall_now();
+  log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
+  // Then the upload, within the deadline (counted from the signal).
+  nlohmann::json remote_commit = nullptr;
+  std::string remote_note;
+  if (uploader_) {
+    const double deadline_s = cfg_.preemption.deadline_or_default();
+    const double deadline = deadline_s > 0 ? mono_now() + (signal_time + deadline_s - wall_now()) : 0;
+    const bool done = uploader_->wait(deadline > 0 ? std::max(deadline, mono_now() + 1e-3) : 0);
+    const auto totals = uploader_->totals();
+    if (done && totals.last_step == st_.step) {
+      remote_commit = wall_now();
+      log0::info("remote checkpoint {} committed {:.2f} s after {}", totals.last_url,
+                 remote_commit.get<double>() - signal_time, reason);
+    } else {
+      remote_note = done ? "the upload failed: " + totals.last_error
+                         : fmt::format("the upload did not finish within the {:.0f} s deadline (preemption.deadline_s)",
+                                       deadline_s);
+      log::warn("{}; exiting 75 with the local checkpoint", remote_note);
+    }
+  }
   // The checkpoint is committed: from here on the exit code is 75 whatever happens to the
   // records (a full disk under metrics.jsonl must not stop the scheduler from requeueing).
+  try {
+    report_uploads();
+  } catch (const std::exception& e) {
+    log::error("{}", e.what());  // on_error: stop cannot turn a committed preemption into a failure
+  }
   try {
     read_last_loss();
     metrics::Event e{"preempt", st_.step};
     e.scalars = {{"latency_s", commit_time - signal_time}};
     e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
+    if (uploader_) {
+      e.fields["remote_commit_time"] = remote_commit;
+      if (!remote_commit.is_null()) e.scalars.emplace_back("remote_latency_s", remote_commit.get<double>() - signal_time);
+      if (!remote_note.empty()) e.fields["remote_note"] = remote_note;
+    }
     st_.preemption = e.fields;
     st_.preemption["event"] = "preempt";
     st_.preemption["latency_s"] = commit_time - signal_time;
@@ -322,7 +446,6 @@ int Trainer::interrupted() {
   } catch (const std::exception& e) {
     log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
   }
-  log0::info("checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
   return kInterrupted;
 }
 
@@ -331,6 +454,10 @@ int Trainer::finish() {
   if (final_eval_due(cfg_.train, st_.step, last_eval_step_) && !run_eval()) return interrupted();
   if (final_save_due(cfg_.checkpoint, st_.step, last_saved_step_)) save(SaveReason::kEnd, /*sync=*/true);
   writer_->wait();
+  if (uploader_) {
+    uploader_->wait(0);  // the last checkpoint off the instance (retries are bounded)
+    report_uploads();
+  }
   read_last_loss();
   dir_.write_summary(summary("completed"));
   metrics::Event e{"end", st_.step};
@@ -346,6 +473,21 @@ int Trainer::finish() {
 double Trainer::read_last_loss() {
   if (loss_.last.defined()) final_loss_ = loss_.last.item<double>();
   return final_loss_;
+}
+
+nlohmann::json Trainer::remote_summary() const {
+  if (!remote_) return nullptr;
+  nlohmann::json j = {{"url", remote_->url().str()}};
+  if (!uploader_) return j;
+  const auto t = uploader_->totals();
+  j["checkpoint"] = t.last_url.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.last_url);
+  j["uploads"] = t.uploaded;
+  j["failed_attempts"] = t.failed_attempts;
+  j["given_up"] = t.given_up;
+  j["last_error"] = t.last_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.last_error);
+  j["bytes"] = t.bytes;
+  j["upload_s"] = t.seconds;
+  return j;
 }
 
 nlohmann::json Trainer::summary(const std::string& status) {
@@ -377,6 +519,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
       {"resumed_from_step", st_.resumed_from_step},
       {"device", c_.placement.device.str()},
       {"version", build::version_line()},
+      {"remote", remote_summary()},
   };
 }
 
@@ -422,7 +565,7 @@ int run(const TrainArgs& args) {
   Trainer trainer(args, dir);  // data files, model, optimizer: the cheap failures first
   fault::during("startup");
   if (stopped_during_startup("after loading data")) return kInterrupted;
-  trainer.resume(plan_resume(args.resume, args.force, dir));
+  trainer.resume(plan_resume(args.resume, args.force, dir, trainer.remote_store()));
   trainer.save_init();
   if (stopped_during_startup("after loading the checkpoint")) return kInterrupted;
   preempt::NoticeWatcher watcher(args.cfg.preemption);  // a bad source is refused here

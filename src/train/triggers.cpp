@@ -32,11 +32,12 @@ bool final_eval_due(const TrainOptions& t, int64_t step, int64_t last_eval_step)
   return t.eval_at_end && step != last_eval_step;
 }
 
-SaveReason save_due(const CheckpointOptions& c, const Boundary& b, double minutes_since_save, int64_t last_saved_step) {
+SaveReason save_due(const CheckpointOptions& c, const Boundary& b, double minutes_since_save, int64_t last_saved_step,
+                    double every_minutes) {
   if (finished(b) || b.step == last_saved_step) return SaveReason::kNone;
   if (b.epoch_end) return c.at_epoch_end ? SaveReason::kEpochEnd : SaveReason::kNone;
   if (c.every_steps > 0 && b.step % c.every_steps == 0) return SaveReason::kEverySteps;
-  if (c.every_minutes > 0 && minutes_since_save >= c.every_minutes) return SaveReason::kEveryMinutes;
+  if (every_minutes > 0 && minutes_since_save >= every_minutes) return SaveReason::kEveryMinutes;
   return SaveReason::kNone;
 }
 

@@ -36,12 +36,12 @@ bool eval_due(const TrainOptions& train, const Boundary& b, int64_t last_eval_st
 bool final_eval_due(const TrainOptions& train, int64_t step, int64_t last_eval_step);
 
 /// A periodic checkpoint is due, and why: every checkpoint.every_steps steps, after
-/// checkpoint.every_minutes of wall clock since the last save (`minutes_since_save`), or at
-/// an epoch end with checkpoint.at_epoch_end. Never at the last step (the final save is
-/// final_save_due's) and never twice at one step (`last_saved_step`, which after a resume
-/// is the checkpoint's step).
+/// `every_minutes` of wall clock since the last save (`minutes_since_save`; the value of
+/// checkpoint.every_minutes, `auto` resolved by the trainer; 0: off), or at an epoch end with
+/// checkpoint.at_epoch_end. Never at the last step (the final save is final_save_due's) and
+/// never twice at one step (`last_saved_step`, which after a resume is the checkpoint's step).
 SaveReason save_due(const CheckpointOptions& ckpt, const Boundary& b, double minutes_since_save,
-                    int64_t last_saved_step);
+                    int64_t last_saved_step, double every_minutes);
 
 /// The save after training is due: checkpoint.at_end, unless this step is already saved.
 bool final_save_due(const CheckpointOptions& ckpt, int64_t step, int64_t last_saved_step);

@@ -49,16 +49,16 @@ TEST_CASE("evaluation by steps, by epochs, and never twice at one step", "[train
 TEST_CASE("checkpoints by steps, by wall clock and at epoch ends", "[train][triggers]") {
   CheckpointOptions c;
   c.every_steps = 5;
-  CHECK(save_due(c, after_step(5), 0, -1) == SaveReason::kEverySteps);
-  CHECK(save_due(c, after_step(7), 0, -1) == SaveReason::kNone);
+  CHECK(save_due(c, after_step(5), 0, -1, c.every_minutes) == SaveReason::kEverySteps);
+  CHECK(save_due(c, after_step(7), 0, -1, c.every_minutes) == SaveReason::kNone);
   c.every_minutes = 2;
-  CHECK(save_due(c, after_step(7), 1.9, 5) == SaveReason::kNone);
-  CHECK(save_due(c, after_step(7), 2.0, 5) == SaveReason::kEveryMinutes);
-  CHECK(save_due(c, after_step(10), 3.0, 5) == SaveReason::kEverySteps);  // steps named first
+  CHECK(save_due(c, after_step(7), 1.9, 5, c.every_minutes) == SaveReason::kNone);
+  CHECK(save_due(c, after_step(7), 2.0, 5, c.every_minutes) == SaveReason::kEveryMinutes);
+  CHECK(save_due(c, after_step(10), 3.0, 5, c.every_minutes) == SaveReason::kEverySteps);  // steps named first
   c.at_epoch_end = true;
-  CHECK(save_due(c, epoch_end(16, 1), 0, -1) == SaveReason::kEpochEnd);
+  CHECK(save_due(c, epoch_end(16, 1), 0, -1, c.every_minutes) == SaveReason::kEpochEnd);
   c.at_epoch_end = false;
-  CHECK(save_due(c, epoch_end(16, 1), 99, -1) == SaveReason::kNone);  // the clock is checked after steps
+  CHECK(save_due(c, epoch_end(16, 1), 99, -1, c.every_minutes) == SaveReason::kNone);  // the clock is checked after steps
   CHECK(std::string(name_of(SaveReason::kEveryMinutes)) == "every_minutes");
 }
 
@@ -66,9 +66,9 @@ TEST_CASE("no periodic save at the last step or twice at one step", "[train][tri
   CheckpointOptions c;
   c.every_steps = 5;
   c.at_epoch_end = true;
-  CHECK(save_due(c, after_step(100, 100), 0, -1) == SaveReason::kNone);  // the final save's job
-  CHECK(save_due(c, epoch_end(100, 4, 100), 0, -1) == SaveReason::kNone);
-  CHECK(save_due(c, epoch_end(15, 1), 0, 15) == SaveReason::kNone);  // saved right after step 15
+  CHECK(save_due(c, after_step(100, 100), 0, -1, c.every_minutes) == SaveReason::kNone);  // the final save's job
+  CHECK(save_due(c, epoch_end(100, 4, 100), 0, -1, c.every_minutes) == SaveReason::kNone);
+  CHECK(save_due(c, epoch_end(15, 1), 0, 15, c.every_minutes) == SaveReason::kNone);  // saved right after step 15
   c.at_end = true;
   CHECK(final_save_due(c, 100, 95));
   CHECK_FALSE(final_save_due(c, 100, 100));  // e.g. resumed from the final checkpoint

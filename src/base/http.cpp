@@ -1,0 +1,180 @@
+// libcurl behind http::perform (see http.h).
+#include "base/http.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "base/error.h"
+
+#ifdef DLRUN_HAVE_CURL
+#include <curl/curl.h>
+
+#include <mutex>
+#endif
+
+namespace dlrun::http {
+
+std::string Response::header(const std::string& name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return v;
+  return "";
+}
+
+#ifdef DLRUN_HAVE_CURL
+namespace {
+
+struct Transfer {
+  CURL* curl = nullptr;
+  const Request* req = nullptr;
+  Response* resp = nullptr;
+  std::FILE* file = nullptr;
+  uint64_t left = 0;           ///< file bytes still to send
+  size_t body_pos = 0;         ///< in-memory body bytes sent
+  bool aborted_by_sink = false;
+};
+
+size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * nmemb;
+  long status = 0;
+  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+  if (t->req->sink && status >= 200 && status < 300) {
+    if (!t->req->sink(data, n)) {
+      t->aborted_by_sink = true;
+      return 0;
+    }
+    return n;
+  }
+  if (t->resp->body.size() + n > t->req->max_body) return 0;  // aborts: not what we asked for
+  t->resp->body.append(data, n);
+  return n;
+}
+
+size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * nmemb;
+  std::string line(data, n);
+  const auto colon = line.find(':');
+  if (colon == std::string::npos) return n;
+  std::string name = line.substr(0, colon), value = line.substr(colon + 1);
+  for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const auto b = value.find_first_not_of(" \t"), e = value.find_last_not_of(" \t\r\n");
+  value = b == std::string::npos ? "" : value.substr(b, e - b + 1);
+  t->resp->headers.emplace_back(name, value);
+  return n;
+}
+
+size_t on_read(char* buf, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t n = size * nmemb;
+  if (t->file) {
+    n = static_cast<size_t>(std::min<uint64_t>(n, t->left));
+    const size_t got = n ? std::fread(buf, 1, n, t->file) : 0;
+    if (got != n) return CURL_READFUNC_ABORT;
+    t->left -= got;
+    return got;
+  }
+  if (!t->req->body) return 0;
+  const std::string& body = *t->req->body;
+  n = std::min(n, body.size() - t->body_pos);
+  std::memcpy(buf, body.data() + t->body_pos, n);
+  t->body_pos += n;
+  return n;
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+Response perform(const Request& req) {
+  static std::once_flag init;
+  std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+
+  Response r;
+  Transfer t;
+  t.req = &req;
+  t.resp = &r;
+  uint64_t upload_size = req.body ? req.body->size() : 0;
+  if (!req.file.empty()) {
+    t.file = std::fopen(req.file.c_str(), "rb");
+    if (!t.file) fail_runtime("{}: cannot open for upload: {}", req.file, std::strerror(errno));
+    if (::fseeko(t.file, static_cast<off_t>(req.file_offset), SEEK_SET) != 0) {
+      std::fclose(t.file);
+      fail_runtime("{}: cannot seek to {}", req.file, req.file_offset);
+    }
+    t.left = upload_size = req.file_size;
+  }
+  CURL* c = curl_easy_init();
+  if (!c) {
+    if (t.file) std::fclose(t.file);
+    r.error = "curl_easy_init failed";
+    return r;
+  }
+  t.curl = c;
+  curl_slist* hdrs = nullptr;
+  for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
+  char errbuf[CURL_ERROR_SIZE] = {0};
+
+  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, req.connect_timeout_ms);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req.timeout_ms);
+  if (req.low_speed_seconds > 0) {
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, req.low_speed_bytes);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, req.low_speed_seconds);
+  }
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // used from background threads
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(c, CURLOPT_PROXY, "");
+  curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+  // A body goes up through the read callback, announced with its length; S3 answers
+  // "Expect: 100-continue" at once, other servers get the body after 200 ms anyway.
+  curl_easy_setopt(c, CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
+  if (req.method == "HEAD") {
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (req.method == "DELETE") {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
+  } else if (req.method != "GET") {  // PUT, POST: the body (possibly empty) goes up
+    curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(c, CURLOPT_READDATA, &t);
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload_size));
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+  if (!req.aws_sigv4.empty()) {
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.aws_sigv4.c_str());
+    curl_easy_setopt(c, CURLOPT_USERPWD, req.userpwd.c_str());
+  }
+
+  const CURLcode rc = curl_easy_perform(c);
+  if (rc == CURLE_OK) {
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  } else {
+    r.error = t.aborted_by_sink ? "aborted by the receiver" : errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    r.status = 0;
+  }
+  curl_slist_free_all(hdrs);
+  curl_easy_cleanup(c);
+  if (t.file) std::fclose(t.file);
+  return r;
+}
+
+#else
+
+bool available() { return false; }
+
+Response perform(const Request& req) {
+  fail_input("{}: dlrun was built without libcurl, which HTTP requests need (install libcurl and rebuild)", req.url);
+}
+
+#endif
+
+}  // namespace dlrun::http

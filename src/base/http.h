@@ -1,0 +1,53 @@
+// A small HTTP client over libcurl (when built with it, DLRUN_HAVE_CURL), shared by the cloud
+// notice watchers (short metadata requests) and the S3 checkpoint store (large streamed
+// uploads and downloads, signed with libcurl's own AWS SigV4). Proxies are never used;
+// redirects are never followed; credentials passed in a request are never logged.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dlrun::http {
+
+struct Request {
+  std::string method = "GET";          ///< GET, PUT, POST, DELETE, HEAD
+  std::string url;
+  std::vector<std::string> headers;    ///< "Name: value"
+  /// The request body: `body` in memory, or bytes [file_offset, file_offset + file_size) of
+  /// `file`. None: an empty body.
+  const std::string* body = nullptr;
+  std::string file;
+  uint64_t file_offset = 0, file_size = 0;
+  /// The response body: streamed to `sink` (return false to abort the transfer) when the
+  /// status is 2xx, else (and without a sink) kept in Response::body up to `max_body` bytes
+  /// (a longer one aborts the transfer) — so a sink never sees an error document.
+  std::function<bool(const char*, size_t)> sink;
+  size_t max_body = 64 * 1024;
+  /// AWS SigV4 signing ("aws:amz:REGION:SERVICE") with `userpwd` "KEY:SECRET"; "" for none.
+  std::string aws_sigv4;
+  std::string userpwd;
+  long connect_timeout_ms = 1000;
+  long timeout_ms = 2000;              ///< whole transfer; 0: no limit (see low_speed_*)
+  long low_speed_bytes = 0;            ///< abort when slower than this ...
+  long low_speed_seconds = 0;          ///< ... for this long (0: off)
+};
+
+struct Response {
+  long status = 0;                     ///< HTTP status; 0 when no response arrived (see error)
+  std::string body;
+  std::string error;                   ///< transport error text when status == 0
+  std::vector<std::pair<std::string, std::string>> headers;  ///< names in lower case
+  /// The value of a response header (`name` in lower case), or "".
+  std::string header(const std::string& name) const;
+};
+
+/// True when dlrun was built with libcurl.
+bool available();
+
+/// One request. Never throws for network errors (status 0 and `error`); throws
+/// dlrun::Error (exit 2) when built without libcurl, and (exit 1) when `file` cannot be read.
+Response perform(const Request& request);
+
+}  // namespace dlrun::http

@@ -1,0 +1,177 @@
+"""A real S3 implementation on 127.0.0.1 for the remote-checkpoint tests: moto's server, with
+IAM authentication switched on (so request signatures are checked, as AWS checks them), behind
+a TCP proxy the test can take down and bring back to play "the service is unreachable".
+
+    with S3Server() as s3:
+        env = s3.env                      # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION
+        s3.endpoint                       # http://127.0.0.1:PORT (the proxy)
+        s3.client().list_objects_v2(...)  # boto3, straight to moto
+        s3.down(); s3.up()
+
+Nothing here contacts anything but 127.0.0.1; the server and the proxy stop with the block.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+BUCKET = "dlrun-ckpts"
+REGION = "us-east-1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proxy:
+    """Forwards TCP connections to `port`; while down, every connection is closed at once."""
+
+    def __init__(self, port):
+        self.target = port
+        self.is_down = False
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.closed = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.is_down:
+                conn.close()
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+        except OSError:
+            conn.close()
+            return
+
+        def pipe(a, b):
+            try:
+                while True:
+                    data = a.recv(1 << 16)
+                    if not data or self.is_down:
+                        break
+                    b.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (a, b):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        t = threading.Thread(target=pipe, args=(upstream, conn), daemon=True)
+        t.start()
+        pipe(conn, upstream)
+        t.join()
+        conn.close()
+        upstream.close()
+
+    def close(self):
+        self.closed = True
+        self.sock.close()
+
+
+class S3Server:
+    def __init__(self, bucket=BUCKET):
+        self.bucket = bucket
+
+    def __enter__(self):
+        import boto3
+
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.direct = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(self.direct + "/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    self.__exit__(None, None, None)
+                    raise RuntimeError("moto's S3 server did not start")
+                time.sleep(0.1)
+        # Before authentication is switched on: a user allowed everything on S3, its key, the bucket.
+        anon = dict(endpoint_url=self.direct, region_name=REGION, aws_access_key_id="setup",
+                    aws_secret_access_key="setup")
+        iam = boto3.client("iam", **anon)
+        iam.create_user(UserName="dlrun")
+        iam.put_user_policy(UserName="dlrun", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="dlrun")["AccessKey"]
+        self.key_id, self.secret = key["AccessKeyId"], key["SecretAccessKey"]
+        boto3.client("s3", **anon).create_bucket(Bucket=self.bucket)
+        req = urllib.request.Request(self.direct + "/moto-api/reset-auth", data=b"0", method="POST",
+                                     headers={"Content-Type": "text/plain"})
+        urllib.request.urlopen(req, timeout=5).read()  # from now on every request is authenticated
+        self.proxy = Proxy(self.port)
+        self.endpoint = f"http://127.0.0.1:{self.proxy.port}"
+        self.env = {"AWS_ACCESS_KEY_ID": self.key_id, "AWS_SECRET_ACCESS_KEY": self.secret, "AWS_REGION": REGION}
+        return self
+
+    def __exit__(self, *exc):
+        if getattr(self, "proxy", None):
+            self.proxy.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def url(self, prefix):
+        return f"s3://{self.bucket}/{prefix}"
+
+    def overrides(self, prefix, *extra):
+        """The dlrun overrides that point checkpoint.remote at this server."""
+        return (f"checkpoint.remote={self.url(prefix)}", f"checkpoint.remote_endpoint={self.endpoint}", *extra)
+
+    def client(self):
+        import boto3
+        return boto3.client("s3", endpoint_url=self.direct, region_name=REGION, aws_access_key_id=self.key_id,
+                            aws_secret_access_key=self.secret)
+
+    def keys(self, prefix):
+        out = []
+        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix + "/"):
+            out += [o["Key"][len(prefix) + 1:] for o in page.get("Contents", [])]
+        return sorted(out)
+
+    def read(self, key):
+        return self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def write(self, key, data):
+        self.client().put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def down(self):
+        self.proxy.is_down = True
+
+    def up(self):
+        self.proxy.is_down = False
+
+
+if __name__ == "__main__":  # a manual check: start, print the endpoint and keys, wait
+    with S3Server() as s:
+        print(s.endpoint, s.env, flush=True)
+        os.system("sleep 3600")

@@ -1,0 +1,240 @@
+"""Checkpoints that outlive the VM (docs/checkpoints.md, "Remote checkpoints"), against a real
+S3 implementation on 127.0.0.1 (moto, with signatures checked): uploads and listings, a fresh
+VM continuing the run exactly, kills during an upload, corrupt remote objects, the service
+going away and coming back, wrong credentials, SIGTERM waiting for the remote commit, the
+deadline, multipart uploads, and the Young/Daly interval. No real cloud endpoint is contacted."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from common import DLRUN, RunDir, cfg, dlrun, expect, main, train
+from s3_server import S3Server
+
+TINY = cfg("tiny.yaml")
+_baseline = {}
+
+
+def baseline(*overrides):
+    if overrides not in _baseline:
+        with RunDir() as r:
+            train(TINY, r.path, *overrides)
+            _baseline[overrides] = r.summary()["params_sha256"]
+    return _baseline[overrides]
+
+
+def run(s3, r, *overrides, env=None, check=0, extra=()):
+    e = dict(s3.env)
+    e.update(env or {})
+    return train(TINY, r.path, *overrides, env=e, check=check, extra=extra)
+
+
+def events(r, kind):
+    return [m for m in r.metrics() if m.get("event") == kind]
+
+
+def test_upload_list_verify_export():
+    with S3Server() as s3, RunDir() as r:
+        remote = s3.overrides("exp1")
+        p = run(s3, r, *remote)
+        out = p.stdout + (p.stderr or "")
+        expect(s3.secret not in out and s3.key_id not in out, "a credential logged")
+        s = r.summary()
+        expect(s["remote"]["uploads"] >= 2 and s["remote"]["failed_attempts"] == 0, s["remote"])
+        expect(s["remote"]["checkpoint"] == s3.url("exp1/step-00000048"), s["remote"])
+        keys = s3.keys("exp1")
+        expect(s3.read("exp1/LATEST") == b"step-00000048\n", keys)
+        # Remote retention follows keep_last: 2. (A checkpoint committed while an older one is
+        # still uploading replaces the one waiting, so not every local step goes up.)
+        steps = sorted({k.split("/")[0] for k in keys if k.startswith("step-")})
+        expect(len(steps) == 2 and steps[-1] == "step-00000048", steps)
+        local = sorted(os.listdir(r.file("checkpoints", "step-00000048")))
+        expect(sorted(k.split("/")[1] for k in keys if k.startswith("step-00000048/")) == local, keys)
+        expect(len(events(r, "upload")) == s["remote"]["uploads"], "upload events")
+        for root, _, files in os.walk(r.path):  # credentials come from the environment and stay there
+            for f in files:
+                data = open(os.path.join(root, f), "rb").read()
+                expect(s3.secret.encode() not in data and s3.key_id.encode() not in data, f"a credential in {f}")
+
+        ep = ("--remote-endpoint", s3.endpoint)
+        p = dlrun("ckpt", "list", s3.url("exp1"), *ep, env=s3.env, check=0)
+        expect("* step-00000048" in p.stdout and "complete" in p.stdout, p.stdout)
+        p = dlrun("ckpt", "verify", s3.url("exp1"), *ep, env=s3.env, check=0)
+        expect("step-00000048: ok" in p.stdout and "SHA-256 match" in p.stdout, p.stdout)
+        out = r.file("w.pt")
+        dlrun("export", "--checkpoint", s3.url("exp1"), "--format", "torch", "--output", out, *ep, env=s3.env, check=0)
+        import torch
+        a, b = torch.load(out), torch.load(r.file("checkpoints", "step-00000048", "model.pt"))
+        expect(list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a), "export from s3 differs")
+
+
+def test_a_fresh_vm_continues_the_run_exactly():
+    ref = baseline()
+    with S3Server() as s3:
+        remote = s3.overrides("exp2")
+        with RunDir() as first:  # the VM that gets a notice: saves, uploads, exits 75, its disk is gone
+            run(s3, first, *remote, env={"DLRUN_FAULT": "signal_at_step:23"}, check=75)
+        expect(s3.read("exp2/LATEST") == b"step-00000023\n", s3.read("exp2/LATEST"))
+        with RunDir() as fresh:
+            p = run(s3, fresh, *remote)
+            s = fresh.summary()
+            expect(s["resumed_from_step"] == 23, s)
+            expect("downloading s3://" in p.stdout, p.stdout[-2000:])
+            expect(s["params_sha256"] == ref, "resumed on a fresh VM: params differ from the uninterrupted run")
+            # kept beside the local ones (local retention may later drop it, like any other)
+            expect("the downloaded checkpoint is kept as" in p.stdout and "step-00000023" in p.stdout, p.stdout[-2000:])
+        with RunDir() as killed:  # kill -9 with uploads in flight: whatever reached the bucket will do
+            run(s3, killed, *s3.overrides("exp2b"), env={"DLRUN_FAULT": "abort_at_step:30"}, check=None)
+            with RunDir() as fresh:
+                run(s3, fresh, *s3.overrides("exp2b"))
+                expect(fresh.summary()["params_sha256"] == ref, "after a kill -9: params differ")
+
+
+def test_a_kill_during_an_upload_leaves_latest_complete():
+    ref = baseline()
+    with S3Server() as s3:
+        remote = s3.overrides("exp3")
+        with RunDir() as vm:
+            run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:12"}, check=75)  # step 12 uploaded
+            p = run(s3, vm, *remote, env={"DLRUN_FAULT": "upload:files"}, check=None)  # dies uploading 15
+            expect(p.returncode not in (0, 75), f"upload:files did not abort (exit {p.returncode})")
+        expect(s3.read("exp3/LATEST") == b"step-00000012\n", s3.read("exp3/LATEST"))
+        keys = s3.keys("exp3")
+        expect("step-00000015/model.pt" in keys and "step-00000015/manifest.json" not in keys, keys)
+        p = dlrun("ckpt", "list", s3.url("exp3"), "--remote-endpoint", s3.endpoint, env=s3.env, check=0)
+        expect("INCOMPLETE" in p.stdout, p.stdout)
+        with RunDir() as fresh:
+            p = run(s3, fresh, *remote)
+            expect("step-00000015" in p.stdout and "incomplete" in p.stdout, p.stdout[-2000:])
+            expect(fresh.summary()["resumed_from_step"] == 12, fresh.summary())
+            expect(fresh.summary()["params_sha256"] == ref, "params differ after resuming past a cut upload")
+
+
+def test_a_corrupt_remote_object_is_detected_and_skipped():
+    ref = baseline()
+    with S3Server() as s3:
+        remote = s3.overrides("exp4", "checkpoint.keep_last=3")
+        with RunDir() as vm:
+            run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:17"}, check=75)  # 17 and earlier ones uploaded
+        older = sorted({k.split("/")[0] for k in s3.keys("exp4") if k.startswith("step-")})[:-1]
+        expect(older, "only one checkpoint was uploaded")
+        obj = "exp4/step-00000017/model.pt"
+        data = bytearray(s3.read(obj))
+        data[len(data) // 2] ^= 0x40
+        s3.write(obj, bytes(data))
+        p = dlrun("ckpt", "verify", s3.url("exp4/step-00000017"), "--remote-endpoint", s3.endpoint, env=s3.env,
+                  check=2)
+        expect("model.pt: SHA-256 mismatch" in p.stdout, p.stdout)
+        with RunDir() as fresh:
+            p = run(s3, fresh, *remote)
+            expect("skipping checkpoint s3://" in p.stdout and "SHA-256 mismatch" in p.stdout, p.stdout[-2000:])
+            expect(fresh.summary()["resumed_from_step"] == int(older[-1][5:]), (older, fresh.summary()))
+            expect(fresh.summary()["params_sha256"] == ref, "params differ after skipping a corrupt remote checkpoint")
+
+
+def test_training_goes_on_while_the_service_is_down():
+    with S3Server() as s3, RunDir() as r:
+        s3.down()
+        env = dict(os.environ, **s3.env)
+        env.pop("DLRUN_FAULT", None)
+        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=150",
+                              *s3.overrides("exp5", "checkpoint.every_steps=200")],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not [m for m in (r.metrics() if os.path.exists(r.file("metrics.jsonl"))
+                                                             else []) if m.get("event") == "upload_error"]:
+                time.sleep(0.1)
+            s3.up()
+            out, _ = p.communicate(timeout=600)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        expect(p.returncode == 0, f"exit {p.returncode}:\n{out[-2000:]}")
+        errors, uploads = events(r, "upload_error"), events(r, "upload")
+        expect(errors and uploads, f"errors {len(errors)}, uploads {len(uploads)}")
+        expect(r.summary()["remote"]["failed_attempts"] >= 1 and r.summary()["remote"]["uploads"] >= 1, r.summary())
+        expect(s3.read("exp5/LATEST") == b"step-00002400\n", s3.read("exp5/LATEST"))
+
+
+def test_wrong_credentials_are_refused_naming_the_bucket():
+    with S3Server() as s3, RunDir() as r:
+        p = run(s3, r, *s3.overrides("exp6"), env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, check=2)
+        expect(f"bucket {s3.bucket}" in p.stdout and "HTTP 403" in p.stdout, p.stdout[-1500:])
+        expect(not os.listdir(r.path), "a refused start wrote into the run directory")
+
+
+def test_sigterm_exits_75_after_the_remote_commit():
+    with S3Server() as s3, RunDir() as r:
+        env = dict(os.environ, **s3.env)
+        env.pop("DLRUN_FAULT", None)
+        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=400",
+                              *s3.overrides("exp7")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(r.file("metrics.jsonl")) and r.step_losses()):
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=120)
+        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
+        ev = events(r, "preempt")[0]
+        expect(ev["remote_commit_time"] >= ev["commit_time"] >= ev["signal_time"], ev)
+        local = open(r.file("checkpoints", "LATEST")).read()
+        expect(s3.read("exp7/LATEST").decode() == local, f"remote LATEST is not {local}")
+        expect("remote checkpoint" in out and "committed" in out, out[-1500:])
+
+
+def test_the_deadline_bounds_the_wait_for_an_upload():
+    with S3Server() as s3, RunDir() as r:
+        s3.down()
+        env = dict(os.environ, **s3.env)
+        env.pop("DLRUN_FAULT", None)
+        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=400",
+                              *s3.overrides("exp8", "preemption.deadline_s=2")], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(r.file("metrics.jsonl")) and r.step_losses()):
+            time.sleep(0.05)
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=120)
+        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
+        expect(time.time() - t0 < 15, f"took {time.time() - t0:.1f} s")
+        ev = events(r, "preempt")[0]
+        expect(ev["remote_commit_time"] is None and "deadline" in ev["remote_note"], ev)
+        expect("did not finish within the 2 s deadline" in out, out[-1500:])
+        expect(os.path.exists(r.file("checkpoints", open(r.file("checkpoints", "LATEST")).read().strip())),
+               "no local checkpoint")
+
+
+def test_large_files_go_up_in_parts():
+    with S3Server() as s3, RunDir() as r:
+        # An mlp whose first layer is 6.4 MB: above a 5 MiB part size, so it goes up in two parts.
+        big = ("model.name=mlp", "model.hidden=[2048]", "data.synthetic_shape=[1,28,28]", "train.max_steps=2",
+               "checkpoint.every_steps=0", "checkpoint.remote_part_mb=5")
+        run(s3, r, *s3.overrides("exp9", *big))
+        size = os.path.getsize(r.file("checkpoints", "step-00000002", "model.pt"))
+        expect(size > 5 * 2**20, size)
+        head = s3.client().head_object(Bucket=s3.bucket, Key="exp9/step-00000002/model.pt")
+        expect(head["ETag"].strip('"').endswith("-2"), f"not a 2-part upload: {head['ETag']}")
+        p = dlrun("ckpt", "verify", s3.url("exp9/step-00000002"), "--remote-endpoint", s3.endpoint, env=s3.env, check=0)
+        expect("SHA-256 match" in p.stdout, p.stdout)
+
+
+def test_every_minutes_auto_uses_the_measured_save_cost():
+    with S3Server() as s3, RunDir() as r:
+        p = run(s3, r, *s3.overrides("exp10", "checkpoint.every_minutes=auto", "preemption.mtbf_hours=0.0001",
+                                     "checkpoint.every_steps=0"))
+        saves = [m for m in events(r, "checkpoint") if m["reason"] == "every_minutes"]
+        expect(saves and saves[0]["step"] == 1, "the first save (to measure its cost) is not at step 1")
+        iv = events(r, "checkpoint_interval")
+        expect(iv and iv[0]["save_cost_s"] > 0 and iv[0]["minutes"] > 0, iv)
+        expect("checkpoint.every_minutes=auto: every" in p.stdout, p.stdout[-1500:])
+
+
+if __name__ == "__main__":
+    main([test_upload_list_verify_export, test_a_fresh_vm_continues_the_run_exactly,
+          test_a_kill_during_an_upload_leaves_latest_complete, test_a_corrupt_remote_object_is_detected_and_skipped,
+          test_training_goes_on_while_the_service_is_down, test_wrong_credentials_are_refused_naming_the_bucket,
+          test_sigterm_exits_75_after_the_remote_commit, test_the_deadline_bounds_the_wait_for_an_upload,
+          test_large_files_go_up_in_parts, test_every_minutes_auto_uses_the_measured_save_cost])

@@ -1,0 +1,90 @@
+// The pieces of the S3 client that need no server: s3:// URLs, AWS's URI encoding (the
+// canonical form libcurl signs as given), XML answers, and the configuration from the
+// environment. The client against a real S3 implementation: tests/e2e/test_remote.py.
+#include <catch2/catch.hpp>
+
+#include "base/error.h"
+#include "remote/s3.h"
+#include "support/env.h"
+#include "support/errors.h"
+
+using namespace dlrun;
+using dlrun::testing::ScopedEnv;
+
+TEST_CASE("s3:// URLs split into bucket and prefix", "[remote][s3]") {
+  auto u = remote::parse_s3_url("s3://my-bucket/runs/exp1/");
+  CHECK(u.bucket == "my-bucket");
+  CHECK(u.prefix == "runs/exp1");
+  CHECK(u.key("LATEST") == "runs/exp1/LATEST");
+  CHECK(u.dir() == "runs/exp1/");
+  CHECK(u.str("step-00000005") == "s3://my-bucket/runs/exp1/step-00000005");
+  auto root = remote::parse_s3_url("s3://bucket.example");
+  CHECK(root.prefix.empty());
+  CHECK(root.key("LATEST") == "LATEST");
+  CHECK(root.dir().empty());
+  CHECK(root.str() == "s3://bucket.example");
+  CHECK(remote::is_s3_url("s3://x"));
+  CHECK_FALSE(remote::is_s3_url("/data/s3://x"));
+  dlrun::testing::require_error([] { remote::parse_s3_url("http://bucket/x"); }, {"not an s3://BUCKET/PREFIX URL"});
+  dlrun::testing::require_error([] { remote::parse_s3_url("s3://Bad_Bucket/x"); }, {"no valid bucket name"});
+  dlrun::testing::require_error([] { remote::parse_s3_url("s3://ok-bucket/a//b"); }, {"empty path segment"});
+}
+
+TEST_CASE("URI encoding keeps unreserved characters and, in paths, slashes", "[remote][s3]") {
+  CHECK(remote::uri_encode("runs/exp 1/step-00000005/model.pt", true) == "runs/exp%201/step-00000005/model.pt");
+  CHECK(remote::uri_encode("a/b", false) == "a%2Fb");
+  CHECK(remote::uri_encode("A-z_0.9~", false) == "A-z_0.9~");
+  CHECK(remote::uri_encode("é+&=", false) == "%C3%A9%2B%26%3D");
+}
+
+TEST_CASE("XML answers: values, repeated blocks, entities", "[remote][s3]") {
+  const std::string xml =
+      "<ListBucketResult><IsTruncated>true</IsTruncated><NextContinuationToken>t&amp;1</NextContinuationToken>"
+      "<Contents><Key>p/a&lt;b</Key><Size>12</Size></Contents><Contents><Key>p/&#233;</Key><Size>3</Size></Contents>"
+      "<CommonPrefixes><Prefix>p/step-00000005/</Prefix></CommonPrefixes></ListBucketResult>";
+  CHECK(remote::xml_value(xml, "IsTruncated") == "true");
+  CHECK(remote::xml_value(xml, "NextContinuationToken") == "t&1");
+  const auto items = remote::xml_blocks(xml, "Contents");
+  REQUIRE(items.size() == 2);
+  CHECK(remote::xml_value(items[0], "Key") == "p/a<b");
+  CHECK(remote::xml_value(items[1], "Key") == "p/\xC3\xA9");
+  CHECK(remote::xml_value(items[1], "Size") == "3");
+  CHECK(remote::xml_value(xml, "Missing").empty());
+  CHECK(remote::xml_blocks(xml, "CommonPrefixes").size() == 1);
+}
+
+TEST_CASE("the S3 configuration comes from the options and the environment", "[remote][s3]") {
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), secret("AWS_SECRET_ACCESS_KEY", "s3cr3t"),
+      token("AWS_SESSION_TOKEN", nullptr), region("AWS_REGION", "eu-west-3"), region2("AWS_DEFAULT_REGION", nullptr),
+      ep("AWS_ENDPOINT_URL_S3", nullptr), ep2("AWS_ENDPOINT_URL", nullptr);
+  CheckpointOptions o;
+  auto c = remote::s3_config(o);
+  CHECK(c.region == "eu-west-3");
+  CHECK(c.endpoint == "https://s3.eu-west-3.amazonaws.com");
+  CHECK_FALSE(c.path_style);  // AWS: the bucket in the host name
+  CHECK(c.part_bytes == 512ull << 20);
+  o.remote_endpoint = "http://127.0.0.1:9000/";
+  o.remote_region = "auto-r2";
+  c = remote::s3_config(o);
+  CHECK(c.endpoint == "http://127.0.0.1:9000");
+  CHECK(c.region == "auto-r2");
+  CHECK(c.path_style);  // any other endpoint: the bucket in the path, unless asked otherwise
+  o.remote_addressing = S3Addressing::kVirtual;
+  CHECK_FALSE(remote::s3_config(o).path_style);
+  {
+    ScopedEnv env_ep("AWS_ENDPOINT_URL_S3", "https://storage.googleapis.com");
+    CheckpointOptions g;
+    CHECK(remote::s3_config(g).endpoint == "https://storage.googleapis.com");
+  }
+  ScopedEnv no_secret("AWS_SECRET_ACCESS_KEY", nullptr);
+  dlrun::testing::require_error([&] { remote::s3_config(o); }, {"AWS_SECRET_ACCESS_KEY", "never read from the config"});
+}
+
+TEST_CASE("which S3 failures are worth retrying", "[remote][s3]") {
+  CHECK(remote::S3Error("x", 0, "").transient());
+  CHECK(remote::S3Error("x", 503, "SlowDown").transient());
+  CHECK(remote::S3Error("x", 500, "InternalError").transient());
+  CHECK(remote::S3Error("x", 400, "RequestTimeout").transient());
+  CHECK_FALSE(remote::S3Error("x", 403, "InvalidAccessKeyId").transient());
+  CHECK_FALSE(remote::S3Error("x", 404, "NoSuchBucket").transient());
+}
