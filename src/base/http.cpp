@@ -11,6 +11,7 @@
 #ifdef DLRUN_HAVE_CURL
 #include <curl/curl.h>
 
+#include <exception>
 #include <mutex>
 #endif
 
@@ -33,6 +34,7 @@ struct Transfer {
   uint64_t left = 0;           ///< file bytes still to send
   size_t body_pos = 0;         ///< in-memory body bytes sent
   bool aborted_by_sink = false;
+  std::exception_ptr sink_error;  ///< thrown by the sink: rethrown after the transfer
 };
 
 size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
@@ -41,11 +43,13 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
   long status = 0;
   curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
   if (t->req->sink && status >= 200 && status < 300) {
-    if (!t->req->sink(data, n)) {
-      t->aborted_by_sink = true;
-      return 0;
+    try {  // nothing may be thrown through libcurl's C frames
+      if (t->req->sink(data, n)) return n;
+    } catch (...) {
+      t->sink_error = std::current_exception();
     }
-    return n;
+    t->aborted_by_sink = true;
+    return 0;
   }
   if (t->resp->body.size() + n > t->req->max_body) return 0;  // aborts: not what we asked for
   t->resp->body.append(data, n);
@@ -84,6 +88,30 @@ size_t on_read(char* buf, size_t size, size_t nmemb, void* user) {
   return n;
 }
 
+// A rewind (a redirect is never followed, but a 417 to "Expect: 100-continue", or a
+// connection that is retried, needs the body again): only to an absolute position.
+int on_seek(void* user, curl_off_t offset, int origin) {
+  auto* t = static_cast<Transfer*>(user);
+  if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
+  const auto pos = static_cast<uint64_t>(offset);
+  if (t->file) {
+    if (pos > t->req->file_size ||
+        ::fseeko(t->file, static_cast<off_t>(t->req->file_offset + pos), SEEK_SET) != 0)
+      return CURL_SEEKFUNC_FAIL;
+    t->left = t->req->file_size - pos;
+    return CURL_SEEKFUNC_OK;
+  }
+  const size_t size = t->req->body ? t->req->body->size() : 0;
+  if (pos > size) return CURL_SEEKFUNC_FAIL;
+  t->body_pos = static_cast<size_t>(pos);
+  return CURL_SEEKFUNC_OK;
+}
+
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* t = static_cast<Transfer*>(user);
+  return t->req->cancel && t->req->cancel->load() ? 1 : 0;  // non-zero abandons the transfer
+}
+
 }  // namespace
 
 bool available() { return true; }
@@ -93,6 +121,11 @@ Response perform(const Request& req) {
   std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 
   Response r;
+  if (req.cancel && req.cancel->load()) {
+    r.cancelled = true;
+    r.error = "cancelled";
+    return r;
+  }
   Transfer t;
   t.req = &req;
   t.resp = &r;
@@ -146,8 +179,15 @@ Response perform(const Request& req) {
     curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(c, CURLOPT_READDATA, &t);
+    curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+    curl_easy_setopt(c, CURLOPT_SEEKDATA, &t);
     curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload_size));
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+  if (req.cancel) {
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
   if (!req.aws_sigv4.empty()) {
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.aws_sigv4.c_str());
@@ -158,12 +198,17 @@ Response perform(const Request& req) {
   if (rc == CURLE_OK) {
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
   } else {
-    r.error = t.aborted_by_sink ? "aborted by the receiver" : errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    r.cancelled = rc == CURLE_ABORTED_BY_CALLBACK && req.cancel && req.cancel->load();
+    r.error = r.cancelled        ? "cancelled"
+              : t.aborted_by_sink ? "aborted by the receiver"
+              : errbuf[0]         ? errbuf
+                                  : curl_easy_strerror(rc);
     r.status = 0;
   }
   curl_slist_free_all(hdrs);
   curl_easy_cleanup(c);
   if (t.file) std::fclose(t.file);
+  if (t.sink_error) std::rethrow_exception(t.sink_error);
   return r;
 }
 

@@ -4,6 +4,7 @@
 // redirects are never followed; credentials passed in a request are never logged.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,12 +33,16 @@ struct Request {
   long timeout_ms = 2000;              ///< whole transfer; 0: no limit (see low_speed_*)
   long low_speed_bytes = 0;            ///< abort when slower than this ...
   long low_speed_seconds = 0;          ///< ... for this long (0: off)
+  /// When given and set (by another thread), the request is not started, or the transfer
+  /// under way is abandoned within about a second (Response::cancelled).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct Response {
   long status = 0;                     ///< HTTP status; 0 when no response arrived (see error)
   std::string body;
   std::string error;                   ///< transport error text when status == 0
+  bool cancelled = false;              ///< abandoned through Request::cancel (status 0)
   std::vector<std::pair<std::string, std::string>> headers;  ///< names in lower case
   /// The value of a response header (`name` in lower case), or "".
   std::string header(const std::string& name) const;
@@ -47,7 +52,8 @@ struct Response {
 bool available();
 
 /// One request. Never throws for network errors (status 0 and `error`); throws
-/// dlrun::Error (exit 2) when built without libcurl, and (exit 1) when `file` cannot be read.
+/// dlrun::Error (exit 2) when built without libcurl, and (exit 1) when `file` cannot be read;
+/// an exception thrown by the sink ends the transfer and is rethrown.
 Response perform(const Request& request);
 
 }  // namespace dlrun::http

@@ -26,7 +26,9 @@ namespace {
 }  // namespace
 
 RemoteStore::RemoteStore(remote::S3Config config, remote::S3Url url)
-    : config_(config), client_(std::move(config), url.bucket), url_(std::move(url)) {}
+    : config_(config), client_(std::move(config), url.bucket), url_(std::move(url)) {
+  client_.set_cancel(&cancelled_);
+}
 
 void RemoteStore::check_access() {
   try {
@@ -43,6 +45,9 @@ uint64_t RemoteStore::upload(const std::string& local_dir) {
   const std::string name = fsutil::base_name(local_dir);
   const VerifyResult v = detail::read_manifest(local_dir);
   if (!v.ok) throw remote::S3Error(fmt::format("{}: not uploaded: {}", local_dir, v.reason), 0, "local");
+  // The same step may be there from an earlier timeline (a resume from an older checkpoint):
+  // its manifest goes first, so the step is incomplete, never a mix that looks complete.
+  client_.remove(url_.key(name + "/" + detail::kManifest));
   uint64_t sent = 0;
   for (const auto& f : v.manifest["files"]) {
     const auto file = f["name"].get<std::string>();
@@ -114,6 +119,9 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   }
   if (!set.manifest.is_object() || !set.manifest.contains("files") || !set.manifest["files"].is_array())
     fail_verify(where, "manifest.json: malformed (needs a 'files' list)");
+  for (const char* key : {"step", "epoch"})
+    if (set.manifest.contains(key) && !set.manifest[key].is_number_integer())
+      fail_verify(where, fmt::format("manifest.json: '{}' is not an integer", key));
   for (const auto& f : set.manifest["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
@@ -123,8 +131,11 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
     Sha256 h;
     std::vector<char> bytes;
     uint64_t size = 0;
+    const auto expected = f["bytes"].get<uint64_t>();
     try {
       client_.get(url_.key(name + "/" + file), [&](const char* p, size_t n) {
+        if (size + n > expected)  // never hold more than the manifest promises
+          fail_verify(where, fmt::format("{}: larger than the {} bytes manifest.json lists", file, expected));
         h.update(p, n);
         size += n;
         if (keep) bytes.insert(bytes.end(), p, p + n);
@@ -191,9 +202,20 @@ Uploader::~Uploader() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    store_.cancel(true);
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  store_.cancel(false);
+}
+
+void Uploader::supersede_older(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The older upload, or the remote retention after it: both can wait for the next upload.
+  if (busy_ && uploading_step_ < step && pending_ && pending_->second == step) {
+    superseded_ = true;
+    store_.cancel(true);
+  }
 }
 
 void Uploader::submit(const std::string& local_dir, int64_t step) {
@@ -204,9 +226,9 @@ void Uploader::submit(const std::string& local_dir, int64_t step) {
   cv_.notify_all();
 }
 
-bool Uploader::wait(double deadline) {
+bool Uploader::wait(double deadline, bool retention) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto idle = [&] { return !busy_ && !pending_; };
+  auto idle = [&] { return (!busy_ || (retaining_ && !retention)) && !pending_; };
   if (deadline <= 0) {
     cv_.wait(lock, idle);
     return true;
@@ -244,7 +266,10 @@ void Uploader::run() {
     pending_.reset();
     busy_ = true;
     uploading_ = dir;
+    uploading_step_ = step;
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+      superseded_ = false;
+      store_.cancel(false);  // under the lock: supersede_older() sets it only while we upload
       lock.unlock();
       Result r;
       r.step = step;
@@ -256,12 +281,6 @@ void Uploader::run() {
         r.bytes = store_.upload(dir);
         r.seconds = mono_now() - t0;
         r.ok = r.final = true;
-        try {
-          for (const auto& gone : store_.apply_retention(opts_.keep_last, opts_.keep_every))
-            log::debug("remote retention: removed {}", store_.url().str(gone));
-        } catch (const std::exception& e) {
-          log::warn("remote retention in {} failed: {}", store_.url().str(), e.what());
-        }
       } catch (const remote::S3Error& e) {
         r.error = e.what();
         transient = e.transient();
@@ -279,6 +298,24 @@ void Uploader::run() {
         totals_.seconds += r.seconds;
         totals_.last_seconds = r.seconds;
         results_.push_back(r);
+        retaining_ = true;  // the checkpoint is up: a stop waiting for it may go on
+        cv_.notify_all();
+        lock.unlock();
+        try {
+          for (const auto& gone : store_.apply_retention(opts_.keep_last, opts_.keep_every))
+            log::debug("remote retention: removed {}", store_.url().str(gone));
+        } catch (const remote::S3Error& e) {
+          if (e.code() != "cancelled") log::warn("remote retention in {} failed: {}", store_.url().str(), e.what());
+        } catch (const std::exception& e) {
+          log::warn("remote retention in {} failed: {}", store_.url().str(), e.what());
+        }
+        lock.lock();
+        retaining_ = false;
+        break;
+      }
+      if (stop_) break;  // abandoned by the destructor: nothing to report any more
+      if (superseded_) {  // a stop wants a newer checkpoint up first
+        log::info("upload of step {} abandoned for the newer checkpoint", step);
         break;
       }
       ++totals_.failed_attempts;
@@ -294,6 +331,7 @@ void Uploader::run() {
     }
     busy_ = false;
     uploading_.clear();
+    uploading_step_ = -1;
     cv_.notify_all();
   }
 }

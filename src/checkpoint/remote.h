@@ -11,6 +11,7 @@
 // checked against the manifest's sizes and SHA-256 as they stream in.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -56,19 +57,24 @@ class RemoteStore {
   /// keep_last / keep_every applied to the complete remote checkpoints; never removes the one
   /// LATEST names, nor incomplete ones (an upload may be under way). Returns those removed.
   std::vector<std::string> apply_retention(int64_t keep_last, int64_t keep_every);
+  /// Set: every request fails at once and a transfer under way is abandoned (within about a
+  /// second), with S3Error code "cancelled". Cleared: requests work again.
+  void cancel(bool on) { cancelled_ = on; }
 
  private:
   FileSet download(const std::string& name, bool keep);
   remote::S3Config config_;
   remote::S3Client client_;
   remote::S3Url url_;
+  std::atomic<bool> cancelled_{false};
 };
 
 /// Background uploads of committed checkpoints. submit() hands over the newest one (a newer
 /// submission replaces one still waiting); a failed upload is retried with exponential
 /// backoff (1, 2, 4 ... 60 s) up to kAttempts times, then reported and dropped (the next
 /// checkpoint tries again). Results are kept until the trainer collects them (drain()), so
-/// they are reported from the training thread.
+/// they are reported from the training thread. Destruction abandons the upload under way
+/// (within about a second): a stop that gave up waiting is not held up by it.
 class Uploader {
  public:
   static constexpr int kAttempts = 8;
@@ -95,13 +101,18 @@ class Uploader {
   };
 
   Uploader(RemoteStore& store, CheckpointOptions opts);
-  ~Uploader();  ///< stops after the attempt in flight
+  ~Uploader();  ///< abandons the attempt in flight
   void submit(const std::string& local_dir, int64_t step);
+  /// When the upload under way (or the remote retention after it) is of a step older than
+  /// `step`, which is waiting, abandon it: a stop request wants the newest checkpoint in the
+  /// bucket within its deadline, not an older one first.
+  void supersede_older(int64_t step);
   /// The local checkpoint directories being uploaded or waiting: local retention keeps them.
   std::vector<std::string> in_use() const;
   /// Block until everything submitted has been uploaded or given up, or until `deadline`
-  /// (monotonic seconds; <= 0: no deadline). True when nothing is left.
-  bool wait(double deadline);
+  /// (monotonic seconds; <= 0: no deadline). True when nothing is left. The remote retention
+  /// that follows an upload is waited for only with `retention` (a stop does not wait for it).
+  bool wait(double deadline, bool retention = false);
   std::vector<Result> drain();
   Totals totals() const;
 
@@ -113,7 +124,10 @@ class Uploader {
   std::condition_variable cv_;
   std::optional<std::pair<std::string, int64_t>> pending_;
   std::string uploading_;  ///< the directory of the upload in flight
+  int64_t uploading_step_ = -1;
   bool busy_ = false, stop_ = false;
+  bool retaining_ = false;   ///< the upload is done; remote retention runs
+  bool superseded_ = false;  ///< the upload in flight was abandoned for a newer checkpoint
   std::vector<Result> results_;
   Totals totals_;
   std::thread thread_;

@@ -10,6 +10,7 @@
 #include "base/build_info.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "remote/s3.h"
 
 namespace dlrun::cli {
 
@@ -72,6 +73,15 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     print_error(e);
     return static_cast<int>(e.code());
+  } catch (const remote::S3Error& e) {
+    // Object storage that answered "no" (credentials, bucket, key) is bad input; one that did
+    // not answer, or failed on its side, is a runtime failure worth retrying.
+    const bool bad = !e.transient() && e.code() != "cancelled";
+    std::fprintf(stderr, "dlrun: %s: %s\n  hint: %s\n", bad ? "error" : "fatal", e.what(),
+                 bad ? "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the bucket and prefix, the endpoint "
+                       "(--remote-endpoint or checkpoint.remote_endpoint) and the region"
+                     : "the storage service did not answer or failed on its side; try again later");
+    return static_cast<int>(bad ? ExitCode::kBadInput : ExitCode::kRuntime);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "dlrun: fatal: torch: %s\n", e.what_without_backtrace());
     return static_cast<int>(ExitCode::kRuntime);

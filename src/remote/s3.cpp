@@ -164,6 +164,7 @@ S3Error::S3Error(std::string what, long status, std::string code)
     : std::runtime_error(std::move(what)), status_(status), code_(std::move(code)) {}
 
 bool S3Error::transient() const {
+  if (code_ == "cancelled" || code_ == "local") return false;
   return status_ == 0 || status_ >= 500 || status_ == 429 || code_ == "SlowDown" || code_ == "RequestTimeout";
 }
 
@@ -211,11 +212,13 @@ struct S3Client::Call {
     req.timeout_ms = 0;
     req.low_speed_bytes = 1024;  // a stalled transfer (under 1 KB/s for a minute) fails
     req.low_speed_seconds = 60;
+    req.cancel = c.cancel_;
   }
 
   /// Perform; a status other than 2xx (or `ok_404` for 404) throws S3Error naming `what`.
   http::Response run(const std::string& what, bool ok_404 = false) {
     http::Response r = http::perform(req);
+    if (r.cancelled) throw S3Error(what + ": cancelled", 0, "cancelled");
     if ((r.status >= 200 && r.status < 300) || (ok_404 && r.status == 404)) return r;
     throw error_of(r, what);
   }

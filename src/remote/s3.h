@@ -7,6 +7,7 @@
 // the environment only and are never logged.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
@@ -54,7 +55,9 @@ class S3Error : public std::runtime_error {
   S3Error(std::string what, long status, std::string code);
   long status() const { return status_; }
   const std::string& code() const { return code_; }
-  /// Worth retrying: no answer, a 5xx, throttling (429, SlowDown), a request timeout.
+  /// Worth retrying: no answer, a 5xx, throttling (429, SlowDown), a request timeout; not a
+  /// request cancelled through S3Client::set_cancel (code "cancelled") nor a local failure
+  /// (code "local").
   bool transient() const;
 
  private:
@@ -89,6 +92,9 @@ class S3Client {
   Listing list(const std::string& prefix, const std::string& delimiter = {});
   /// Delete one object (absent is fine).
   void remove(const std::string& key);
+  /// While `*flag` is set, requests fail at once and a transfer under way is abandoned within
+  /// about a second, with S3Error code "cancelled". The flag must outlive the client's use.
+  void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
 
  private:
   std::string url(const std::string& key, const std::vector<std::pair<std::string, std::string>>& query = {}) const;
@@ -97,6 +103,7 @@ class S3Client {
 
   S3Config config_;
   std::string bucket_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 /// AWS's URI encoding (RFC 3986 unreserved characters kept; '/' kept when `keep_slash`).

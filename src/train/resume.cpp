@@ -196,6 +196,8 @@ void newest_remote(ckpt::RemoteStore& remote, int64_t local_step, ResumePlan& pl
     } catch (const remote::S3Error& e) {
       log0::warn("cannot download {} ({}); resuming from the local checkpoints", where, e.what());
       return;
+    } catch (const std::exception& e) {  // a manifest or state.json that parses but does not fit
+      skip_report(where, e.what());
     }
   }
 }
@@ -221,8 +223,9 @@ ResumePlan plan_resume(const std::string& resume, bool force, const RunDir& dir,
         fail_runtime("--resume never: cannot check that {} holds no earlier run: {}", remote->url().str(), e.what());
       }
       DLRUN_CHECK_INPUT(entries.empty(),
-                        "--resume never: {} holds {} checkpoint(s) of an earlier run, and dlrun never deletes remote "
-                        "checkpoints; use another checkpoint.remote prefix (or --resume auto to continue that run)",
+                        "--resume never: {} holds {} checkpoint(s) of an earlier run, which a fresh start would mix "
+                        "with its own (and --force does not set remote checkpoints aside); use another "
+                        "checkpoint.remote prefix, or --resume auto to continue that run",
                         remote->url().str(), entries.size());
     }
   } else if (resume == "auto") {

@@ -35,8 +35,8 @@ struct ResumePlan {
 /// a remote one downloaded and checked against its manifest; corrupt and partial ones are
 /// reported and skipped, never deleted), "never" (start fresh: refused, exit 2, when the run
 /// directory holds an earlier run, unless `force`; and when the remote prefix holds
-/// checkpoints, which dlrun never deletes), or the path of a checkpoint, local or s3://
-/// (exit 2 when it does not verify).
+/// checkpoints, even with `force`: a bucket has no setting aside), or the path of a
+/// checkpoint, local or s3:// (exit 2 when it does not verify).
 ResumePlan plan_resume(const std::string& resume, bool force, const RunDir& dir, ckpt::RemoteStore* remote = nullptr);
 
 /// Restore `snap` into the live objects. Refuses (exit 2, naming the difference) a different

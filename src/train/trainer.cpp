@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "base/build_info.h"
 #include "base/clock.h"
@@ -307,7 +308,9 @@ void Trainer::save(SaveReason why, bool sync) {
   last_save_mono_ = now;
   last_saved_step_ = st_.step;
   last_stall_s_ = now - t0;
-  if (!uploader_) save_cost_s_ = last_stall_s_;  // with uploads, the cost is known once uploaded
+  // With uploads the cost is the stall plus the upload, known once uploaded (report_uploads);
+  // until then the stall alone stands in, so `auto` does not save at every step meanwhile.
+  if (!uploader_ || save_cost_s_ < 0) save_cost_s_ = last_stall_s_;
   metrics::Event e{"checkpoint", st_.step};
   e.scalars = {{"copy_s", copied - t0}, {"stall_s", now - t0}};
   e.fields = {{"reason", name_of(why)}, {"path", dir_.checkpoints() + "/" + ckpt::dir_name(st_.step)}, {"async", !sync}};
@@ -316,6 +319,7 @@ void Trainer::save(SaveReason why, bool sync) {
 
 void Trainer::report_uploads() {
   if (!uploader_) return;
+  std::optional<ckpt::Uploader::Result> stop_for;  // every result is reported before on_error: stop ends the run
   for (const auto& r : uploader_->drain()) {
     if (r.ok) {
       metrics::Event e{"upload", r.step, r.wall_time};
@@ -334,13 +338,14 @@ void Trainer::report_uploads() {
                                       r.attempt, r.retry_in_s, r.error);
     log::warn("{}", e.message);
     report_.report(std::move(e));
-    if (r.final && cfg_.checkpoint.on_error == RemoteErrorPolicy::kStop)
-      throw Error(ExitCode::kRuntime,
-                  fmt::format("the checkpoint of step {} could not be uploaded to {}: {} (checkpoint.on_error: stop)",
-                              r.step, r.url, r.error),
-                  "the local checkpoint is intact; fix the remote storage and requeue, or set checkpoint.on_error: "
-                  "continue");
+    if (r.final && cfg_.checkpoint.on_error == RemoteErrorPolicy::kStop && !stop_for) stop_for = r;
   }
+  if (stop_for)
+    throw Error(ExitCode::kRuntime,
+                fmt::format("the checkpoint of step {} could not be uploaded to {}: {} (checkpoint.on_error: stop)",
+                            stop_for->step, stop_for->url, stop_for->error),
+                "the local checkpoint is intact; fix the remote storage and requeue, or set checkpoint.on_error: "
+                "continue");
 }
 
 // checkpoint.every_minutes, with `auto` resolved by Young and Daly's rule: the interval that
@@ -400,13 +405,20 @@ int Trainer::interrupted() {
   }
   const double commit_time = wall_now();
   log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
-  // Then the upload, within the deadline (counted from the signal).
+  // Then the upload, within the deadline (counted from the signal). An older checkpoint still
+  // going up gives way to this one. The wait ends a little before the deadline: abandoning an
+  // upload under way and exiting take up to about a second.
   nlohmann::json remote_commit = nullptr;
   std::string remote_note;
   if (uploader_) {
+    uploader_->supersede_older(st_.step);
     const double deadline_s = cfg_.preemption.deadline_or_default();
-    const double deadline = deadline_s > 0 ? mono_now() + (signal_time + deadline_s - wall_now()) : 0;
-    const bool done = uploader_->wait(deadline > 0 ? std::max(deadline, mono_now() + 1e-3) : 0);
+    double deadline = 0;  // none
+    if (deadline_s > 0) {
+      const double margin = std::min(2.0, 0.1 * deadline_s);
+      deadline = std::max(mono_now() + 1e-3, mono_now() + (signal_time + deadline_s - margin - wall_now()));
+    }
+    const bool done = uploader_->wait(deadline);
     const auto totals = uploader_->totals();
     if (done && totals.last_step == st_.step) {
       remote_commit = wall_now();
@@ -455,7 +467,7 @@ int Trainer::finish() {
   if (final_save_due(cfg_.checkpoint, st_.step, last_saved_step_)) save(SaveReason::kEnd, /*sync=*/true);
   writer_->wait();
   if (uploader_) {
-    uploader_->wait(0);  // the last checkpoint off the instance (retries are bounded)
+    uploader_->wait(0, /*retention=*/true);  // the last checkpoint off the instance (retries are bounded)
     report_uploads();
   }
   read_last_loss();

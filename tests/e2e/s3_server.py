@@ -6,7 +6,8 @@ a TCP proxy the test can take down and bring back to play "the service is unreac
         env = s3.env                      # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION
         s3.endpoint                       # http://127.0.0.1:PORT (the proxy)
         s3.client().list_objects_v2(...)  # boto3, straight to moto
-        s3.down(); s3.up()
+        s3.down(); s3.up()                # refuse, then serve again
+        s3.stall(); s3.up()               # hang every new request, then serve again
 
 Nothing here contacts anything but 127.0.0.1; the server and the proxy stop with the block.
 """
@@ -30,11 +31,14 @@ def free_port():
 
 
 class Proxy:
-    """Forwards TCP connections to `port`; while down, every connection is closed at once."""
+    """Forwards TCP connections to `port`; while down, every connection is closed at once; while
+    stalled, new connections are accepted and then neither read nor answered (a black hole)."""
 
     def __init__(self, port):
         self.target = port
         self.is_down = False
+        self.is_stalled = False
+        self.held = []
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -52,6 +56,9 @@ class Proxy:
                 return
             if self.is_down:
                 conn.close()
+                continue
+            if self.is_stalled:
+                self.held.append(conn)
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
@@ -85,8 +92,15 @@ class Proxy:
         conn.close()
         upstream.close()
 
+    def release(self):
+        self.is_stalled = False
+        for c in self.held:
+            c.close()
+        self.held = []
+
     def close(self):
         self.closed = True
+        self.release()
         self.sock.close()
 
 
@@ -169,6 +183,11 @@ class S3Server:
 
     def up(self):
         self.proxy.is_down = False
+        self.proxy.release()
+
+    def stall(self):
+        """From now on a request is accepted and never answered: an upload hangs in flight."""
+        self.proxy.is_stalled = True
 
 
 if __name__ == "__main__":  # a manual check: start, print the endpoint and keys, wait

@@ -117,7 +117,8 @@ def test_a_corrupt_remote_object_is_detected_and_skipped():
         remote = s3.overrides("exp4", "checkpoint.keep_last=3")
         with RunDir() as vm:
             run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:17"}, check=75)  # 17 and earlier ones uploaded
-        older = sorted({k.split("/")[0] for k in s3.keys("exp4") if k.startswith("step-")})[:-1]
+        # Complete ones only: an upload still going on at the stop gives way to step 17's.
+        older = sorted({k.split("/")[0] for k in s3.keys("exp4") if k.endswith("/manifest.json")})[:-1]
         expect(older, "only one checkpoint was uploaded")
         obj = "exp4/step-00000017/model.pt"
         data = bytearray(s3.read(obj))
@@ -163,6 +164,13 @@ def test_wrong_credentials_are_refused_naming_the_bucket():
         p = run(s3, r, *s3.overrides("exp6"), env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, check=2)
         expect(f"bucket {s3.bucket}" in p.stdout and "HTTP 403" in p.stdout, p.stdout[-1500:])
         expect(not os.listdir(r.path), "a refused start wrote into the run directory")
+        # The commands that read the store refuse the same way (exit 2, not a crash or exit 1).
+        bad = dict(s3.env, AWS_SECRET_ACCESS_KEY="not-the-secret")
+        ep = ("--remote-endpoint", s3.endpoint)
+        for args, env in ((("ckpt", "list", s3.url("exp6")), bad), (("ckpt", "verify", s3.url("exp6/step-00000001")), bad),
+                          (("ckpt", "list", "s3://no-such-bucket/x"), s3.env)):
+            p = dlrun(*args, *ep, env=env, check=2)
+            expect("HTTP 403" in p.stdout or "HTTP 404" in p.stdout, (args, p.stdout))
 
 
 def test_sigterm_exits_75_after_the_remote_commit():
@@ -185,26 +193,33 @@ def test_sigterm_exits_75_after_the_remote_commit():
 
 
 def test_the_deadline_bounds_the_wait_for_an_upload():
-    with S3Server() as s3, RunDir() as r:
-        s3.down()
-        env = dict(os.environ, **s3.env)
-        env.pop("DLRUN_FAULT", None)
-        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=400",
-                              *s3.overrides("exp8", "preemption.deadline_s=2")], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while time.time() < deadline and not (os.path.exists(r.file("metrics.jsonl")) and r.step_losses()):
-            time.sleep(0.05)
-        t0 = time.time()
-        p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(timeout=120)
-        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
-        expect(time.time() - t0 < 15, f"took {time.time() - t0:.1f} s")
-        ev = events(r, "preempt")[0]
-        expect(ev["remote_commit_time"] is None and "deadline" in ev["remote_note"], ev)
-        expect("did not finish within the 2 s deadline" in out, out[-1500:])
-        expect(os.path.exists(r.file("checkpoints", open(r.file("checkpoints", "LATEST")).read().strip())),
-               "no local checkpoint")
+    # "down": every connection is refused at once; "stalled": the upload is accepted and hangs,
+    # so exiting in time needs the transfer under way abandoned, not just the retries stopped.
+    for mode in ("down", "stalled"):
+        with S3Server() as s3, RunDir() as r:
+            if mode == "down":
+                s3.down()
+            env = dict(os.environ, **s3.env)
+            env.pop("DLRUN_FAULT", None)
+            p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=400",
+                                  *s3.overrides("exp8", "preemption.deadline_s=2")], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            deadline = time.time() + 120
+            while time.time() < deadline and not (os.path.exists(r.file("metrics.jsonl")) and r.step_losses()):
+                time.sleep(0.05)
+            if mode == "stalled":
+                s3.stall()
+            t0 = time.time()
+            p.send_signal(signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
+            took = time.time() - t0
+            expect(p.returncode == 75, f"{mode}: exit {p.returncode}:\n{out[-2000:]}")
+            expect(took < 6, f"{mode}: exit 75 came {took:.1f} s after SIGTERM with a 2 s deadline")
+            ev = events(r, "preempt")[0]
+            expect(ev["remote_commit_time"] is None and "deadline" in ev["remote_note"], (mode, ev))
+            expect("did not finish within the 2 s deadline" in out, out[-1500:])
+            expect(os.path.exists(r.file("checkpoints", open(r.file("checkpoints", "LATEST")).read().strip())),
+                   f"{mode}: no local checkpoint")
 
 
 def test_large_files_go_up_in_parts():
@@ -230,6 +245,25 @@ def test_every_minutes_auto_uses_the_measured_save_cost():
         iv = events(r, "checkpoint_interval")
         expect(iv and iv[0]["save_cost_s"] > 0 and iv[0]["minutes"] > 0, iv)
         expect("checkpoint.every_minutes=auto: every" in p.stdout, p.stdout[-1500:])
+    # No upload succeeds while it trains: the stall alone stands in for the cost, not a save at
+    # every step. (The service comes back at the end, so the final wait is short.)
+    with S3Server() as s3, RunDir() as r:
+        s3.down()
+        env = dict(os.environ, **s3.env)
+        env.pop("DLRUN_FAULT", None)
+        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none",
+                              *s3.overrides("exp11", "checkpoint.every_minutes=auto", "preemption.mtbf_hours=0.001",
+                                            "checkpoint.every_steps=0")],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not (os.path.exists(r.file("metrics.jsonl"))
+                                                                   and 48 in r.step_losses()):
+            time.sleep(0.05)
+        s3.up()
+        out, _ = p.communicate(timeout=120)
+        expect(p.returncode == 0, f"exit {p.returncode}: {out[-1500:]}")
+        saves = [m for m in events(r, "checkpoint") if m["reason"] == "every_minutes"]
+        expect(1 <= len(saves) < 16, f"{len(saves)} saves in 48 steps while no upload succeeded")
 
 
 if __name__ == "__main__":

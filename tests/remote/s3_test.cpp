@@ -87,4 +87,6 @@ TEST_CASE("which S3 failures are worth retrying", "[remote][s3]") {
   CHECK(remote::S3Error("x", 400, "RequestTimeout").transient());
   CHECK_FALSE(remote::S3Error("x", 403, "InvalidAccessKeyId").transient());
   CHECK_FALSE(remote::S3Error("x", 404, "NoSuchBucket").transient());
+  CHECK_FALSE(remote::S3Error("x", 0, "cancelled").transient());  // abandoned on purpose
+  CHECK_FALSE(remote::S3Error("x", 0, "local").transient());      // the local checkpoint is not there
 }

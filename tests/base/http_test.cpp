@@ -1,0 +1,111 @@
+// The HTTP client's controls that the S3 store relies on: a cancel flag that abandons a
+// transfer under way (a stop that gave up waiting must not be held up by a hung upload),
+// and an exception from a response sink ending the transfer and reaching the caller.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/http.h"
+#include "remote/s3.h"
+#include "support/http_server.h"
+
+using namespace dlrun;
+using dlrun::test::HttpTestServer;
+
+#ifdef DLRUN_HAVE_CURL
+
+namespace {
+/// A server whose answers hang until released (or 10 s pass).
+struct HangingServer {
+  std::atomic<bool> release{false};
+  HttpTestServer server{[this](const HttpTestServer::Request&) {
+    const double until = mono_now() + 10;
+    while (!release && mono_now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return HttpTestServer::Response{200, "late", {}};
+  }};
+  ~HangingServer() { release = true; }
+};
+}  // namespace
+
+TEST_CASE("a cancel flag abandons a transfer under way within about a second", "[http]") {
+  HangingServer hang;
+  std::atomic<bool> cancel{false};
+  http::Request req;
+  req.url = hang.server.base() + "/slow";
+  req.timeout_ms = 0;
+  req.cancel = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel = true;
+  });
+  const double t0 = mono_now();
+  const http::Response r = http::perform(req);
+  const double took = mono_now() - t0;
+  canceller.join();
+  CHECK(r.cancelled);
+  CHECK(r.status == 0);
+  CHECK(r.error == "cancelled");
+  CHECK(took < 3.0);  // the server would have answered after 10 s
+}
+
+TEST_CASE("a request with the cancel flag set is not sent at all", "[http]") {
+  HttpTestServer server([](const HttpTestServer::Request&) { return HttpTestServer::Response{200, "ok", {}}; });
+  std::atomic<bool> cancel{true};
+  http::Request req;
+  req.url = server.base() + "/x";
+  req.cancel = &cancel;
+  CHECK(http::perform(req).cancelled);
+  CHECK(server.requests().empty());
+  cancel = false;  // cleared: requests work again
+  const http::Response ok = http::perform(req);
+  CHECK(ok.status == 200);
+  CHECK_FALSE(ok.cancelled);
+}
+
+TEST_CASE("an exception thrown by the response sink ends the transfer and reaches the caller", "[http]") {
+  HttpTestServer server([](const HttpTestServer::Request&) {
+    return HttpTestServer::Response{200, std::string(100000, 'x'), {}};
+  });
+  http::Request req;
+  req.url = server.base() + "/big";
+  size_t seen = 0;
+  req.sink = [&](const char*, size_t n) -> bool {
+    seen += n;
+    throw std::runtime_error("more than the manifest promised");
+  };
+  CHECK_THROWS_WITH(http::perform(req), "more than the manifest promised");
+  CHECK(seen > 0);
+  CHECK(seen < 100000);
+}
+
+TEST_CASE("an S3 request cancelled through the client is an S3Error 'cancelled', not worth retrying", "[http][s3]") {
+  HttpTestServer server([](const HttpTestServer::Request&) { return HttpTestServer::Response{200, "", {}}; });
+  remote::S3Config cfg;
+  cfg.endpoint = server.base();
+  cfg.region = "us-east-1";
+  cfg.path_style = true;
+  cfg.access_key = "AKIDEXAMPLE";
+  cfg.secret_key = "secret";
+  remote::S3Client client(cfg, "bucket");
+  std::atomic<bool> cancel{true};
+  client.set_cancel(&cancel);
+  try {
+    client.remove("runs/x");
+    FAIL("a cancelled request succeeded");
+  } catch (const remote::S3Error& e) {
+    CHECK(e.code() == "cancelled");
+    CHECK_FALSE(e.transient());
+  }
+  CHECK(server.requests().empty());
+  cancel = false;
+  client.remove("runs/x");  // DELETE answered 200
+  REQUIRE(server.requests().size() == 1);
+  CHECK(server.requests()[0].method == "DELETE");
+  CHECK(server.requests()[0].header("authorization").find("AWS4-HMAC-SHA256") == 0);
+}
+
+#endif  // DLRUN_HAVE_CURL
