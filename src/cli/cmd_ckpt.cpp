@@ -38,6 +38,16 @@ std::string local_time(double unix_s) {
   return buf;
 }
 
+/// `where: ok (...)`, or exit 2 with the reason.
+void report_verified(const std::string& where, const ckpt::VerifyResult& v) {
+  if (!v.ok) throw Error(ExitCode::kBadInput, fmt::format("{}: INVALID: {}", where, v.reason));
+  uint64_t bytes = 0;
+  for (const auto& f : v.manifest["files"]) bytes += f["bytes"].get<uint64_t>();
+  std::printf("%s: ok (step %lld, epoch %lld, %zu files, %s, sizes and SHA-256 match)\n", where.c_str(),
+              static_cast<long long>(v.step), static_cast<long long>(v.epoch), v.manifest["files"].size(),
+              human_bytes(bytes).c_str());
+}
+
 const char* status_of(const ckpt::Entry& e) { return e.partial ? "partial" : e.verified.ok ? "ok" : "invalid"; }
 
 void run_remote_list(const std::string& url, const RemoteArgs& args, bool json) {
@@ -80,14 +90,7 @@ void run_remote_verify(const std::string& url, const RemoteArgs& args) {
     name = *latest;
     std::printf("%s: LATEST is %s\n", url.c_str(), store->url().str(name).c_str());
   }
-  const auto v = store->verify(name);
-  const std::string where = store->url().str(name);
-  if (!v.ok) throw Error(ExitCode::kBadInput, fmt::format("{}: INVALID: {}", where, v.reason));
-  uint64_t bytes = 0;
-  for (const auto& f : v.manifest["files"]) bytes += f["bytes"].get<uint64_t>();
-  std::printf("%s: ok (step %lld, epoch %lld, %zu files, %s, sizes and SHA-256 match)\n", where.c_str(),
-              static_cast<long long>(v.step), static_cast<long long>(v.epoch), v.manifest["files"].size(),
-              human_bytes(bytes).c_str());
+  report_verified(store->url().str(name), store->verify(name));
 }
 
 void run_list(const std::string& path, bool json) {
@@ -132,13 +135,7 @@ void run_list(const std::string& path, bool json) {
 void run_verify(const std::string& path) {
   const std::string ck = ckpt::resolve(path);
   if (ck != path) std::printf("%s: LATEST is %s\n", path.c_str(), ck.c_str());
-  const auto v = ckpt::verify(ck);
-  if (!v.ok) throw Error(ExitCode::kBadInput, fmt::format("{}: INVALID: {}", ck, v.reason));
-  uint64_t bytes = 0;
-  for (const auto& f : v.manifest["files"]) bytes += f["bytes"].get<uint64_t>();
-  std::printf("%s: ok (step %lld, epoch %lld, %zu files, %s, sizes and SHA-256 match)\n", ck.c_str(),
-              static_cast<long long>(v.step), static_cast<long long>(v.epoch), v.manifest["files"].size(),
-              human_bytes(bytes).c_str());
+  report_verified(ck, ckpt::verify(ck));
 }
 
 }  // namespace

@@ -3,19 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include "models/model.h"
+#include "support/options.h"
 #include "train/optim.h"
 
 using namespace dlrun;
 
 namespace {
 
-ModelOptions mlp() {
-  ModelOptions m;
-  m.name = "mlp";
-  m.hidden = {16};
-  m.num_classes = 3;
-  return m;
-}
+ModelOptions mlp() { return test::small_mlp(); }
 
 void train_steps(models::Model& model, torch::optim::Optimizer& opt, int n, int64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "models/model.h"
+#include "support/options.h"
 #include "train/optim.h"
 #include "train/step.h"
 
@@ -11,13 +12,7 @@ using namespace dlrun;
 
 namespace {
 
-ModelOptions mlp() {
-  ModelOptions m;
-  m.name = "mlp";
-  m.hidden = {16};
-  m.num_classes = 3;
-  return m;
-}
+ModelOptions mlp() { return test::small_mlp(); }
 
 OptimOptions sgd() {
   OptimOptions o;
