@@ -133,3 +133,43 @@ TEST_CASE("root_or_default knows Debian's Fashion-MNIST", "[config][validate]") 
   d.root.clear();
   CHECK(d.root_or_default().empty());
 }
+
+TEST_CASE("checkpoint.remote must be an s3:// URL with a valid bucket", "[config][validate][remote]") {
+  expect_invalid(kMin + "checkpoint:\n  remote: /mnt/bucket\n",
+                 {"checkpoint.remote", "", 4, 11, "is not an s3://BUCKET/PREFIX URL\nwrite s3://BUCKET/PREFIX"});
+  expect_invalid(kMin + "checkpoint:\n  remote: s3://My_Bucket/x\n", {"checkpoint.remote", "", 4, 11, "no valid bucket name"});
+  expect_invalid(kMin, {"checkpoint.remote", "command line 'checkpoint.remote=s3://b'", 0, 0, "no valid bucket name"},
+                 {"checkpoint.remote=s3://b"});
+  CHECK(config::validate(config::load_text(kMin + "checkpoint: {remote: s3://my-bucket/runs/exp1}\n", "mem.yaml")).empty());
+}
+
+TEST_CASE("`auto` is a value of every_minutes and deadline_s only, and every_minutes: auto needs an MTBF",
+          "[config][validate][remote]") {
+  Config c = config::load_text(kMin + "checkpoint: {every_minutes: auto}\npreemption: {mtbf_hours: 6}\n", "mem.yaml");
+  CHECK(dlrun::is_auto(c.checkpoint.every_minutes));
+  CHECK(config::validate(c).empty());
+  expect_invalid(kMin + "checkpoint:\n  every_minutes: auto\n",
+                 {"checkpoint.every_minutes", "", 4, 18, "auto needs the mean time between interruptions"});
+  // A quoted "auto" is a string, and other number keys take numbers only.
+  expect_error([&] { config::load_text(kMin + "checkpoint: {every_minutes: \"auto\"}\n", "mem.yaml"); },
+               {"checkpoint.every_minutes", "mem.yaml", 3, 29, ""});
+  expect_error([&] { config::load_text(kMin + "preemption: {poll_s: auto}\n", "mem.yaml"); },
+               {"preemption.poll_s", "mem.yaml", 3, 22, ""});
+}
+
+TEST_CASE("preemption.deadline_s: auto is the provider's notice time", "[config][remote]") {
+  dlrun::PreemptionOptions p;
+  REQUIRE(dlrun::is_auto(p.deadline_s));  // the default
+  const std::pair<dlrun::NoticeSource, double> cases[] = {{dlrun::NoticeSource::kAws, 120.0},
+                                                           {dlrun::NoticeSource::kGcp, 30.0},
+                                                           {dlrun::NoticeSource::kAzure, 30.0},
+                                                           {dlrun::NoticeSource::kFile, 0.0},
+                                                           {dlrun::NoticeSource::kNone, 0.0}};
+  for (const auto& [watch, seconds] : cases) {
+    p.watch = watch;
+    CHECK(p.deadline_or_default() == seconds);
+  }
+  p.deadline_s = 45;  // set: it wins over the provider's
+  p.watch = dlrun::NoticeSource::kAws;
+  CHECK(p.deadline_or_default() == 45.0);
+}

@@ -8,6 +8,7 @@ a TCP proxy the test can take down and bring back to play "the service is unreac
         s3.client().list_objects_v2(...)  # boto3, straight to moto
         s3.down(); s3.up()                # refuse, then serve again
         s3.stall(); s3.up()               # hang every new request, then serve again
+        s3.revoke()                       # the key loses its permission: 403 AccessDenied
 
 Nothing here contacts anything but 127.0.0.1; the server and the proxy stop with the block.
 """
@@ -134,6 +135,12 @@ class S3Server:
             {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
         key = iam.create_access_key(UserName="dlrun")["AccessKey"]
         self.key_id, self.secret = key["AccessKeyId"], key["SecretAccessKey"]
+        # An administrator, to take the permission away again (revoke()).
+        iam.create_user(UserName="admin")
+        iam.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        admin = iam.create_access_key(UserName="admin")["AccessKey"]
+        self.admin = dict(aws_access_key_id=admin["AccessKeyId"], aws_secret_access_key=admin["SecretAccessKey"])
         boto3.client("s3", **anon).create_bucket(Bucket=self.bucket)
         req = urllib.request.Request(self.direct + "/moto-api/reset-auth", data=b"0", method="POST",
                                      headers={"Content-Type": "text/plain"})
@@ -184,6 +191,12 @@ class S3Server:
     def up(self):
         self.proxy.is_down = False
         self.proxy.release()
+
+    def revoke(self):
+        """Take S3 access away from the test's key: from now on its requests get 403 AccessDenied."""
+        import boto3
+        iam = boto3.client("iam", endpoint_url=self.direct, region_name=REGION, **self.admin)
+        iam.delete_user_policy(UserName="dlrun", PolicyName="s3")
 
     def stall(self):
         """From now on a request is accepted and never answered: an upload hangs in flight."""

@@ -3,6 +3,7 @@ S3 implementation on 127.0.0.1 (moto, with signatures checked): uploads and list
 VM continuing the run exactly, kills during an upload, corrupt remote objects, the service
 going away and coming back, wrong credentials, SIGTERM waiting for the remote commit, the
 deadline, multipart uploads, and the Young/Daly interval. No real cloud endpoint is contacted."""
+import contextlib
 import json
 import os
 import signal
@@ -31,7 +32,41 @@ def run(s3, r, *overrides, env=None, check=0, extra=()):
 
 
 def events(r, kind):
+    if not os.path.exists(r.file("metrics.jsonl")):
+        return []
     return [m for m in r.metrics() if m.get("event") == kind]
+
+
+@contextlib.contextmanager
+def training(s3, r, *overrides):
+    """`dlrun train` in the background (stdout and stderr together), killed at the end if still running."""
+    env = dict(os.environ, **s3.env)
+    env.pop("DLRUN_FAULT", None)
+    p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", *overrides], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def wait_for(cond, p, timeout=120):
+    """Poll `cond` until it holds, `p` has exited or `timeout` seconds have passed."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if cond():
+                return True
+        except (OSError, json.JSONDecodeError):  # metrics.jsonl not there yet, or a line half written
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def stepping(r):
+    return lambda: os.path.exists(r.file("metrics.jsonl")) and r.step_losses()
 
 
 def test_upload_list_verify_export():
@@ -137,26 +172,38 @@ def test_a_corrupt_remote_object_is_detected_and_skipped():
 def test_training_goes_on_while_the_service_is_down():
     with S3Server() as s3, RunDir() as r:
         s3.down()
-        env = dict(os.environ, **s3.env)
-        env.pop("DLRUN_FAULT", None)
-        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=150",
-                              *s3.overrides("exp5", "checkpoint.every_steps=200")],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            deadline = time.time() + 120
-            while time.time() < deadline and not [m for m in (r.metrics() if os.path.exists(r.file("metrics.jsonl"))
-                                                             else []) if m.get("event") == "upload_error"]:
-                time.sleep(0.1)
+        with training(s3, r, "train.epochs=150", *s3.overrides("exp5", "checkpoint.every_steps=200")) as p:
+            wait_for(lambda: events(r, "upload_error"), p)
             s3.up()
             out, _ = p.communicate(timeout=600)
-        finally:
-            if p.poll() is None:
-                p.kill()
         expect(p.returncode == 0, f"exit {p.returncode}:\n{out[-2000:]}")
         errors, uploads = events(r, "upload_error"), events(r, "upload")
         expect(errors and uploads, f"errors {len(errors)}, uploads {len(uploads)}")
         expect(r.summary()["remote"]["failed_attempts"] >= 1 and r.summary()["remote"]["uploads"] >= 1, r.summary())
         expect(s3.read("exp5/LATEST") == b"step-00002400\n", s3.read("exp5/LATEST"))
+
+
+def test_an_upload_refused_for_good_stops_the_run_only_with_on_error_stop():
+    for policy in ("stop", "continue"):
+        with S3Server() as s3, RunDir() as r:
+            with training(s3, r, "train.epochs=400", *s3.overrides("exp12", f"checkpoint.on_error={policy}")) as p:
+                wait_for(lambda: events(r, "upload"), p)
+                s3.revoke()  # 403 AccessDenied from now on: not worth retrying
+                wait_for(lambda: [e for e in events(r, "upload_error") if e["final"]], p)
+                if policy == "continue":
+                    expect(p.poll() is None, "on_error: continue, and yet the run ended")
+                    p.send_signal(signal.SIGTERM)
+                out, _ = p.communicate(timeout=120)
+            final = [e for e in events(r, "upload_error") if e["final"]]
+            expect(final and "HTTP 403" in final[0]["error"] and final[0]["attempt"] == 1, final)
+            if policy == "stop":
+                expect(p.returncode == 1, f"on_error: stop: exit {p.returncode}\n{out[-1500:]}")
+                expect("(checkpoint.on_error: stop)" in out and "local checkpoint is intact" in out, out[-1500:])
+                expect(r.summary()["status"] == "failed", r.summary())
+            else:
+                expect(p.returncode == 75, f"on_error: continue: exit {p.returncode}\n{out[-1500:]}")
+                expect(r.summary()["remote"]["given_up"] >= 1, r.summary()["remote"])
+            dlrun("ckpt", "verify", r.path, check=0)  # the local checkpoints are untouched
 
 
 def test_wrong_credentials_are_refused_naming_the_bucket():
@@ -175,15 +222,10 @@ def test_wrong_credentials_are_refused_naming_the_bucket():
 
 def test_sigterm_exits_75_after_the_remote_commit():
     with S3Server() as s3, RunDir() as r:
-        env = dict(os.environ, **s3.env)
-        env.pop("DLRUN_FAULT", None)
-        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=400",
-                              *s3.overrides("exp7")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while time.time() < deadline and not (os.path.exists(r.file("metrics.jsonl")) and r.step_losses()):
-            time.sleep(0.05)
-        p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(timeout=120)
+        with training(s3, r, "train.epochs=400", *s3.overrides("exp7")) as p:
+            wait_for(stepping(r), p)
+            p.send_signal(signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
         expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
         ev = events(r, "preempt")[0]
         expect(ev["remote_commit_time"] >= ev["commit_time"] >= ev["signal_time"], ev)
@@ -199,20 +241,14 @@ def test_the_deadline_bounds_the_wait_for_an_upload():
         with S3Server() as s3, RunDir() as r:
             if mode == "down":
                 s3.down()
-            env = dict(os.environ, **s3.env)
-            env.pop("DLRUN_FAULT", None)
-            p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", "train.epochs=400",
-                                  *s3.overrides("exp8", "preemption.deadline_s=2")], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            deadline = time.time() + 120
-            while time.time() < deadline and not (os.path.exists(r.file("metrics.jsonl")) and r.step_losses()):
-                time.sleep(0.05)
-            if mode == "stalled":
-                s3.stall()
-            t0 = time.time()
-            p.send_signal(signal.SIGTERM)
-            out, _ = p.communicate(timeout=120)
-            took = time.time() - t0
+            with training(s3, r, "train.epochs=400", *s3.overrides("exp8", "preemption.deadline_s=2")) as p:
+                wait_for(stepping(r), p)
+                if mode == "stalled":
+                    s3.stall()
+                t0 = time.time()
+                p.send_signal(signal.SIGTERM)
+                out, _ = p.communicate(timeout=120)
+                took = time.time() - t0
             expect(p.returncode == 75, f"{mode}: exit {p.returncode}:\n{out[-2000:]}")
             expect(took < 6, f"{mode}: exit 75 came {took:.1f} s after SIGTERM with a 2 s deadline")
             ev = events(r, "preempt")[0]
@@ -249,18 +285,11 @@ def test_every_minutes_auto_uses_the_measured_save_cost():
     # every step. (The service comes back at the end, so the final wait is short.)
     with S3Server() as s3, RunDir() as r:
         s3.down()
-        env = dict(os.environ, **s3.env)
-        env.pop("DLRUN_FAULT", None)
-        p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none",
-                              *s3.overrides("exp11", "checkpoint.every_minutes=auto", "preemption.mtbf_hours=0.001",
-                                            "checkpoint.every_steps=0")],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None and not (os.path.exists(r.file("metrics.jsonl"))
-                                                                   and 48 in r.step_losses()):
-            time.sleep(0.05)
-        s3.up()
-        out, _ = p.communicate(timeout=120)
+        with training(s3, r, *s3.overrides("exp11", "checkpoint.every_minutes=auto", "preemption.mtbf_hours=0.001",
+                                            "checkpoint.every_steps=0")) as p:
+            wait_for(lambda: 48 in r.step_losses(), p)
+            s3.up()
+            out, _ = p.communicate(timeout=120)
         expect(p.returncode == 0, f"exit {p.returncode}: {out[-1500:]}")
         saves = [m for m in events(r, "checkpoint") if m["reason"] == "every_minutes"]
         expect(1 <= len(saves) < 16, f"{len(saves)} saves in 48 steps while no upload succeeded")
@@ -269,6 +298,8 @@ def test_every_minutes_auto_uses_the_measured_save_cost():
 if __name__ == "__main__":
     main([test_upload_list_verify_export, test_a_fresh_vm_continues_the_run_exactly,
           test_a_kill_during_an_upload_leaves_latest_complete, test_a_corrupt_remote_object_is_detected_and_skipped,
-          test_training_goes_on_while_the_service_is_down, test_wrong_credentials_are_refused_naming_the_bucket,
+          test_training_goes_on_while_the_service_is_down,
+          test_an_upload_refused_for_good_stops_the_run_only_with_on_error_stop,
+          test_wrong_credentials_are_refused_naming_the_bucket,
           test_sigterm_exits_75_after_the_remote_commit, test_the_deadline_bounds_the_wait_for_an_upload,
           test_large_files_go_up_in_parts, test_every_minutes_auto_uses_the_measured_save_cost])
