@@ -29,6 +29,13 @@ else()
   set(DLRUN_HAVE_CURL OFF)
 endif()
 
+# gloo's headers, for c10d's ProcessGroupGloo (Debian: libgloo-dev). Headers only: the gloo
+# that runs is the one compiled into libtorch_cpu.
+find_path(DLRUN_GLOO_INCLUDE gloo/algorithm.h PATHS /usr/include /opt/devdeps/usr/include)
+if(NOT DLRUN_GLOO_INCLUDE)
+  message(FATAL_ERROR "gloo headers not found (Debian: libgloo-dev); run scripts/setup.sh")
+endif()
+
 # Catch2 v2 for the unit tests.
 find_package(Catch2 2 CONFIG QUIET)
 

@@ -13,7 +13,7 @@
 set(_src ${CMAKE_SOURCE_DIR}/src)
 file(GLOB_RECURSE DLRUN_BASE_SOURCES CONFIGURE_DEPENDS
      ${_src}/base/*.cpp ${_src}/config/*.cpp ${_src}/metrics/*.cpp ${_src}/preempt/*.cpp ${_src}/remote/*.cpp)
-list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp)
+list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp ${_src}/dist/world.cpp)
 file(GLOB_RECURSE DLRUN_KERNEL_SOURCES CONFIGURE_DEPENDS ${_src}/kernels/*.cpp ${_src}/cuda/*.cpp)
 file(GLOB_RECURSE DLRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${_src}/*.cu)
 file(GLOB_RECURSE DLRUN_CLI_SOURCES CONFIGURE_DEPENDS ${_src}/cli/*.cpp)
@@ -45,6 +45,21 @@ target_precompile_headers(dlrun_core PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${_src}/c
 if(DLRUN_TORCH_HAS_CUDA)
   target_compile_definitions(dlrun_core PUBLIC DLRUN_TORCH_HAS_CUDA=1)
 endif()
+
+# The one file that includes c10d's process groups: gloo's headers (Debian's libgloo-dev;
+# the compiled gloo is the copy inside libtorch_cpu, and Debian's libgloo is never linked:
+# docs/distributed.md), and NCCL's when LibTorch has CUDA. Its own flags, so no PCH.
+set(_c10d_defs USE_C10D_GLOO=1)
+set(_c10d_incs)
+if(NOT DLRUN_GLOO_INCLUDE STREQUAL "/usr/include")  # (never -I the system directory: it breaks #include_next)
+  list(APPEND _c10d_incs ${DLRUN_GLOO_INCLUDE})
+endif()
+if(DLRUN_TORCH_HAS_CUDA AND DLRUN_NCCL_INCLUDE)
+  list(APPEND _c10d_defs USE_C10D_NCCL=1)
+  list(APPEND _c10d_incs ${DLRUN_NCCL_INCLUDE})
+endif()
+set_source_files_properties(${_src}/dist/group.cpp PROPERTIES
+  COMPILE_DEFINITIONS "${_c10d_defs}" INCLUDE_DIRECTORIES "${_c10d_incs}" SKIP_PRECOMPILE_HEADERS ON)
 
 add_library(dlrun_kernels OBJECT ${DLRUN_KERNEL_SOURCES})
 target_link_libraries(dlrun_kernels PUBLIC dlrun_core)

@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="$ROOT/.devdeps"
 PKGS=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 libcli11-dev catch2 nlohmann-json3-dev
       libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
-      zlib1g-dev zlib1g libssl-dev libssl3)
+      zlib1g-dev zlib1g libssl-dev libssl3 libgloo-dev)
 rm -rf "$DEST/debs"
 mkdir -p "$DEST/debs"
 (cd "$DEST/debs" && apt-get download "${PKGS[@]}" 2>&1 | grep -v 'Download is performed unsandboxed' || true)

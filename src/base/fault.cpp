@@ -26,6 +26,16 @@ bool known(const std::string& name) {
 Spec current() {
   const char* v = std::getenv("DLRUN_FAULT");
   if (v == nullptr || *v == '\0') return {};
+  // DLRUN_FAULT_RANK=R: only the process whose RANK is R (torchrun's variable) is hit.
+  if (const char* only = std::getenv("DLRUN_FAULT_RANK"); only && *only) {
+    const char* rank = std::getenv("RANK");
+    if (std::string(only) != (rank && *rank ? rank : "0")) return {};
+  }
+  // DLRUN_FAULT_RESTART=N: only in the N-th restart of the group (TORCHELASTIC_RESTART_COUNT).
+  if (const char* only = std::getenv("DLRUN_FAULT_RESTART"); only && *only) {
+    const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    if (std::string(only) != (count && *count ? count : "0")) return {};
+  }
   std::string s(v);
   const auto colon = s.find(':');
   Spec spec{s.substr(0, colon), colon == std::string::npos ? std::string() : s.substr(colon + 1)};

@@ -10,6 +10,9 @@
 //                                  (data loaded, nothing written yet), eval (an evaluation
 //                                  has begun), save (a snapshot taken, the write not done)
 //
+//   DLRUN_FAULT_RANK=R             in a multi-process run, only rank R (its RANK variable) is hit
+//   DLRUN_FAULT_RESTART=N          only in the group's N-th restart (TORCHELASTIC_RESTART_COUNT)
+//
 // Unset, it does nothing. It is read from the environment at each check (cheap), so a test
 // may set it in-process. An unrecognized value is reported once on stderr and ignored.
 #pragma once

@@ -31,6 +31,9 @@ void init_from_env() {
 void write(Level level, bool rank0_only, std::string_view message) {
   if (level < g_level) return;
   if (rank0_only && g_rank != 0) return;
+  // Other ranks say only what is wrong (their info lines would repeat rank 0's), unless
+  // DLRUN_LOG_LEVEL=debug asks for everything.
+  if (g_rank != 0 && level < Level::kWarn && g_level != Level::kDebug) return;
   const char* tag = level == Level::kWarn ? "warning: " : level == Level::kError ? "error: " : "";
   std::string prefix = g_world > 1 ? fmt::format("dlrun[r{}]: ", g_rank) : std::string("dlrun: ");
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -1,4 +1,5 @@
-// Rank-aware logging through fmt. Every rank may log; log0 logs on rank 0 only.
+// Rank-aware logging through fmt. log0 logs on rank 0 only; other ranks print warnings and
+// errors only (everything with DLRUN_LOG_LEVEL=debug).
 // Lines go to stderr ("dlrun: ..." on one process, "dlrun[r3]: ..." with several), so
 // stdout stays clean for machine-readable output (`config show`, `ckpt list --json`).
 #pragma once

@@ -5,6 +5,7 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "config/loader.h"
+#include "dist/world.h"
 #include "preempt/preempt.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -24,6 +25,8 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--save-init", t->save_init, "write the initial weights (torch.load-able dict) to this file");
   cmd->callback([o, t] {
     preempt::install_signal_handlers();  // first: SIGTERM while loading still means "requeue me" (75)
+    const dist::World world = dist::world_from_env();  // a bad launcher variable: exit 2 here
+    log::set_rank(world.rank, world.size);
     train::TrainArgs args = *t;
     args.cfg = load_validated(*o);
     args.run_dir = train::resolve_run_dir(args.cfg, t->run_dir);

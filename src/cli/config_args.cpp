@@ -3,22 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
-
 #include "base/log.h"
 #include "config/loader.h"
 #include "config/validate.h"
+#include "dist/world.h"
 
 namespace dlrun::cli {
-
-int world_size_from_env() {
-  for (const char* var : {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"})
-    if (const char* w = std::getenv(var)) {
-      int n = std::atoi(w);
-      if (n > 0) return n;
-    }
-  return 1;
-}
 
 void add_config_args(CLI::App* cmd, ConfigArgs& a) {
   cmd->add_option("config", a.path, "experiment YAML file")->required();
@@ -27,7 +17,7 @@ void add_config_args(CLI::App* cmd, ConfigArgs& a) {
 
 Config load_validated(const ConfigArgs& a) {
   Config cfg = config::load(a.path, a.overrides);
-  for (const auto& w : config::validate(cfg, {world_size_from_env()})) log::warn("{}", w);
+  for (const auto& w : config::validate(cfg, {dist::world_from_env({}, /*rendezvous=*/false).size})) log::warn("{}", w);
   return cfg;
 }
 

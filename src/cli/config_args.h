@@ -23,7 +23,4 @@ void add_config_args(CLI::App* cmd, ConfigArgs& args);
 /// Load, apply overrides, validate (world size from the environment); warnings are logged.
 Config load_validated(const ConfigArgs& args);
 
-/// Processes in the job, from torchrun / Slurm / Open MPI variables (1 if none).
-int world_size_from_env();
-
 }  // namespace dlrun::cli

@@ -26,7 +26,7 @@ enum class OptimName { kSgd, kAdamw };
 enum class SchedName { kConstant, kStep, kMultistep, kCosine, kOnecycle };
 enum class ResnetStem { kImagenet, kCifar };
 enum class AmpDtype { kFp16, kBf16 };
-enum class DistBackend { kAuto, kNccl, kCpu };
+enum class DistBackend { kAuto, kNccl, kGloo };
 enum class NoticeSource { kNone, kAws, kGcp, kAzure, kFile };
 enum class ProgressMode { kAuto, kBar, kLines, kNone };
 enum class NonfinitePolicy { kStop, kSkip };
@@ -42,7 +42,7 @@ template <> struct EnumNames<SchedName> {
 };
 template <> struct EnumNames<ResnetStem> { static constexpr std::array<const char*, 2> names{"imagenet", "cifar"}; };
 template <> struct EnumNames<AmpDtype> { static constexpr std::array<const char*, 2> names{"fp16", "bf16"}; };
-template <> struct EnumNames<DistBackend> { static constexpr std::array<const char*, 3> names{"auto", "nccl", "cpu"}; };
+template <> struct EnumNames<DistBackend> { static constexpr std::array<const char*, 3> names{"auto", "nccl", "gloo"}; };
 template <> struct EnumNames<NoticeSource> {
   static constexpr std::array<const char*, 5> names{"none", "aws", "gcp", "azure", "file"};
 };
@@ -160,6 +160,7 @@ struct DistOptions {
   DistBackend backend = DistBackend::kAuto;
   double timeout_s = 300.0;
   double bucket_mb = 25.0;
+  bool sync_bn = false;  ///< BatchNorm statistics over the global batch (all ranks)
 };
 
 struct CheckpointOptions {

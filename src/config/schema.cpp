@@ -198,9 +198,10 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.dist;
     s.push_back({"dist", "multi-process training", {
-      En("backend", o.backend, "collective backend (auto: nccl on CUDA, cpu otherwise)"),
-      F("timeout_s", o.timeout_s, 0, 1e6, "collective / rendezvous timeout in seconds", true),
-      F("bucket_mb", o.bucket_mb, 0, 1e4, "gradient all-reduce bucket size in MB", true),
+      En("backend", o.backend, "collective backend (auto: nccl on CUDA, gloo on the CPU)"),
+      F("timeout_s", o.timeout_s, 0, 1e6, "rendezvous and collective timeout in seconds", true),
+      F("bucket_mb", o.bucket_mb, 0, 1e4, "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)", true),
+      B("sync_bn", o.sync_bn, "synchronised BatchNorm: batch statistics over all ranks' samples"),
     }});
   }
   {

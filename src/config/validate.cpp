@@ -76,7 +76,7 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.amp.enabled && c.run.device == "cpu")
     bad(c, "amp.enabled", "automatic mixed precision needs a CUDA device, but run.device is cpu");
   if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")
-    bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=cpu");
+    bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=gloo (or auto)");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
     warnings.push_back("data.workers is unused with data.device_resident: true");
 

@@ -15,7 +15,7 @@ namespace {
 
 void add_conv_bn_relu(torch::nn::Sequential& seq, int64_t in, int64_t out) {
   seq->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
-  seq->push_back(torch::nn::BatchNorm2d(out));
+  seq->push_back(BatchNorm2d(out));
   seq->push_back(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)));
 }
 

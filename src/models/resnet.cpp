@@ -28,7 +28,7 @@ class Block : public nn::Module {
 
 // conv1x1 + BN projection of the shortcut, registered as "downsample" (0: conv, 1: bn).
 nn::Sequential projection(int64_t in, int64_t out, int64_t stride) {
-  return nn::Sequential(conv(in, out, 1, stride, 0), nn::BatchNorm2d(out));
+  return nn::Sequential(conv(in, out, 1, stride, 0), BatchNorm2d(out));
 }
 
 // Two 3x3 convs (resnet18/34).
@@ -37,9 +37,9 @@ class BasicBlock : public Block {
   static constexpr int64_t kExpansion = 1;
   BasicBlock(int64_t in, int64_t planes, int64_t stride) {
     conv1_ = register_module("conv1", conv(in, planes, 3, stride, 1));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", BatchNorm2d(planes));
     conv2_ = register_module("conv2", conv(planes, planes, 3, 1, 1));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", BatchNorm2d(planes));
     if (stride != 1 || in != planes) downsample_ = register_module("downsample", projection(in, planes, stride));
   }
 
@@ -52,7 +52,7 @@ class BasicBlock : public Block {
 
  private:
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
   nn::Sequential downsample_{nullptr};
 };
 
@@ -63,11 +63,11 @@ class Bottleneck : public Block {
   Bottleneck(int64_t in, int64_t planes, int64_t stride) {
     const int64_t out = planes * kExpansion;
     conv1_ = register_module("conv1", conv(in, planes, 1, 1, 0));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", BatchNorm2d(planes));
     conv2_ = register_module("conv2", conv(planes, planes, 3, stride, 1));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", BatchNorm2d(planes));
     conv3_ = register_module("conv3", conv(planes, out, 1, 1, 0));
-    bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+    bn3_ = register_module("bn3", BatchNorm2d(out));
     if (stride != 1 || in != out) downsample_ = register_module("downsample", projection(in, out, stride));
   }
 
@@ -81,7 +81,7 @@ class Bottleneck : public Block {
 
  private:
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   nn::Sequential downsample_{nullptr};
 };
 
@@ -92,7 +92,7 @@ class ResNet : public Model {
       : channels_last_(opts.channels_last), imagenet_stem_(opts.stem == ResnetStem::kImagenet), dropout_(opts.dropout) {
     conv1_ = register_module("conv1", imagenet_stem_ ? conv(opts.in_channels, 64, 7, 2, 3)
                                                      : conv(opts.in_channels, 64, 3, 1, 1));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+    bn1_ = register_module("bn1", BatchNorm2d(64));
     int64_t in = 64;
     const std::array<int64_t, 4> planes = {64, 128, 256, 512};
     for (size_t i = 0; i < 4; ++i) {
@@ -127,7 +127,7 @@ class ResNet : public Model {
   bool imagenet_stem_;
   double dropout_;
   nn::Conv2d conv1_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr};
+  BatchNorm2d bn1_{nullptr};
   std::array<nn::Sequential, 4> layers_{nn::Sequential(nullptr), nn::Sequential(nullptr),
                                         nn::Sequential(nullptr), nn::Sequential(nullptr)};
   nn::Linear fc_{nullptr};

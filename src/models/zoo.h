@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "models/batchnorm.h"
 #include "models/model.h"
 
 namespace dlrun::models::detail {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "config/options.h"
+#include "dist/world.h"
 
 namespace dlrun::train {
 
@@ -13,7 +14,7 @@ namespace dlrun::train {
 /// the CPU.
 torch::Device resolve_device(const RunOptions& run);
 
-/// Where this process trains: its device and, later, its rank in a multi-process job.
+/// Where this process trains: its device and its rank in a multi-process job.
 struct Placement {
   torch::Device device = torch::kCPU;
   int rank = 0;
@@ -22,6 +23,9 @@ struct Placement {
 
 /// resolve_device(), then LibTorch's process-wide settings from the run section: intra-op
 /// threads (run.threads), deterministic algorithms (run.deterministic) and the global seed.
-Placement place(const RunOptions& run);
+/// In a multi-process job, run.device cuda or auto means cuda:LOCAL_RANK (an explicit
+/// cuda:N is kept, with a warning when several local ranks would share it), made the
+/// current CUDA device.
+Placement place(const RunOptions& run, const dist::World& world = {});
 
 }  // namespace dlrun::train

@@ -14,7 +14,7 @@
 
 namespace dlrun::train {
 
-namespace {
+std::string rng_file(int rank) { return fmt::format("rng-rank{:05d}", rank); }
 
 ckpt::TensorDict rng_states(const torch::Device& device) {
   ckpt::TensorDict out;
@@ -30,6 +30,8 @@ ckpt::TensorDict rng_states(const torch::Device& device) {
   }
   return out;
 }
+
+namespace {
 
 void set_rng_states(const ckpt::TensorDict& states, const torch::Device& device) {
   for (const auto& [name, t] : states) {
@@ -87,7 +89,7 @@ void refuse_incompatible(const nlohmann::json& j, const Config& cfg, models::Mod
                 "optimizer state cannot be carried across optimizer types; start a new run");
 }
 
-void warn_changes(const ckpt::Snapshot& snap, const Config& cfg, int64_t total_steps) {
+void warn_changes(const ckpt::Snapshot& snap, const Config& cfg, int64_t total_steps, int world_size) {
   const auto& j = snap.state;
   if (j.value("total_steps", total_steps) != total_steps)
     log0::warn("resuming with a different schedule length: {} total steps, the checkpoint planned {}", total_steps,
@@ -96,9 +98,11 @@ void warn_changes(const ckpt::Snapshot& snap, const Config& cfg, int64_t total_s
   if (saved_batch != cfg.data.batch_size)
     log0::warn("resuming with global batch size {} (checkpoint: {}): results will differ from an uninterrupted run",
                cfg.data.batch_size, saved_batch);
-  if (j.value("world_size", 1) != 1)
-    log0::warn("resuming on world size 1 from world size {}: the sampler re-shards from the global cursor",
-               j.value("world_size", 1));
+  if (j.value("world_size", 1) != world_size)
+    log0::warn("resuming on world size {} from world size {}: the sampler re-shards the rest of the epoch from the "
+               "global sample cursor (no sample is repeated or skipped), but dropout draws and the order of "
+               "floating-point sums differ from an uninterrupted run",
+               world_size, j.value("world_size", 1));
 
   const std::string yaml = config::to_yaml(cfg, false);
   if (snap.config_yaml.empty() || sha256_hex(yaml.data(), yaml.size()) == snap.config_hash) return;
@@ -128,17 +132,22 @@ void warn_changes(const ckpt::Snapshot& snap, const Config& cfg, int64_t total_s
 
 ckpt::Snapshot make_snapshot(const Config& cfg, models::Model& model, torch::optim::Optimizer& optim,
                              const GradScaler& scaler, const TrainState& st, int64_t total_steps,
-                             const torch::Device& device) {
+                             const torch::Device& device, const std::vector<ckpt::TensorDict>* rank_rngs) {
   const bool pinned = device.is_cuda();
+  const int world_size = rank_rngs ? static_cast<int>(rank_rngs->size()) : 1;
   ckpt::Snapshot s;
   s.step = st.step;
   s.epoch = st.epoch;
   s.tensor_files["model"] = ckpt::host_copy(models::state_dict(model), pinned);
   s.tensor_files["optim"] = ckpt::host_copy(optimizer_state(cfg.optim, optim, model), pinned);
-  s.tensor_files["rng-rank00000"] = ckpt::host_copy(rng_states(device));
+  if (rank_rngs) {
+    for (int r = 0; r < world_size; ++r) s.tensor_files[rng_file(r)] = ckpt::host_copy((*rank_rngs)[r]);
+  } else {
+    s.tensor_files[rng_file(0)] = ckpt::host_copy(rng_states(device));
+  }
   s.config_yaml = config::to_yaml(cfg, false);
   s.config_hash = sha256_hex(s.config_yaml.data(), s.config_yaml.size());
-  s.world_size = 1;
+  s.world_size = world_size;
   s.state = {
       {"step", st.step},
       {"epoch", st.epoch},
@@ -146,7 +155,7 @@ ckpt::Snapshot make_snapshot(const Config& cfg, models::Model& model, torch::opt
       {"total_steps", total_steps},
       {"global_batch_size", cfg.data.batch_size},
       {"grad_accum", cfg.train.grad_accum},
-      {"world_size", 1},
+      {"world_size", world_size},
       {"seed", cfg.run.seed},
       {"model", cfg.model.name},
       {"architecture", models::architecture_signature(model)},
@@ -249,16 +258,22 @@ ResumePlan plan_resume(const std::string& resume, bool force, const RunDir& dir,
 }
 
 void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model, torch::optim::Optimizer& optim,
-             GradScaler& scaler, TrainState& st, int64_t total_steps, const torch::Device& device) {
+             GradScaler& scaler, TrainState& st, int64_t total_steps, const torch::Device& device, int rank,
+             int world_size) {
   const auto& j = snap.state;
   refuse_incompatible(j, cfg, model);
-  warn_changes(snap, cfg, total_steps);
+  warn_changes(snap, cfg, total_steps, world_size);
 
   models::load_state_dict(model, file(snap, "model"), "checkpoint model.pt");
   load_optimizer_state(cfg.optim, optim, model, file(snap, "optim"));
   scaler.load_state(j.value("grad_scaler", nlohmann::json()));
-  auto rng = snap.tensor_files.find("rng-rank00000");
-  if (rng != snap.tensor_files.end()) set_rng_states(rng->second, device);
+  auto rng = snap.tensor_files.find(rng_file(rank));
+  if (rng != snap.tensor_files.end())
+    set_rng_states(rng->second, device);
+  else
+    log::warn("the checkpoint has no RNG state for rank {} (it was written by {} rank(s)); this rank's generator "
+              "keeps its seed",
+              rank, j.value("world_size", 1));
 
   st.step = j.at("step").get<int64_t>();
   st.epoch = j.at("epoch").get<int64_t>();

@@ -2,6 +2,7 @@
 #include "train/step.h"
 
 #include "base/log.h"
+#include "dist/group.h"
 #include "train/optim.h"
 
 namespace dlrun::train {
@@ -20,6 +21,11 @@ StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models:
     if (p.requires_grad()) params_.push_back(p);
 }
 
+void StepRunner::distribute(dist::GradSync* sync, std::function<void()> before_step) {
+  sync_ = sync;
+  before_step_ = std::move(before_step);
+}
+
 void StepRunner::clip(const std::vector<torch::Tensor>& grads) const {
   // Global L2 norm as torch.nn.utils.clip_grad_norm_ computes it, kept on the device: the
   // factor is clamped to 1 instead of branching on the norm on the host.
@@ -36,7 +42,9 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   auto loss_sum = torch::zeros({}, f64);
   const auto n = static_cast<double>(micro.size());
-  for (const auto& b : micro) {
+  if (before_step_) before_step_();
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const auto& b = micro[i];
     torch::Tensor loss;
     {
       AutocastScope ac(autocast_, autocast_dtype_);
@@ -46,7 +54,9 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
           torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(train_.label_smoothing));
     }
     loss_sum += loss.detach().to(torch::kFloat64);
-    scaler_.scale(loss / n).backward();
+    auto scaled = scaler_.scale(loss / n);
+    if (sync_ && i + 1 == micro.size()) sync_->prepare(scaled);  // this backward all-reduces
+    scaled.backward();
   }
 
   // Unscale (by 1 without fp16 scaling) and look for inf/NaN in one pass over the gradients.

@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -18,6 +19,10 @@
 #include "data/loader.h"
 #include "models/model.h"
 #include "train/amp.h"
+
+namespace dlrun::dist {
+class GradSync;
+}
 
 namespace dlrun::train {
 
@@ -37,6 +42,10 @@ class StepRunner {
              const torch::Device& device);
   /// One optimizer step over `micro` (train.grad_accum micro-batches) at learning rate `lr`.
   StepResult run(const std::vector<data::Batch>& micro, double lr);
+  /// Multi-process: the gradients of each step are averaged across ranks by `sync` during
+  /// the backward of its last micro-batch (the earlier ones accumulate locally: DDP's
+  /// no_sync), and `before_step` (the BatchNorm buffer broadcast) runs before its first forward.
+  void distribute(dist::GradSync* sync, std::function<void()> before_step);
   GradScaler& scaler() { return scaler_; }
   const GradScaler& scaler() const { return scaler_; }
 
@@ -51,6 +60,8 @@ class StepRunner {
   torch::ScalarType autocast_dtype_ = torch::kHalf;
   GradScaler scaler_;
   std::vector<torch::Tensor> params_;  ///< trainable parameters
+  dist::GradSync* sync_ = nullptr;
+  std::function<void()> before_step_;
 };
 
 }  // namespace dlrun::train

@@ -21,8 +21,11 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/remote.h"
 #include "config/loader.h"
+#include "dist/group.h"
+#include "dist/sync_bn.h"
 #include "metrics/sink.h"
 #include "preempt/preempt.h"
+#include "train/collective.h"
 #include "train/components.h"
 #include "train/evaluate.h"
 #include "train/fingerprint.h"
@@ -47,15 +50,24 @@ struct LossWindow {
   torch::Tensor first_bad;  ///< int64: first non-finite step no one has read yet (-1: none)
 };
 
+// In a multi-process run every rank runs a Trainer in lockstep: the same steps, the same
+// decisions at each step boundary (the ones that depend on a rank's own clock or signals are
+// agreed by a collective), the same collectives in the same order. Rank 0 (the leader) alone
+// writes the run directory, the metrics and the checkpoints, and talks to remote storage.
 class Trainer {
  public:
-  Trainer(const TrainArgs& args, RunDir dir)
+  Trainer(const TrainArgs& args, RunDir dir, const Placement& placement, dist::Group* group)
       : args_(args),
         cfg_(args.cfg),
         dir_(std::move(dir)),
-        c_(build_components(cfg_, place(cfg_.run), Purpose::kTrain)),
+        group_(group),
+        c_(build_components(cfg_, placement, Purpose::kTrain)),
         runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device) {
-    if (!cfg_.checkpoint.remote.empty()) {
+    if (group_ && cfg_.dist.sync_bn) {
+      const int layers = models::set_batchnorm_sync(*c_.model, dist::sync_batchnorm(*group_));
+      if (layers == 0) log0::warn("dist.sync_bn: model {} has no BatchNorm layer; nothing to synchronise", cfg_.model.name);
+    }
+    if (!cfg_.checkpoint.remote.empty() && leader()) {
       remote_ = std::make_unique<ckpt::RemoteStore>(remote::s3_config(cfg_.checkpoint),
                                                     remote::parse_s3_url(cfg_.checkpoint.remote));
       try {
@@ -71,15 +83,24 @@ class Trainer {
   }
 
   /// Load what --resume asks for into the model, optimizer and state (refusals: exit 2).
+  /// Multi-process: `plan` is rank 0's (the others pass an empty one and receive its
+  /// checkpoint), then every rank starts from rank 0's parameters and buffers, and the
+  /// gradient all-reduce is set up.
   void resume(ResumePlan plan) {
     set_aside_ = plan.set_aside;
     fetched_ = std::move(plan.fetched);
-    if (!plan.from) return;
-    restore(plan.from->snapshot, cfg_, *c_.model, *c_.optimizer, runner_.scaler(), st_, c_.total_steps,
-            c_.placement.device);
-    resumed_from_ = plan.from->path;  // the snapshot's host tensors are released here
-    last_saved_step_ = st_.step;
-    log0::info("resumed from {} at step {} (epoch {}, sample {})", resumed_from_, st_.step, st_.epoch, st_.cursor);
+    if (group_) share_checkpoint(*group_, plan.from);
+    if (plan.from) {
+      restore(plan.from->snapshot, cfg_, *c_.model, *c_.optimizer, runner_.scaler(), st_, c_.total_steps,
+              c_.placement.device, c_.placement.rank, c_.placement.world_size);
+      resumed_from_ = plan.from->path;
+      last_saved_step_ = st_.step;
+      plan.from.reset();  // the snapshot's host tensors are released here
+      log0::info("resumed from {} at step {} (epoch {}, sample {})", resumed_from_, st_.step, st_.epoch, st_.cursor);
+    } else if (group_ && c_.placement.rank > 0) {
+      torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(c_.placement.rank));  // own dropout draws per rank
+    }
+    if (group_) join();
   }
 
   /// --save-init: the initial weights of a fresh run, written before the run directory is
@@ -94,11 +115,13 @@ class Trainer {
 
   int run();
   ckpt::RemoteStore* remote_store() { return remote_.get(); }
+  bool leader() const { return c_.placement.rank == 0; }
   /// After an exception: record it in metrics.jsonl and summary.json when the run directory
   /// is already ours (never throws; before that, the directory stays untouched).
   void record_failure(const std::string& what) noexcept;
 
  private:
+  void join();
   void begin();
   void step(const std::vector<data::Batch>& micro);
   std::optional<int> at_boundary(bool epoch_end);
@@ -120,8 +143,10 @@ class Trainer {
   const TrainArgs& args_;
   const Config& cfg_;
   RunDir dir_;
+  dist::Group* group_;  ///< null: one process
   Components c_;
   StepRunner runner_;
+  std::unique_ptr<dist::GradSync> grad_sync_;
   std::string resumed_from_;  ///< the checkpoint this process resumed from ("" for a fresh start)
   std::optional<ckpt::FileSet> fetched_;  ///< a downloaded checkpoint, kept locally at begin()
   bool set_aside_ = false;    ///< --resume never --force over an earlier run
@@ -168,10 +193,42 @@ int Trainer::run() {
   return finish();
 }
 
+// Multi-process: every rank starts from rank 0's parameters and buffers (DDP's initial
+// broadcast), then gradients are averaged by the Reducer. Without synchronised BatchNorm each
+// rank's running statistics drift apart during a step; rank 0's are broadcast before every
+// step, evaluation and save, as DDP's broadcast_buffers does before every forward.
+void Trainer::join() {
+  broadcast_module(*group_, *c_.model);
+  std::vector<torch::Tensor> params;
+  for (auto& p : c_.model->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  grad_sync_ = std::make_unique<dist::GradSync>(*group_, params, cfg_.dist.bucket_mb);
+  const bool buffers = !cfg_.dist.sync_bn && !c_.model->buffers().empty();
+  std::function<void()> before_step;
+  if (buffers) before_step = [this] { broadcast_module(*group_, *c_.model, /*buffers_only=*/true); };
+  runner_.distribute(grad_sync_.get(), before_step);
+  log0::info("gradients averaged across {} ranks in {} bucket(s) (dist.bucket_mb={}){}; rank {} trains on {} with "
+             "micro-batches of {}",
+             group_->size(), grad_sync_->buckets(), cfg_.dist.bucket_mb,
+             cfg_.dist.sync_bn ? "; BatchNorm synchronised (dist.sync_bn)"
+                               : buffers ? "; BatchNorm buffers from rank 0 before each step" : "",
+             c_.placement.rank, c_.placement.device.str(),
+             cfg_.data.batch_size / (group_->size() * cfg_.train.grad_accum));
+}
+
+/// Rank 0's BatchNorm running statistics on every rank (see join()).
+void sync_buffers(dist::Group* group, const Config& cfg, torch::nn::Module& model) {
+  if (group && !cfg.dist.sync_bn) broadcast_module(*group, model, /*buffers_only=*/true);
+}
+
 // Every start-up check has passed: from here on the run directory is written, and a failure
-// is recorded in it (record_failure).
+// is recorded in it (record_failure). Only rank 0 writes.
 void Trainer::begin() {
   begun_ = true;
+  start_mono_ = last_save_mono_ = last_log_mono_ = mono_now();
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(c_.placement.device);
+  loss_.sum = torch::zeros({}, f64);
+  if (!leader()) return;
   if (set_aside_) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
   const int64_t furthest = dir_.furthest_logged_step();  // steps an interrupted process got to
   st_.steps_lost_last = std::max<int64_t>(0, furthest - st_.step);
@@ -194,11 +251,8 @@ void Trainer::begin() {
     writer_->in_use([up = uploader_.get()] { return up->in_use(); });
     log0::info("checkpoints are uploaded to {}", remote_->url().str());
   }
-  start_mono_ = last_save_mono_ = last_log_mono_ = mono_now();
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(c_.placement.device);
-  loss_.sum = torch::zeros({}, f64);
   metrics::Event e{"start", st_.step};
-  e.fields = {{"epoch", st_.epoch}, {"total_steps", c_.total_steps},
+  e.fields = {{"epoch", st_.epoch}, {"total_steps", c_.total_steps}, {"world_size", c_.placement.world_size},
               {"resumed_from", resumed_from_}, {"steps_lost", st_.steps_lost_last},
               {"config_kept", kept}, {"version", build::version_line()}};
   report_.report(std::move(e));
@@ -242,8 +296,12 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
   st_.eval_pending = eval_due(cfg_.train, b, last_eval_step_);
   if (stop_agreed()) return interrupted();
   if (st_.eval_pending && !run_eval()) return interrupted();
-  const SaveReason why =
+  SaveReason why =
       save_due(cfg_.checkpoint, b, (mono_now() - last_save_mono_) / 60.0, last_saved_step_, save_interval_minutes());
+  // Saves by the clock: each rank has its own, so they agree (any rank due: all save).
+  if (group_ && cfg_.checkpoint.every_minutes != 0 && group_->any(why != SaveReason::kNone) &&
+      why == SaveReason::kNone)
+    why = SaveReason::kEveryMinutes;
   if (why != SaveReason::kNone) {
     save(why, !cfg_.checkpoint.async);
     if (stop_agreed()) return interrupted();
@@ -251,14 +309,19 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
   return std::nullopt;
 }
 
+// A signal or a notice seen by any rank stops every rank at the same step boundary.
 bool Trainer::stop_agreed() const {
   const bool mine = preempt::stop_requested();
-  return args_.agree_stop ? args_.agree_stop(mine) : mine;
+  return group_ ? group_->any(mine) : mine;
 }
 
 void Trainer::log_step() {
   const auto bad = loss_.first_bad.defined() ? loss_.first_bad.to(torch::kFloat64) : torch::full_like(loss_.sum, -1);
-  const auto host = torch::stack({loss_.last, loss_.sum, bad}).to(torch::kCPU);  // one read for all three
+  auto host = torch::stack({loss_.last, loss_.sum, bad}).to(torch::kCPU);  // one read for all three
+  if (group_) {  // the mean loss over ranks, and the first non-finite step of any
+    const auto all = torch::stack(group_->all_gather(host));  // (ranks, 3)
+    host = torch::stack({all.select(1, 0).mean(), all.select(1, 1).mean(), all.select(1, 2).max()});
+  }
   if (host[2].item<double>() >= 0) fail_nonfinite(static_cast<int64_t>(host[2].item<double>()));
   final_loss_ = host[0].item<double>();
   const double now = mono_now();
@@ -278,7 +341,11 @@ void Trainer::log_step() {
 bool Trainer::run_eval() {
   check_finite();
   fault::during("eval");
-  const auto r = evaluate(*c_.model, *c_.eval_loader, {}, [] { return preempt::stop_requested(); });
+  sync_buffers(group_, cfg_, *c_.model);
+  std::function<void(torch::Tensor&)> reduce;  // each rank evaluates its share of the batches
+  if (group_) reduce = [this](torch::Tensor& sums) { group_->all_reduce(sums); };
+  auto r = evaluate(*c_.model, *c_.eval_loader, reduce, [] { return preempt::stop_requested(); });
+  if (group_) r.complete = !group_->any(!r.complete);
   if (!r.complete) {
     st_.eval_pending = true;
     return false;
@@ -298,12 +365,20 @@ bool Trainer::run_eval() {
 void Trainer::save(SaveReason why, bool sync) {
   check_finite();  // never commit weights a non-finite step has already spoiled
   const double t0 = mono_now();
-  auto snap = make_snapshot(cfg_, *c_.model, *c_.optimizer, runner_.scaler(), st_, c_.total_steps,
-                            c_.placement.device);
-  const double copied = mono_now();
-  fault::during("save");
-  writer_->save(std::move(snap));
-  if (sync) writer_->wait();
+  std::vector<ckpt::TensorDict> rngs;  // every rank's, written by rank 0
+  if (group_) {
+    sync_buffers(group_, cfg_, *c_.model);
+    rngs = gather_rng_states(*group_, c_.placement.device);
+  }
+  double copied = t0;
+  if (leader()) {
+    auto snap = make_snapshot(cfg_, *c_.model, *c_.optimizer, runner_.scaler(), st_, c_.total_steps,
+                              c_.placement.device, group_ ? &rngs : nullptr);
+    copied = mono_now();
+    fault::during("save");
+    writer_->save(std::move(snap));
+    if (sync) writer_->wait();
+  }
   const double now = mono_now();
   last_save_mono_ = now;
   last_saved_step_ = st_.step;
@@ -401,8 +476,9 @@ int Trainer::interrupted() {
     save(SaveReason::kPreemption, /*sync=*/true);
   } else {
     log0::info("{} received: step {} is already saved; exiting with code 75", reason, st_.step);
-    writer_->wait();
+    if (writer_) writer_->wait();
   }
+  if (!leader()) return kInterrupted;  // rank 0 has committed the checkpoint (save() is collective)
   const double commit_time = wall_now();
   log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
   // Then the upload, within the deadline (counted from the signal). An older checkpoint still
@@ -465,6 +541,7 @@ int Trainer::finish() {
   check_finite();
   if (final_eval_due(cfg_.train, st_.step, last_eval_step_) && !run_eval()) return interrupted();
   if (final_save_due(cfg_.checkpoint, st_.step, last_saved_step_)) save(SaveReason::kEnd, /*sync=*/true);
+  if (!leader()) return 0;
   writer_->wait();
   if (uploader_) {
     uploader_->wait(0, /*retention=*/true);  // the last checkpoint off the instance (retries are bounded)
@@ -530,13 +607,14 @@ nlohmann::json Trainer::summary(const std::string& status) {
       {"preemption", st_.preemption},
       {"resumed_from_step", st_.resumed_from_step},
       {"device", c_.placement.device.str()},
+      {"world_size", c_.placement.world_size},
       {"version", build::version_line()},
       {"remote", remote_summary()},
   };
 }
 
 void Trainer::record_failure(const std::string& what) noexcept {
-  if (!begun_) return;  // failed before the run directory was written: leave it as it was
+  if (!begun_ || !leader()) return;  // failed before the run directory was written: leave it as it was
   try {
     if (writer_) writer_->wait();
   } catch (const std::exception& e) {
@@ -558,30 +636,26 @@ void Trainer::record_failure(const std::string& what) noexcept {
   }
 }
 
-/// A stop request that arrives during start-up: nothing has been trained or written, so
-/// there is nothing to save and requeueing loses nothing.
-bool stopped_during_startup(const char* phase) {
-  if (!preempt::stop_requested()) return false;
+/// A stop request that arrives during start-up (on any rank): nothing has been trained or
+/// written, so there is nothing to save and requeueing loses nothing.
+bool stopped_during_startup(const char* phase, dist::Group* group) {
+  const bool mine = preempt::stop_requested();
+  if (!(group ? group->any(mine) : mine)) return false;
   log0::warn("{} received during start-up ({}): nothing trained yet, the run directory is unchanged; exiting with "
              "code 75",
-             preempt::stop_reason(), phase);
+             mine ? preempt::stop_reason() : std::string("a stop request on another rank"), phase);
   return true;
 }
 
-}  // namespace
-
-int run(const TrainArgs& args) {
-  preempt::install_signal_handlers();  // (again: `dlrun train` installs them before loading the config)
-  RunDir dir(args.run_dir, args.cfg.checkpoint.dir);
-  RunLock lock(dir.path());  // one trainer per run directory
-  Trainer trainer(args, dir);  // data files, model, optimizer: the cheap failures first
+int train_in(const TrainArgs& args, const RunDir& dir, const Placement& placement, dist::Group* group) {
+  Trainer trainer(args, dir, placement, group);  // data files, model, optimizer: the cheap failures first
   fault::during("startup");
-  if (stopped_during_startup("after loading data")) return kInterrupted;
-  trainer.resume(plan_resume(args.resume, args.force, dir, trainer.remote_store()));
-  trainer.save_init();
-  if (stopped_during_startup("after loading the checkpoint")) return kInterrupted;
+  if (stopped_during_startup("after loading data", group)) return kInterrupted;
+  trainer.resume(trainer.leader() ? plan_resume(args.resume, args.force, dir, trainer.remote_store()) : ResumePlan{});
+  if (trainer.leader()) trainer.save_init();
+  if (stopped_during_startup("after loading the checkpoint", group)) return kInterrupted;
   preempt::NoticeWatcher watcher(args.cfg.preemption);  // a bad source is refused here
-  if (stopped_during_startup("before the first step")) return kInterrupted;
+  if (stopped_during_startup("before the first step", group)) return kInterrupted;
   try {
     return trainer.run();
   } catch (const Error& e) {
@@ -589,6 +663,32 @@ int run(const TrainArgs& args) {
     throw;
   } catch (const std::exception& e) {
     trainer.record_failure(e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+int run(const TrainArgs& args) {
+  preempt::install_signal_handlers();  // (again: `dlrun train` installs them before loading the config)
+  const dist::World world = dist::world_from_env();
+  log::set_rank(world.rank, world.size);
+  RunDir dir(args.run_dir, args.cfg.checkpoint.dir);
+  std::unique_ptr<RunLock> lock;  // one trainer per run directory; in a multi-process run, rank 0 writes it
+  if (world.rank == 0) lock = std::make_unique<RunLock>(dir.path());
+  const Placement placement = place(args.cfg.run, world);
+  std::unique_ptr<dist::Group> group;
+  if (world.distributed()) {
+    group = dist::Group::connect(world, args.cfg.dist, placement.device);
+    log0::info("{}", group->describe());
+  }
+  try {
+    return train_in(args, dir, placement, group.get());
+  } catch (const Error& e) {
+    if (group) group->report_failure(e.message());
+    throw;
+  } catch (const std::exception& e) {
+    if (group) group->report_failure(e.what());
     throw;
   }
 }

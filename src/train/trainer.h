@@ -20,12 +20,10 @@ struct TrainArgs {
   std::string resume = "auto"; ///< auto | never | PATH of a checkpoint directory
   bool force = false;          ///< with resume=never: set an earlier run aside and start fresh
   std::string save_init;       ///< write the initial weights here (torch.load-able dict) before step 1
-  /// Multi-process hook (docs/design.md, "Preemption"): given this rank's stop flag at a
-  /// step boundary, return whether ANY rank asked to stop (an all-reduce MAX). Unset: the flag.
-  std::function<bool(bool)> agree_stop;
 };
 
-/// Run training. Returns the process exit code: 0 finished, 75 interrupted (a checkpoint is
+/// Run training, as one rank of the job the environment describes (dist/world.h; one process
+/// when nothing is set). Returns the process exit code: 0 finished, 75 interrupted (a checkpoint is
 /// committed, or nothing had been trained yet). Throws dlrun::Error for bad input (2) and
 /// runtime failures (1). Every refusal happens before the run directory is written to, so a
 /// refused start leaves it exactly as it was; a failure after that records summary.json

@@ -12,19 +12,19 @@ using dlrun::testing::kMinimal;
 TEST_CASE("enum keys parse to their values and print back by name", "[config][schema]") {
   const Config c = config::load_text("data: {name: synthetic}\n"
                                      "optim: {name: adamw}\nsched: {name: onecycle}\nmodel: {name: mlp, stem: cifar}\n"
-                                         "amp: {dtype: bf16}\ndist: {backend: cpu}\npreemption: {watch: file, endpoint: /x}\n"
+                                         "amp: {dtype: bf16}\ndist: {backend: gloo}\npreemption: {watch: file, endpoint: /x}\n"
                                          "log: {progress: lines}\ntrain: {nonfinite: skip}\n",
                                      "mem.yaml");
   CHECK(c.optim.name == OptimName::kAdamw);
   CHECK(c.sched.name == SchedName::kOnecycle);
   CHECK(c.model.stem == ResnetStem::kCifar);
   CHECK(c.amp.dtype == AmpDtype::kBf16);
-  CHECK(c.dist.backend == DistBackend::kCpu);
+  CHECK(c.dist.backend == DistBackend::kGloo);
   CHECK(c.preemption.watch == NoticeSource::kFile);
   CHECK(c.log.progress == ProgressMode::kLines);
   CHECK(c.train.nonfinite == NonfinitePolicy::kSkip);
   const std::string yaml = config::to_yaml(c, false);
-  for (const char* line : {"  name: adamw\n", "  name: onecycle\n", "  stem: cifar\n", "  dtype: bf16\n", "  backend: cpu\n",
+  for (const char* line : {"  name: adamw\n", "  name: onecycle\n", "  stem: cifar\n", "  dtype: bf16\n", "  backend: gloo\n",
                            "  watch: file\n", "  progress: lines\n", "  nonfinite: skip\n"})
     CHECK_THAT(yaml, Catch::Contains(line));
   CHECK(config::to_yaml(config::load_text(yaml, "back.yaml"), false) == yaml);

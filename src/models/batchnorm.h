@@ -1,0 +1,37 @@
+// BatchNorm2d for every dlrun model: torch::nn::BatchNorm2d (same parameters, buffers and
+// state-dict names, so checkpoints and torchvision exports are unchanged) whose training-mode
+// forward can be handed to a BatchNormSync — synchronised BatchNorm across ranks
+// (dist.sync_bn, src/dist/sync_bn.h), set on a built model by set_batchnorm_sync, the way
+// torch.nn.SyncBatchNorm.convert_sync_batchnorm converts one.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+namespace dlrun::models {
+
+/// Computes a training-mode BatchNorm forward (statistics, running-statistics update,
+/// normalisation) in some other way than the local batch alone.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  virtual torch::Tensor forward(const torch::Tensor& x, torch::nn::BatchNorm2dImpl& bn) = 0;
+};
+
+class BatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
+ public:
+  using torch::nn::BatchNorm2dImpl::BatchNorm2dImpl;
+  /// (N, C, H, W) -> (N, C, H, W)
+  torch::Tensor forward(const torch::Tensor& x) {
+    return sync && is_training() ? sync->forward(x, *this) : torch::nn::BatchNorm2dImpl::forward(x);
+  }
+  std::shared_ptr<BatchNormSync> sync;  ///< null: plain BatchNorm
+};
+TORCH_MODULE(BatchNorm2d);
+
+/// Hand the training-mode forward of every BatchNorm in `model` to `sync` (null: plain
+/// again). Returns how many BatchNorm layers there are.
+int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNormSync>& sync);
+
+}  // namespace dlrun::models

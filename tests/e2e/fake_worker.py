@@ -1,0 +1,85 @@
+"""A stand-in for a dlrun worker, started by scripts/dlrun-launch in tests/e2e/test_launch.py.
+
+It records what it saw in $FAKE_OUT_DIR/rank<RANK>-restart<TORCHELASTIC_RESTART_COUNT>.json
+(argv, the launcher's variables, its pid and session, the signals it received; rewritten on each
+signal), writes some output, and then behaves as $FAKE_MODE says. FAKE_MODE is a comma-separated
+list of modes, one per global rank (the last one applies to the ranks beyond the list):
+
+  ok                    exit 0
+  exit75                exit 75 (interrupted with a checkpoint)
+  fail                  exit 3
+  crash                 kill itself with SIGKILL
+  fail_until_restart_N  exit 3 while TORCHELASTIC_RESTART_COUNT < N, then exit 0
+  wait_for_signal       wait for SIGTERM/SIGINT/SIGUSR1, then exit 75 (what dlrun does) after
+                        $FAKE_SAVE_S seconds (default 0: the checkpoint save)
+  fail_on_signal        wait for a signal, then exit 3
+  ignore_term           record the signals but never exit (only SIGKILL ends it)
+
+Output: FAKE_LINES (default 3) lines on stdout and on stderr, then a last stdout line without
+a newline ("tail of rank R").
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+            "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+            "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS", "FAKE_VIA_WRAPPER")
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+rank = int(os.environ["RANK"])
+restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+modes = os.environ.get("FAKE_MODE", "ok").split(",")
+mode = modes[min(rank, len(modes) - 1)]
+record = {"rank": rank, "argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in ENV_KEYS},
+          "pid": os.getpid(), "sid": os.getsid(0), "signals": []}
+path = os.path.join(os.environ["FAKE_OUT_DIR"], f"rank{rank}-restart{restart}.json")
+
+
+def save():
+    """Write the record atomically, so that a test never reads half of it."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def on_signal(signum, _frame):
+    record["signals"].append(signal.Signals(signum).name)
+    save()
+
+
+for sig in HANDLED:
+    signal.signal(sig, on_signal)
+save()  # after the handlers are in place: a test that sees the file can signal the worker
+
+for i in range(int(os.environ.get("FAKE_LINES", "3"))):
+    # Long lines through Python's block buffering: the launcher receives them cut mid-line.
+    print(f"line {i} of rank {rank} " + "x" * 100)
+    print(f"err {i} of rank {rank}", file=sys.stderr)
+sys.stdout.write(f"tail of rank {rank}")
+sys.stdout.flush()
+sys.stderr.flush()
+
+if mode == "ok":
+    sys.exit(0)
+if mode == "exit75":
+    sys.exit(75)
+if mode == "fail":
+    sys.exit(3)
+if mode == "crash":
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode.startswith("fail_until_restart_"):
+    sys.exit(3 if restart < int(mode.rsplit("_", 1)[1]) else 0)
+if mode in ("wait_for_signal", "fail_on_signal"):
+    while not record["signals"]:
+        time.sleep(0.02)
+    if mode == "fail_on_signal":
+        sys.exit(3)
+    time.sleep(float(os.environ.get("FAKE_SAVE_S", "0")))
+    sys.exit(75)
+if mode == "ignore_term":
+    while True:
+        time.sleep(1)
+sys.exit(f"fake_worker: unknown FAKE_MODE {mode!r}")

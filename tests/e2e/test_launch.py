@@ -1,0 +1,361 @@
+"""scripts/dlrun-launch, the torchrun-style launcher, with fake workers (fake_worker.py) instead of
+the dlrun binary: the environment of each rank, prefixed output, combined exit codes, forwarded
+signals, the SIGKILL after --shutdown-timeout, restarts that resume, bare subcommands, usage
+errors. Every test stops every process it started (launcher and workers) and removes its files."""
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import SRC, expect, main
+
+LAUNCH = os.path.join(SRC, "scripts", "dlrun-launch")
+FAKE = os.path.join(SRC, "tests", "e2e", "fake_worker.py")
+PY = sys.executable
+TIMEOUT = 20  # no launcher run here should come near this
+
+
+class Job:
+    """One dlrun-launch run in a temporary directory; `command` defaults to the fake worker.
+
+    On exit the launcher and every worker still alive (found by the FAKE_OUT_DIR in their
+    environment) get SIGKILL; workers left behind by a launcher that exited by itself fail the test."""
+
+    def __init__(self, *options, command=("--", PY, FAKE), mode="ok", env=None):
+        self.dir = tempfile.mkdtemp(prefix="dlrun-launch-test-")
+        self.out_dir = os.path.join(self.dir, "out")
+        os.mkdir(self.out_dir)
+        self.args = [PY, LAUNCH, *options, *command]
+        self.env = dict(os.environ, FAKE_OUT_DIR=self.out_dir, FAKE_MODE=mode)
+        for name in ("OMP_NUM_THREADS", "TORCHELASTIC_RUN_ID", "FAKE_LINES"):
+            self.env.pop(name, None)  # the tests set these explicitly where they matter
+        self.env.update(env or {})
+        self.proc = None
+        self.out = self.err = ""
+
+    def __enter__(self):
+        return self
+
+    def start(self):
+        # Its own process group, as a shell job would be: os.killpg then plays a terminal's Ctrl-C.
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        return self
+
+    def finish(self, timeout=TIMEOUT):
+        self.out, self.err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode
+
+    def run(self):
+        return self.start().finish()
+
+    def records(self):
+        """(rank, restart) -> what that worker recorded."""
+        recs = {}
+        for path in glob.glob(os.path.join(self.out_dir, "rank*-restart*.json")):
+            rank, restart = re.fullmatch(r"rank(\d+)-restart(\d+)\.json", os.path.basename(path)).groups()
+            with open(path) as f:
+                recs[int(rank), int(restart)] = json.load(f)
+        return recs
+
+    def wait_for_workers(self, n, timeout=15):
+        """Wait until n workers of the first attempt have their signal handlers in place."""
+        deadline = time.time() + timeout
+        while len(self.records()) < n:
+            expect(self.proc.poll() is None, f"the launcher exited early ({self.proc.returncode})")
+            expect(time.time() < deadline, f"{len(self.records())} of {n} workers started")
+            time.sleep(0.02)
+
+    def leftovers(self):
+        """Pids of live processes started for this job (they carry its FAKE_OUT_DIR)."""
+        marker = f"FAKE_OUT_DIR={self.out_dir}".encode()
+        pids = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        pids.append(int(entry))
+            except (OSError, ValueError):
+                pass  # not a process, gone, or not ours
+        return pids
+
+    def __exit__(self, exc_type, *_):
+        exited_by_itself = self.proc is None or self.proc.poll() is not None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        left = self.leftovers()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if exc_type is None and exited_by_itself:
+            expect(not left, f"the launcher left workers running: {left}")
+
+    def log(self):
+        return f"\n--- stdout:\n{self.out[-3000:]}\n--- stderr:\n{self.err[-3000:]}"
+
+
+def fake_dlrun(directory):
+    """An executable `dlrun` in `directory` that runs the fake worker, marking that it went through it."""
+    path = os.path.join(directory, "dlrun")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\nexport FAKE_VIA_WRAPPER=1\nexec {shlex.quote(PY)} {shlex.quote(FAKE)} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_env_of_every_worker():
+    with Job("--nproc-per-node", "2") as j:
+        expect(j.run() == 0, j.log())
+        recs = j.records()
+        expect(sorted(recs) == [(0, 0), (1, 0)], sorted(recs))
+        threads = str(max(1, os.cpu_count() // 2))
+        for rank in (0, 1):
+            r = recs[rank, 0]
+            expect(r["env"] == {
+                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                "GROUP_RANK": "0", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none", "OMP_NUM_THREADS": threads,
+                "FAKE_VIA_WRAPPER": None}, r["env"])
+            expect(r["sid"] == r["pid"], f"rank {rank} does not run in its own session")
+        expect(re.search(r"^dlrun-launch: nnodes 1, node-rank 0, nproc-per-node 2, world size 2, "
+                         r"master 127\.0\.0\.1:29500, command: ", j.err, re.M), j.log())
+        expect(re.search(rf"^dlrun-launch: OMP_NUM_THREADS .*\b{threads}\b", j.err, re.M), j.log())
+
+
+def test_env_on_the_second_node():
+    with Job("--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr", "10.1.2.3",
+             "--master-port", "1234", "--max-restarts", "3",
+             env={"OMP_NUM_THREADS": "5", "TORCHELASTIC_RUN_ID": "job7"}) as j:
+        expect(j.run() == 0, j.log())
+        recs = j.records()
+        expect(sorted(recs) == [(2, 0), (3, 0)], sorted(recs))
+        for rank, local in ((2, 0), (3, 1)):
+            e = recs[rank, 0]["env"]
+            expect((e["RANK"], e["LOCAL_RANK"], e["ROLE_RANK"]) == (str(rank), str(local), str(rank)), e)
+            sizes = (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["ROLE_WORLD_SIZE"], e["GROUP_RANK"])
+            expect(sizes == ("4", "2", "4", "1"), e)
+            expect((e["MASTER_ADDR"], e["MASTER_PORT"]) == ("10.1.2.3", "1234"), e)
+            expect((e["TORCHELASTIC_RESTART_COUNT"], e["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "3"), e)
+            expect((e["OMP_NUM_THREADS"], e["TORCHELASTIC_RUN_ID"]) == ("5", "job7"), e)
+        expect("OMP_NUM_THREADS" not in j.err, f"OMP_NUM_THREADS was set already:{j.log()}")
+
+
+def test_output_is_prefixed_line_by_line():
+    lines = 300  # ~35 KB per rank: Python's buffered stdout hands the pipe lines cut in the middle
+    with Job("--nproc-per-node", "2", env={"FAKE_LINES": str(lines)}) as j:
+        expect(j.run() == 0, j.log())
+        seen = {0: [], 1: []}
+        for line in j.out.splitlines():
+            m = re.fullmatch(r"\[rank (\d)\] (?:line (\d+) of rank \1 x{100}|tail of rank \1)", line)
+            expect(m, f"stdout line {line!r}")
+            seen[int(m[1])].append(int(m[2]) if m[2] else "tail")
+        for rank in (0, 1):
+            expect(seen[rank] == [*range(lines), "tail"], f"rank {rank}: stdout lines {seen[rank][:5]}...")
+        err = {0: 0, 1: 0}
+        for line in j.err.splitlines():
+            if line.startswith("dlrun-launch: "):
+                continue
+            m = re.fullmatch(r"\[rank (\d)\] err \d+ of rank \1", line)
+            expect(m, f"stderr line {line!r}")
+            err[int(m[1])] += 1
+        expect(err == {0: lines, 1: lines}, err)
+
+
+def test_exit_status_is_combined():
+    cases = [("ok", 0, None), ("exit75,ok", 75, None), ("ok,exit75", 75, None), ("exit75", 75, None),
+             ("ok,fail", 1, "rank 1 failed (exit code 3)"), ("exit75,fail", 1, "rank 1 failed (exit code 3)"),
+             ("crash,ok", 1, "rank 0 failed (killed by SIGKILL)")]
+    for mode, code, message in cases:
+        with Job("--nproc-per-node", "2", mode=mode) as j:
+            expect(j.run() == code, f"{mode}: exit {j.proc.returncode}, expected {code}{j.log()}")
+            if message:
+                expect(message in j.err, f"{mode}: no {message!r}{j.log()}")
+            if code == 75:
+                expect("requeue" in j.err, j.log())
+
+
+def test_a_failure_stops_the_other_workers():
+    with Job("--nproc-per-node", "2", mode="wait_for_signal,fail") as j:
+        expect(j.run() == 1, j.log())
+        recs = j.records()
+        expect(recs[0, 0]["signals"] == ["SIGTERM"], recs[0, 0])
+        expect("rank 1 failed (exit code 3)" in j.err and "no restart left" in j.err, j.log())
+
+
+def test_signals_are_forwarded_once():
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        with Job("--nproc-per-node", "2", mode="wait_for_signal") as j:
+            j.start()
+            j.wait_for_workers(2)
+            os.killpg(j.proc.pid, sig)  # the launcher's whole process group, as a terminal would
+            code = j.finish()
+            expect(code == 75, f"{sig.name}: exit {code}{j.log()}")
+            for rank in (0, 1):
+                got = j.records()[rank, 0]["signals"]
+                expect(got == [sig.name], f"{sig.name}: rank {rank} received {got}")
+
+
+def test_a_failure_while_stopping_sends_no_second_signal():
+    """After a forwarded signal the workers are saving: a failing rank must not cut that short,
+    and the launcher, asked to stop, does not restart."""
+    with Job("--nproc-per-node", "2", "--max-restarts", "1", mode="fail_on_signal,wait_for_signal",
+             env={"FAKE_SAVE_S": "1"}) as j:
+        j.start()
+        j.wait_for_workers(2)
+        j.proc.send_signal(signal.SIGUSR1)
+        expect(j.finish() == 1, j.log())
+        recs = j.records()
+        expect(sorted(recs) == [(0, 0), (1, 0)], f"restarted after a signal: {sorted(recs)}")
+        expect(recs[1, 0]["signals"] == ["SIGUSR1"], f"rank 1 received {recs[1, 0]['signals']}")
+        expect("rank 0 failed (exit code 3)" in j.err and "received SIGUSR1: no restart" in j.err, j.log())
+
+
+def test_a_worker_ignoring_sigterm_is_killed_after_the_timeout():
+    with Job("--nproc-per-node", "2", "--shutdown-timeout", "2", "--max-restarts", "1",
+             mode="wait_for_signal,ignore_term") as j:
+        j.start()
+        j.wait_for_workers(2)
+        start = time.time()
+        j.proc.send_signal(signal.SIGTERM)
+        code = j.finish()
+        took = time.time() - start
+        expect(code == 1, f"exit {code}{j.log()}")
+        expect(1.8 <= took <= 10, f"the launcher took {took:.1f} s, not about 2 s")
+        recs = j.records()
+        expect(sorted(recs) == [(0, 0), (1, 0)], f"restarted after a signal: {sorted(recs)}")
+        expect(recs[1, 0]["signals"] == ["SIGTERM"], recs[1, 0])
+        expect("rank 1 still running 2 s" in j.err and "killed by SIGKILL" in j.err, j.log())
+        expect("received SIGTERM: no restart" in j.err, j.log())
+
+
+def test_a_restart_resumes_a_train_command():
+    # (arguments after the binary, the same on the restart)
+    cases = [(["train", "c.yaml", "--resume", "never", "--force", "x=1"],
+              ["train", "c.yaml", "--resume", "auto", "x=1"]),
+             (["train", "c.yaml", "--resume=/ckpt/step-00000007", "x=1"], ["train", "c.yaml", "--resume=auto", "x=1"]),
+             (["train", "c.yaml", "--force"], ["train", "c.yaml", "--resume", "auto"]),
+             (["eval", "c.yaml", "--force", "--resume", "never"], ["eval", "c.yaml", "--force", "--resume", "never"])]
+    for args, again in cases:
+        tmp = tempfile.mkdtemp(prefix="dlrun-launch-bin-")
+        try:
+            binary = fake_dlrun(tmp)
+            with Job("--nproc-per-node", "2", "--max-restarts", "1", command=["--", binary, *args],
+                     mode="ok,fail_until_restart_1") as j:
+                expect(j.run() == 0, f"{args}: exit {j.proc.returncode}{j.log()}")
+                recs = j.records()
+                expect(sorted(recs) == [(0, 0), (0, 1), (1, 0), (1, 1)], f"{args}: {sorted(recs)}")
+                for rank in (0, 1):
+                    expect(recs[rank, 0]["argv"] == args, recs[rank, 0]["argv"])
+                    expect(recs[rank, 1]["argv"] == again, f"{args} restarted as {recs[rank, 1]['argv']}")
+                    expect(recs[rank, 1]["env"]["TORCHELASTIC_RESTART_COUNT"] == "1", recs[rank, 1]["env"])
+                expect("rank 1 failed (exit code 3)" in j.err and "restart 1 of 1" in j.err, j.log())
+        finally:
+            shutil.rmtree(tmp)
+
+
+def test_a_worker_failing_every_time_ends_the_restarts():
+    with Job("--nproc-per-node", "2", "--max-restarts", "2", mode="ok,fail") as j:
+        start = time.time()
+        expect(j.run() == 1, j.log())
+        expect(time.time() - start >= 2, "no pause before the restarts")
+        recs = j.records()
+        expect(sorted(k for k in recs if k[0] == 1) == [(1, 0), (1, 1), (1, 2)], sorted(recs))
+        expect([recs[1, n]["env"]["TORCHELASTIC_RESTART_COUNT"] for n in range(3)] == ["0", "1", "2"], recs)
+        last = j.err.strip().splitlines()[-1]
+        expect("rank 1 failed (exit code 3)" in last and "no restart left" in last, j.log())
+
+
+def test_a_bare_subcommand_runs_dlrun():
+    tmp = tempfile.mkdtemp(prefix="dlrun-launch-bin-")
+    try:
+        binary = fake_dlrun(tmp)
+        with Job(command=["train", "c.yaml", "x=1"], env={"DLRUN": binary}) as j:
+            expect(j.run() == 0, j.log())
+            r = j.records()[0, 0]
+            expect(r["argv"] == ["train", "c.yaml", "x=1"] and r["env"]["FAKE_VIA_WRAPPER"] == "1", r)
+            expect(f"command: {binary} train c.yaml x=1" in j.err, j.log())
+        with Job(command=["train", "c.yaml"], env={"DLRUN": os.path.join(tmp, "missing")}) as j:
+            expect(j.run() == 2 and "$DLRUN" in j.err and not j.records(), j.log())
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_gpu_counts():
+    tmp = tempfile.mkdtemp(prefix="dlrun-launch-bin-")
+    try:
+        no_smi = os.path.join(tmp, "empty")
+        os.mkdir(no_smi)
+        smi_dir = os.path.join(tmp, "smi")
+        os.mkdir(smi_dir)
+        with open(os.path.join(smi_dir, "nvidia-smi"), "w") as f:
+            f.write("#!/bin/sh\nprintf 'GPU 0: A (UUID: a)\\nGPU 1: B (UUID: b)\\n"
+                    "  MIG 1g.10gb Device 0: (UUID: m)\\nGPU 2: C (UUID: c)\\n'\n")
+        os.chmod(os.path.join(smi_dir, "nvidia-smi"), 0o755)
+        cases = [("gpu", {"CUDA_VISIBLE_DEVICES": "0,3"}, 2), ("auto", {"CUDA_VISIBLE_DEVICES": "", "PATH": no_smi}, 1),
+                 ("gpu", {"CUDA_VISIBLE_DEVICES": "", "PATH": smi_dir}, 3)]
+        for value, env, n in cases:
+            with Job("--nproc-per-node", value, env=env) as j:
+                expect(j.run() == 0, f"{value} {env}: {j.log()}")
+                expect(sorted(j.records()) == [(r, 0) for r in range(n)], f"{value} {env}: {sorted(j.records())}")
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_bad_usage_exits_2():
+    tmp = tempfile.mkdtemp(prefix="dlrun-launch-bin-")
+    try:
+        cases = [(["--node-rank", "2", "--nnodes", "2"], {}, "--node-rank 2"),
+                 (["--nnodes", "0"], {}, "--nnodes 0"),
+                 (["--nproc-per-node", "0"], {}, "--nproc-per-node 0"),
+                 (["--nproc-per-node", "two"], {}, "--nproc-per-node 'two'"),
+                 (["--nproc-per-node", "gpu"], {"CUDA_VISIBLE_DEVICES": "", "PATH": tmp}, "no GPU visible"),
+                 (["--master-port", "70000"], {}, "--master-port 70000"),
+                 (["--max-restarts", "-1"], {}, "--max-restarts -1"),
+                 (["--shutdown-timeout", "-3"], {}, "--shutdown-timeout -3"),
+                 (["--nnodes", "x"], {}, "--nnodes"),
+                 (["--bogus", "1"], {}, "--bogus")]
+        for options, env, message in cases:
+            with Job(*options, env=env) as j:
+                code = j.run()
+                expect(code == 2 and message in j.err, f"{options}: exit {code}, expected 2 and {message!r}{j.log()}")
+                expect(not j.records(), f"{options}: a worker was started")
+        not_a_program = os.path.join(tmp, "not-a-program")
+        with open(not_a_program, "wb") as f:
+            f.write(b"\x00\x01 neither a binary nor a script\n")
+        os.chmod(not_a_program, 0o755)
+        for command, message in (([], "no COMMAND"), (["--", "/nonexistent/prog"], "no such executable"),
+                                 (["--", not_a_program], "cannot start rank 0")):
+            with Job(command=command) as j:
+                code = j.run()
+                expect(code == 2 and message in j.err, f"{command}: exit {code}, expected 2 and {message!r}{j.log()}")
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_help():
+    expect(os.access(LAUNCH, os.X_OK), f"{LAUNCH} is not executable")
+    p = subprocess.run([LAUNCH, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+    expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
+    for word in ("75", "--max-restarts", "--shutdown-timeout", "LOCAL_RANK", "[rank N]", "--resume auto"):
+        expect(word in p.stdout, f"--help does not mention {word}")
+
+
+if __name__ == "__main__":
+    main([test_env_of_every_worker, test_env_on_the_second_node, test_output_is_prefixed_line_by_line,
+          test_exit_status_is_combined, test_a_failure_stops_the_other_workers, test_signals_are_forwarded_once,
+          test_a_failure_while_stopping_sends_no_second_signal,
+          test_a_worker_ignoring_sigterm_is_killed_after_the_timeout, test_a_restart_resumes_a_train_command,
+          test_a_worker_failing_every_time_ends_the_restarts, test_a_bare_subcommand_runs_dlrun, test_gpu_counts,
+          test_bad_usage_exits_2, test_help])
