@@ -19,7 +19,7 @@ from common import SRC, expect, main
 LAUNCH = os.path.join(SRC, "scripts", "dlrun-launch")
 FAKE = os.path.join(SRC, "tests", "e2e", "fake_worker.py")
 PY = sys.executable
-TIMEOUT = 20  # no launcher run here should come near this
+TIMEOUT = 60  # no launcher run here should come near this, even on a loaded machine
 
 
 class Job:
@@ -65,7 +65,7 @@ class Job:
                 recs[int(rank), int(restart)] = json.load(f)
         return recs
 
-    def wait_for_workers(self, n, timeout=15):
+    def wait_for_workers(self, n, timeout=60):
         """Wait until n workers of the first attempt have their signal handlers in place."""
         deadline = time.time() + timeout
         while len(self.records()) < n:
@@ -232,7 +232,7 @@ def test_a_worker_ignoring_sigterm_is_killed_after_the_timeout():
         code = j.finish()
         took = time.time() - start
         expect(code == 1, f"exit {code}{j.log()}")
-        expect(1.8 <= took <= 10, f"the launcher took {took:.1f} s, not about 2 s")
+        expect(1.8 <= took <= 20, f"the launcher took {took:.1f} s, not about 2 s")
         recs = j.records()
         expect(sorted(recs) == [(0, 0), (1, 0)], f"restarted after a signal: {sorted(recs)}")
         expect(recs[1, 0]["signals"] == ["SIGTERM"], recs[1, 0])
