@@ -68,6 +68,9 @@ std::string first_host(const std::string& nodelist) {
 World world_from_env(const Getenv& getenv, bool rendezvous) {
   const Env env{getenv};
   World w;
+  // Whatever the launcher, MASTER_ADDR / MASTER_PORT name the rendezvous when set.
+  w.master_addr = env.str("MASTER_ADDR", w.master_addr);
+  w.master_port = env.num("MASTER_PORT", w.master_port);
   if (env.has("RANK") || env.has("WORLD_SIZE")) {  // torchrun, dlrun-launch, or set by hand
     w.launcher = "torchrun";
     w.rank = env.num("RANK", 0);
@@ -82,8 +85,6 @@ World world_from_env(const Getenv& getenv, bool rendezvous) {
                         "rendezvous store; torchrun and scripts/dlrun-launch set both)",
                         w.size);
     }
-    w.master_addr = env.str("MASTER_ADDR", w.master_addr);
-    w.master_port = env.num("MASTER_PORT", w.master_port);
     check_layout(w, "RANK", "WORLD_SIZE");
   } else if (env.has("SLURM_PROCID") && env.has("SLURM_NTASKS")) {
     w.launcher = "slurm";
@@ -94,8 +95,7 @@ World world_from_env(const Getenv& getenv, bool rendezvous) {
                                                     : env.num("SLURM_TASKS_PER_NODE", w.size, true);
     w.restart_count = env.num("SLURM_RESTART_COUNT", 0);
     const std::string nodes = env.str("SLURM_JOB_NODELIST", env.str("SLURM_NODELIST", ""));
-    w.master_addr = env.str("MASTER_ADDR", nodes.empty() ? w.master_addr : first_host(nodes));
-    w.master_port = env.num("MASTER_PORT", w.master_port);
+    if (!nodes.empty() && !env.has("MASTER_ADDR")) w.master_addr = first_host(nodes);
     check_layout(w, "SLURM_PROCID", "SLURM_NTASKS");
   } else if (env.has("OMPI_COMM_WORLD_RANK") && env.has("OMPI_COMM_WORLD_SIZE")) {
     w.launcher = "openmpi";
@@ -108,8 +108,6 @@ World world_from_env(const Getenv& getenv, bool rendezvous) {
                         "OMPI_COMM_WORLD_SIZE={} but MASTER_ADDR is not set: export the address of rank 0's host "
                         "(mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)",
                         w.size);
-    w.master_addr = env.str("MASTER_ADDR", w.master_addr);
-    w.master_port = env.num("MASTER_PORT", w.master_port);
     check_layout(w, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
   }
   return w;
