@@ -1,18 +1,20 @@
 // DLRUN_FAULT parsing and the actions it triggers (see fault.h).
 #include "base/fault.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 namespace dlrun::fault {
 namespace {
 
 bool known(const std::string& name) {
   return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
-         name == "upload";
+         name == "upload" || name == "slow_batch";
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -60,6 +62,13 @@ void at_upload_point(const char* point) {
 void during(const char* phase) {
   const Spec s = current();
   if (s.name == "signal_during" && phase != nullptr && s.arg == phase) std::raise(SIGTERM);
+}
+
+void slow_batch() {
+  const Spec s = current();
+  if (s.name != "slow_batch") return;
+  const long long ms = std::strtoll(s.arg.c_str(), nullptr, 10);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 void after_step(int64_t step) {

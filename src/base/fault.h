@@ -9,6 +9,7 @@
 //   DLRUN_FAULT=signal_during:PHASE  raise SIGTERM inside a phase of the trainer: startup
 //                                  (data loaded, nothing written yet), eval (an evaluation
 //                                  has begun), save (a snapshot taken, the write not done)
+//   DLRUN_FAULT=slow_batch:MS      every training batch arrives MS milliseconds late (a slow loader)
 //
 //   DLRUN_FAULT_RANK=R             in a multi-process run, only rank R (its RANK variable) is hit
 //   DLRUN_FAULT_RESTART=N          only in the group's N-th restart (TORCHELASTIC_RESTART_COUNT)
@@ -37,6 +38,10 @@ void at_upload_point(const char* point);
 /// After optimizer step `step`: abort() for abort_at_step:step, raise(SIGTERM) for
 /// signal_at_step:step.
 void after_step(int64_t step);
+
+/// Sleep MS milliseconds when DLRUN_FAULT is `slow_batch:<MS>` (the trainer calls it as it
+/// takes each training batch, inside the time it counts as waiting for data).
+void slow_batch();
 
 /// raise(SIGTERM) when DLRUN_FAULT is `signal_during:<phase>`.
 void during(const char* phase);

@@ -25,6 +25,7 @@ namespace dlrun {
 enum class OptimName { kSgd, kAdamw };
 enum class SchedName { kConstant, kStep, kMultistep, kCosine, kOnecycle };
 enum class ResnetStem { kImagenet, kCifar };
+enum class ModelDtype { kFloat32, kFloat64 };
 enum class AmpDtype { kFp16, kBf16 };
 enum class DistBackend { kAuto, kNccl, kGloo };
 enum class NoticeSource { kNone, kAws, kGcp, kAzure, kFile };
@@ -41,6 +42,7 @@ template <> struct EnumNames<SchedName> {
   static constexpr std::array<const char*, 5> names{"constant", "step", "multistep", "cosine", "onecycle"};
 };
 template <> struct EnumNames<ResnetStem> { static constexpr std::array<const char*, 2> names{"imagenet", "cifar"}; };
+template <> struct EnumNames<ModelDtype> { static constexpr std::array<const char*, 2> names{"float32", "float64"}; };
 template <> struct EnumNames<AmpDtype> { static constexpr std::array<const char*, 2> names{"fp16", "bf16"}; };
 template <> struct EnumNames<DistBackend> { static constexpr std::array<const char*, 3> names{"auto", "nccl", "gloo"}; };
 template <> struct EnumNames<NoticeSource> {
@@ -80,6 +82,7 @@ struct ModelOptions {
   double dropout = 0.0;
   int64_t width = 32;
   bool channels_last = false;
+  ModelDtype dtype = ModelDtype::kFloat32;
 };
 
 struct DataOptions {

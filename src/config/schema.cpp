@@ -111,6 +111,7 @@ std::vector<Section> describe(Config& c) {
       F("dropout", o.dropout, 0, 0.99, "dropout probability before the classifier (every model)"),
       I("width", o.width, 1, 4096, "convnet: base channel count"),
       B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
+      En("dtype", o.dtype, "parameter, activation and gradient dtype: float32, or float64 for numerical checks (slow; no amp)"),
     }});
   }
   {

@@ -73,6 +73,8 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.optim.name == OptimName::kAdamw && c.optim.nesterov) warnings.push_back("optim.nesterov has no effect with adamw");
 
   // Devices.
+  if (c.amp.enabled && c.model.dtype == ModelDtype::kFloat64)
+    bad(c, "amp.enabled", "automatic mixed precision needs model.dtype float32, but it is float64");
   if (c.amp.enabled && c.run.device == "cpu")
     bad(c, "amp.enabled", "automatic mixed precision needs a CUDA device, but run.device is cpu");
   if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")

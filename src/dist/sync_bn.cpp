@@ -8,8 +8,8 @@
 //             dx = w * invstd * (dy - S1/N - xhat * S2/N)
 //             dw = sum dy * xhat, db = sum dy over this rank only: the Reducer averages them
 //             across ranks like every other gradient, which gives the global loss's gradient.
-// Statistics are computed in float32 (float64 for the cross-rank combination) whatever the
-// input dtype, as cuDNN does.
+// Statistics are computed in float32 (float64 for the cross-rank combination) for float16,
+// bfloat16 and float32 inputs, as cuDNN does, and in float64 for float64 inputs.
 #include "dist/sync_bn.h"
 
 namespace dlrun::dist {
@@ -17,6 +17,11 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+/// The dtype statistics and the normalisation are computed in: at least float32.
+torch::ScalarType compute_type(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
 
 std::vector<int64_t> reduce_dims(const torch::Tensor& x) {
   std::vector<int64_t> d{0};
@@ -36,7 +41,8 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
                                const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
                                double momentum, double eps, int64_t group_ptr) {
     auto* group = reinterpret_cast<Group*>(group_ptr);
-    const auto xf = x.to(torch::kFloat32);
+    const auto ct = compute_type(x);
+    const auto xf = x.to(ct);
     const auto dims = reduce_dims(x);
     const auto [var, mean] = at::var_mean(xf, dims, /*correction=*/0, /*keepdim=*/false);  // (C), (C)
     const int64_t channels = x.size(1);
@@ -59,10 +65,9 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
         running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype()), momentum);
       }
     }
-    const auto mean_f = g_mean.to(torch::kFloat32);
-    const auto invstd = (g_var + eps).rsqrt().to(torch::kFloat32);  // (C)
-    auto y = (xf - per_channel(mean_f, x)) * per_channel(invstd * weight.to(torch::kFloat32), x) +
-             per_channel(bias.to(torch::kFloat32), x);
+    const auto mean_f = g_mean.to(ct);
+    const auto invstd = (g_var + eps).rsqrt().to(ct);  // (C)
+    auto y = (xf - per_channel(mean_f, x)) * per_channel(invstd * weight.to(ct), x) + per_channel(bias.to(ct), x);
     ctx->save_for_backward({x, weight, mean_f, invstd});
     ctx->saved_data["total"] = total;
     ctx->saved_data["group"] = group_ptr;
@@ -74,9 +79,10 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3];
     const double total = ctx->saved_data["total"].toDouble();
     auto* group = reinterpret_cast<Group*>(ctx->saved_data["group"].toInt());
-    const auto dy = grads[0].to(torch::kFloat32);
+    const auto ct = compute_type(x);
+    const auto dy = grads[0].to(ct);
     const auto dims = reduce_dims(x);
-    const auto xhat = (x.to(torch::kFloat32) - per_channel(mean, x)) * per_channel(invstd, x);
+    const auto xhat = (x.to(ct) - per_channel(mean, x)) * per_channel(invstd, x);
     const auto sum_dy = dy.sum(dims);                 // (C), this rank
     const auto sum_dy_xhat = (dy * xhat).sum(dims);  // (C), this rank
     auto sums = torch::cat({sum_dy, sum_dy_xhat});
@@ -84,7 +90,7 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     const int64_t channels = x.size(1);
     const auto s1 = sums.narrow(0, 0, channels), s2 = sums.narrow(0, channels, channels);
     const auto dx = (dy - per_channel(s1 / total, x) - xhat * per_channel(s2 / total, x)) *
-                    per_channel(invstd * weight.to(torch::kFloat32), x);
+                    per_channel(invstd * weight.to(ct), x);
     return {dx.to(x.scalar_type()), sum_dy_xhat.to(weight.scalar_type()), sum_dy.to(weight.scalar_type()),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

@@ -43,6 +43,7 @@ class ConvNet : public Model {
     DLRUN_CHECK_INPUT(x.dim() == 4 && x.size(2) >= 4 && x.size(3) >= 4,
                       "convnet needs (N, C, H, W) images of at least 4x4, got shape {}",
                       fmt::join(x.sizes(), "x"));
+    x = as_input(x);
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     x = features_->forward(x);                   // (N, 2w, 3, 3)
     return classifier_->forward(x.flatten(1));  // (N, 2w*9) -> (N, num_classes)

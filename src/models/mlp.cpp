@@ -29,7 +29,7 @@ class Mlp : public Model {
     DLRUN_CHECK_INPUT(x.dim() >= 2 && features == in_features_,
                       "mlp was built for {} input features (in_channels*H*W), got images of shape {}",
                       in_features_, fmt::join(x.sizes(), "x"));
-    return layers_->forward(x.flatten(1));  // (N, C*H*W)
+    return layers_->forward(as_input(x).flatten(1));  // (N, C*H*W)
   }
 
  private:

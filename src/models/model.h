@@ -19,6 +19,25 @@ namespace dlrun::models {
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  /// The floating dtype of the parameters and buffers (model.dtype; float32 unless
+  /// set_dtype() changed it). forward() converts a floating input to it.
+  torch::ScalarType dtype() const { return dtype_; }
+  /// Convert every floating parameter and buffer to `t` (float32 or float64).
+  void set_dtype(torch::ScalarType t) {
+    to(t);
+    dtype_ = t;
+  }
+
+ protected:
+  /// x in the model's dtype (unchanged when it already is, or is not floating, or autocast
+  /// chooses the compute dtype).
+  torch::Tensor as_input(const torch::Tensor& x) const {
+    return x.is_floating_point() && x.scalar_type() != dtype_ && dtype_ == torch::kFloat64 ? x.to(dtype_) : x;
+  }
+
+ private:
+  torch::ScalarType dtype_ = torch::kFloat32;
 };
 
 /// Build the model named by opts.name. Parameters are initialized deterministically from
@@ -30,6 +49,8 @@ class Model : public torch::nn::Module {
 /// Linear has in_channels*input_h*input_w inputs); the conv models accept any size (convnet:
 /// at least 4x4) thanks to adaptive average pooling.
 /// opts.channels_last: 4-D parameters are stored NHWC and forward() converts its input.
+/// opts.dtype float64: initialised as for float32 (the same values), then converted; forward()
+/// converts its input.
 /// Unknown name: dlrun::Error (exit 2) listing the valid names.
 std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_h, int64_t input_w);
 
@@ -43,7 +64,8 @@ std::vector<std::string> names();
 int64_t num_parameters(const torch::nn::Module& m);
 
 /// "name:shape;name:shape;..." over parameters and buffers in state-dict order, shapes written
-/// "[64,3,7,7]" ("[]" for scalars): "conv1.weight:[64,3,7,7];bn1.weight:[64];...". An
+/// "[64,3,7,7]" ("[]" for scalars), float64 tensors with ":float64" after the shape:
+/// "conv1.weight:[64,3,7,7];bn1.weight:[64];...". An
 /// architecture fingerprint that checkpoints use to refuse an incompatible resume.
 std::string architecture_signature(const torch::nn::Module& m);
 

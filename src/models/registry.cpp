@@ -89,6 +89,7 @@ std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t in
   }
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   detail::initialize(*model, entry->scheme, gen);
+  if (opts.dtype == ModelDtype::kFloat64) model->set_dtype(torch::kFloat64);
   if (opts.channels_last) detail::to_channels_last(*model);
   return model;
 }

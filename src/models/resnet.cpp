@@ -111,6 +111,7 @@ class ResNet : public Model {
   torch::Tensor forward(torch::Tensor x) override {
     DLRUN_CHECK_INPUT(x.dim() == 4, "resnet needs (N, C, H, W) images, got shape {}",
                       fmt::join(x.sizes(), "x"));
+    x = as_input(x);
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     x = bn1_->forward(conv1_->forward(x)).relu_();
     if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)

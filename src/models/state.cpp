@@ -46,6 +46,7 @@ std::string architecture_signature(const torch::nn::Module& m) {
   for (const auto& [name, t] : state_dict(m)) {
     if (!sig.empty()) sig += ';';
     sig += fmt::format("{}:[{}]", name, fmt::join(t.sizes(), ","));
+    if (t.scalar_type() == torch::kFloat64) sig += ":float64";  // float32 (and integer) tensors: no suffix
   }
   return sig;
 }

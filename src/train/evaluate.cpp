@@ -19,7 +19,7 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
     }
     auto b = loader.next();
     if (!b) break;
-    auto logits = model.forward(b->x).to(torch::kFloat32);  // (b, classes)
+    auto logits = model.forward(b->x).to(model.dtype());  // (b, classes), float32 under autocast too
     auto y = b->y.to(logits.device());
     auto loss_sum = torch::nn::functional::cross_entropy(
         logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));

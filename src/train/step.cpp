@@ -50,7 +50,7 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
       AutocastScope ac(autocast_, autocast_dtype_);
       auto logits = model_.forward(b.x);  // (b, classes)
       loss = torch::nn::functional::cross_entropy(
-          logits.to(torch::kFloat32), b.y,
+          logits.to(model_.dtype()), b.y,  // float32 under autocast too
           torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(train_.label_smoothing));
     }
     loss_sum += loss.detach().to(torch::kFloat64);

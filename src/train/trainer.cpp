@@ -163,6 +163,7 @@ class Trainer {
   double start_mono_ = 0, last_save_mono_ = 0, last_log_mono_ = 0, last_lr_ = 0;
   double final_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t samples_since_log_ = 0, samples_this_process_ = 0;
+  double data_wait_s_ = 0;  ///< time the step loop waited for the loader since the last log line
   int64_t last_eval_step_ = -1, last_saved_step_ = -1;
   nlohmann::json last_eval_;
 };
@@ -174,7 +175,12 @@ int Trainer::run() {
     c_.train_loader->start_epoch(st_.epoch, st_.cursor);
     std::vector<data::Batch> micro;
     bool epoch_done = true;  // false: the run ended in the middle of the epoch
-    while (auto b = c_.train_loader->next()) {
+    while (true) {
+      const double asked = mono_now();
+      auto b = c_.train_loader->next();
+      fault::slow_batch();
+      data_wait_s_ += mono_now() - asked;
+      if (!b) break;
       micro.push_back(std::move(*b));
       if (static_cast<int64_t>(micro.size()) < cfg_.train.grad_accum) continue;
       step(micro);
@@ -318,23 +324,28 @@ bool Trainer::stop_agreed() const {
 void Trainer::log_step() {
   const auto bad = loss_.first_bad.defined() ? loss_.first_bad.to(torch::kFloat64) : torch::full_like(loss_.sum, -1);
   auto host = torch::stack({loss_.last, loss_.sum, bad}).to(torch::kCPU);  // one read for all three
-  if (group_) {  // the mean loss over ranks, and the first non-finite step of any
-    const auto all = torch::stack(group_->all_gather(host));  // (ranks, 3)
-    host = torch::stack({all.select(1, 0).mean(), all.select(1, 1).mean(), all.select(1, 2).max()});
+  host = torch::cat({host, torch::full({1}, data_wait_s_, host.options())});
+  if (group_) {  // the mean loss over ranks, the first non-finite step of any, the slowest loader
+    const auto all = torch::stack(group_->all_gather(host));  // (ranks, 4)
+    host = torch::stack({all.select(1, 0).mean(), all.select(1, 1).mean(), all.select(1, 2).max(), all.select(1, 3).max()});
   }
   if (host[2].item<double>() >= 0) fail_nonfinite(static_cast<int64_t>(host[2].item<double>()));
   final_loss_ = host[0].item<double>();
   const double now = mono_now();
+  const double wait = host[3].item<double>();
   metrics::Event e{"train", st_.step};
   e.scalars = {{"loss", final_loss_},
                {"loss_avg", loss_.steps > 0 ? host[1].item<double>() / static_cast<double>(loss_.steps) : NAN},
                {"lr", last_lr_},
-               {"samples_per_s", samples_per_s(now)}};
+               {"samples_per_s", samples_per_s(now)},
+               {"data_wait_s", wait},
+               {"data_wait_frac", wait / std::max(1e-9, now - last_log_mono_)}};
   e.fields = {{"epoch", st_.epoch}};
   report_.report(std::move(e));
   loss_.sum.zero_();
   loss_.steps = 0;
   samples_since_log_ = 0;
+  data_wait_s_ = 0;
   last_log_mono_ = now;
 }
 

@@ -92,6 +92,9 @@ TEST_CASE("multistep needs increasing milestones", "[config][validate]") {
 TEST_CASE("device rules", "[config][validate]") {
   expect_invalid(kMin + "run: {device: cpu}\namp:\n  enabled: true\n",
                  {"amp.enabled", "", 5, 12, "automatic mixed precision needs a CUDA device"});
+  expect_invalid(kMin + "run: {device: cuda}\namp:\n  enabled: true\n",
+                 {"amp.enabled", "", 5, 12, "automatic mixed precision needs model.dtype float32, but it is float64"},
+                 {"model.dtype=float64"});
   expect_invalid(kMin + "run:\n  device: gpu\n", {"run.device", "", 4, 11, "invalid device 'gpu'\nuse auto, cpu, cuda or cuda:N"});
   expect_invalid(kMin + "run:\n  device: \"cuda:\"\n", {"run.device", "", 4, 11, "invalid device 'cuda:'"});
   expect_invalid(kMin + "run:\n  device: CPU\n", {"run.device", "", 4, 11, "invalid device"});

@@ -230,6 +230,35 @@ TEST_CASE("channels_last models give the contiguous model's outputs", "[models]"
   }
 }
 
+TEST_CASE("model.dtype float64: the float32 model's initial values, float64 parameters and outputs", "[models]") {
+  one_thread();
+  for (const std::string name : {"mlp", "convnet", "resnet18"}) {
+    INFO(name);
+    auto opts = opts_for(name, 3, 10);
+    auto single = models::build(opts, 4, 32);
+    opts.dtype = dlrun::ModelDtype::kFloat64;
+    auto dbl = models::build(opts, 4, 32);
+    REQUIRE(dbl->dtype() == torch::kFloat64);
+    const auto a = models::state_dict(*single), b = models::state_dict(*dbl);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(a[i].first);
+      if (!a[i].second.is_floating_point()) continue;
+      REQUIRE(b[i].second.scalar_type() == torch::kFloat64);
+      REQUIRE(torch::equal(b[i].second.to(torch::kFloat32), a[i].second));
+    }
+    REQUIRE(models::architecture_signature(*dbl) != models::architecture_signature(*single));
+    REQUIRE_THAT(models::architecture_signature(*dbl), Catch::Contains(":float64"));
+    const auto x = torch::randn({2, 3, 32, 32});  // float32 images, as the loader gives them
+    single->eval();
+    dbl->eval();
+    torch::NoGradGuard no_grad;
+    const auto y = dbl->forward(x);
+    REQUIRE(y.scalar_type() == torch::kFloat64);
+    REQUIRE(torch::allclose(y.to(torch::kFloat32), single->forward(x), 1e-4, 1e-4));
+  }
+}
+
 // Not run by ctest: `dlrun_core_tests "[bench]"` prints convnet training throughput
 // (forward + backward, batch 128, 28x28x1) on 1 and 2 threads, NCHW and channels_last.
 TEST_CASE("convnet forward+backward throughput, batch 128", "[.][bench]") {
