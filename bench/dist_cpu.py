@@ -5,6 +5,9 @@
   B  2 processes x 1 thread, DDP on gloo  (scripts/dlrun-launch --nproc-per-node 2, run.threads=1)
   C  2 independent 1-thread processes, each on half the global batch, at the same time
      (no communication: what B would reach if the all-reduce cost nothing)
+  D  1 process x 1 thread                (dlrun train, run.threads=1)
+  E  D as a world of one through the launcher with dist.backend=gloo (process group, Reducer,
+     per-step collectives on one rank): E / D is what the distributed machinery itself costs
 
 Throughput is the mean samples/s of the train records after a warm-up, global batch counted
 once. The all-reduce share of a B step is estimated as 1 - B / C. Alternating A, B, C for
@@ -47,7 +50,7 @@ def main():
               "train.eval_every_epochs=0", "checkpoint.at_end=false", "checkpoint.every_minutes=0",
               "checkpoint.every_steps=0", "data.workers=1"]
     warm = a.steps // 4
-    res = {"A": [], "B": [], "C": []}
+    res = {"A": [], "B": [], "C": [], "D": [], "E": []}
     env = dict(os.environ)
     for _ in range(a.repeat):
         with tempfile.TemporaryDirectory() as t:
@@ -74,9 +77,19 @@ def main():
                 if p.wait() != 0:
                     raise SystemExit("an independent run failed")
             res["C"].append(sum(sps(d, warm) for d in dirs))
+            rd = os.path.join(t, "d")
+            subprocess.run([a.dlrun, "train", cfg, *common, "run.threads=1", "--run-dir", rd], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            res["D"].append(sps(rd, warm))
+            re_ = os.path.join(t, "e")
+            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "dlrun-launch"), "--nproc-per-node", "1",
+                            "--master-port", str(free_port()), "--", a.dlrun, "train", cfg, *common, "run.threads=1",
+                            "dist.backend=gloo", "--run-dir", re_], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env=env)
+            res["E"].append(sps(re_, warm))
     med = {k: statistics.median(v) for k, v in res.items()}
     out = {"samples_per_s": med, "runs": res, "B_over_A": med["B"] / med["A"],
-           "allreduce_share_of_B_step": 1 - med["B"] / med["C"], "steps": a.steps, "repeat": a.repeat}
+           "allreduce_share_of_B_step": 1 - med["B"] / med["C"], "E_over_D": med["E"] / med["D"], "steps": a.steps, "repeat": a.repeat}
     print(json.dumps(out, indent=1))
 
 

@@ -70,11 +70,12 @@ done
 step "benchmark: training throughput on synthetic ImageNet-sized data (ResNet-50, batch 128)"
 tsv="$OUT/train-throughput.tsv"
 printf 'variant\tsamples_per_s\tsteps\n' > "$tsv"
+LAUNCH=()  # empty: dlrun alone; else the launcher command that starts it (distributed variants)
 throughput() {  # name, overrides...
   local name="$1"; shift
   local run="$OUT/run-$name"
   rm -rf "$run"
-  if "$DLRUN" train configs/synthetic/resnet50.yaml --run-dir "$run" run.device=cuda train.max_steps=60 \
+  if "${LAUNCH[@]}" "$DLRUN" train configs/synthetic/resnet50.yaml --run-dir "$run" run.device=cuda train.max_steps=60 \
        data.batch_size=128 data.workers=8 log.every_steps=10 log.progress=none train.eval_at_end=false \
        train.eval_every_epochs=0 checkpoint.at_end=false "$@" > "$OUT/train-$name.log" 2>&1; then
     python3 - "$run/metrics.jsonl" "$name" >> "$tsv" <<'PY'
@@ -93,6 +94,19 @@ throughput fp32-nhwc model.channels_last=true
 throughput amp-fp16-nhwc model.channels_last=true amp.enabled=true amp.dtype=fp16
 throughput amp-bf16-nhwc model.channels_last=true amp.enabled=true amp.dtype=bf16
 throughput amp-bf16-nhwc-resident model.channels_last=true amp.enabled=true amp.dtype=bf16 data.device_resident=true
+# Issue 9: the same bf16 run as a world of 1 through the launcher (NCCL process group, the
+# Reducer's bucketed all-reduce on one rank): its cost over the plain run above. On a machine
+# with more GPUs, every GPU (same global batch per GPU, so 128 x GPUs).
+LAUNCH=(python3 scripts/dlrun-launch --nproc-per-node 1 --)
+throughput ddp1-amp-bf16-nhwc-resident model.channels_last=true amp.enabled=true amp.dtype=bf16 \
+  data.device_resident=true dist.backend=nccl
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if (( ngpu > 1 )); then
+  LAUNCH=(python3 scripts/dlrun-launch --nproc-per-node "$ngpu" --)
+  throughput "ddp${ngpu}-amp-bf16-nhwc-resident" model.channels_last=true amp.enabled=true amp.dtype=bf16 \
+    data.device_resident=true dist.backend=nccl data.batch_size=$((128 * ngpu))
+fi
+LAUNCH=()
 sed 's/^/    /' "$tsv" >> "$summary"
 
 echo >> "$summary"

@@ -689,7 +689,11 @@ int run(const TrainArgs& args) {
   if (world.rank == 0) lock = std::make_unique<RunLock>(dir.path());
   const Placement placement = place(args.cfg.run, world);
   std::unique_ptr<dist::Group> group;
-  if (world.distributed()) {
+  // A world of one trains without a process group, unless it was started by a launcher and
+  // dist.backend names a backend: then the whole distributed path runs on one rank (what the
+  // Reducer and the collectives cost, measured against the plain run; docs/distributed.md).
+  const bool one_rank_group = world.launcher != "none" && args.cfg.dist.backend != DistBackend::kAuto;
+  if (world.distributed() || one_rank_group) {
     group = dist::Group::connect(world, args.cfg.dist, placement.device);
     log0::info("{}", group->describe());
   }

@@ -146,6 +146,20 @@ def test_without_sync_bn_the_statistics_are_per_rank():
         expect(d > 1e-4, f"without sync_bn the 2-process run equals the 1-process one ({d:.3g}): statistics not per rank?")
 
 
+def test_a_world_of_one_with_a_named_backend_runs_the_distributed_path():
+    # Launched (RANK... set), world size 1: no process group with dist.backend auto, one with
+    # gloo named — the Reducer and the collectives on one rank — and the same parameters.
+    with RunDir() as plain, RunDir() as auto, RunDir() as gloo:
+        train(TINY, plain.path, *SAME, "train.max_steps=10")
+        out_auto = run_ranks(1, TINY, auto.path, *SAME, "train.max_steps=10")[0]
+        out_gloo = run_ranks(1, TINY, gloo.path, *SAME, "train.max_steps=10", "dist.backend=gloo")[0]
+        expect("distributed:" not in out_auto, out_auto[-2000:])
+        expect("distributed: gloo, world size 1" in out_gloo, out_gloo[-2000:])
+        for run in (auto, gloo):
+            d = max_rel_diff(final_params(plain), final_params(run))
+            expect(d == 0, f"{run.path}: a world of one differs from the plain run ({d:.3g})")
+
+
 def test_only_rank_0_writes_and_metrics_aggregate():
     with RunDir() as two:
         # Rank 1's batches arrive 40 ms late: the logged data wait is the slowest rank's.
@@ -318,7 +332,8 @@ def test_real_torchrun():
 if __name__ == "__main__":
     main([test_two_processes_match_one_mlp, test_two_processes_match_one_convnet_with_sync_bn,
           test_two_processes_match_one_resnet18_with_sync_bn,
-          test_two_processes_match_one_with_accumulation, test_without_sync_bn_the_statistics_are_per_rank, test_only_rank_0_writes_and_metrics_aggregate,
+          test_two_processes_match_one_with_accumulation, test_without_sync_bn_the_statistics_are_per_rank,
+          test_a_world_of_one_with_a_named_backend_runs_the_distributed_path, test_only_rank_0_writes_and_metrics_aggregate,
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
           test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,
           test_a_rank_that_never_arrives_is_named, test_launcher_two_workers_finish,
