@@ -190,7 +190,7 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.amp;
     s.push_back({"amp", "CUDA automatic mixed precision", {
-      B("enabled", o.enabled, "run forward passes under CUDA autocast"),
+      B("enabled", o.enabled, "run forward passes and the loss under autocast (CUDA: fp16 or bf16; CPU: bf16)"),
       En("dtype", o.dtype, "fp16 (with dynamic loss scaling) or bf16"),
       F("init_scale", o.init_scale, 1, 1e12, "fp16: initial loss scale"),
       I("growth_interval", o.growth_interval, 1, 1e9, "fp16: steps without overflow before the scale doubles"),

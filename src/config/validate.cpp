@@ -75,8 +75,8 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   // Devices.
   if (c.amp.enabled && c.model.dtype == ModelDtype::kFloat64)
     bad(c, "amp.enabled", "automatic mixed precision needs model.dtype float32, but it is float64");
-  if (c.amp.enabled && c.run.device == "cpu")
-    bad(c, "amp.enabled", "automatic mixed precision needs a CUDA device, but run.device is cpu");
+  if (c.amp.enabled && c.run.device == "cpu" && c.amp.dtype == AmpDtype::kFp16)
+    bad(c, "amp.dtype", "fp16 autocast needs a CUDA device, but run.device is cpu", "use amp.dtype: bf16 on the CPU");
   if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")
     bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=gloo (or auto)");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)

@@ -5,19 +5,23 @@
 
 namespace dlrun::train {
 
-AutocastScope::AutocastScope(bool enabled, torch::ScalarType dtype) : enabled_(enabled) {
+// As torch.autocast's __enter__/__exit__: remember the device type's state, set it, count
+// the nesting; on leaving restore it, and clear the cast cache when the outermost scope ends.
+AutocastScope::AutocastScope(bool enabled, torch::ScalarType dtype, c10::DeviceType device)
+    : enabled_(enabled), device_(device) {
   if (!enabled_) return;
-  prev_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
-  prev_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+  prev_enabled_ = at::autocast::is_autocast_enabled(device_);
+  prev_dtype_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::set_autocast_dtype(device_, dtype);
+  at::autocast::increment_nesting();
 }
 
 AutocastScope::~AutocastScope() {
   if (!enabled_) return;
-  at::autocast::set_autocast_enabled(at::kCUDA, prev_enabled_);
-  at::autocast::set_autocast_dtype(at::kCUDA, prev_dtype_);
-  at::autocast::clear_cache();
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(device_, prev_enabled_);
+  at::autocast::set_autocast_dtype(device_, prev_dtype_);
 }
 
 GradScaler::GradScaler(const AmpOptions& o, bool active)

@@ -14,14 +14,18 @@
 
 namespace dlrun::train {
 
-/// Enables CUDA autocast (fp16 or bf16) for its lifetime; a no-op when `enabled` is false.
+/// Enables autocast for `device` (CUDA: fp16 or bf16; CPU: bf16) for its lifetime, nesting
+/// and restoring like torch.autocast; a no-op when `enabled` is false.
 class AutocastScope {
  public:
-  AutocastScope(bool enabled, torch::ScalarType dtype);
+  AutocastScope(bool enabled, torch::ScalarType dtype, c10::DeviceType device = c10::DeviceType::CUDA);
   ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
   bool enabled_;
+  c10::DeviceType device_;
   bool prev_enabled_ = false;
   torch::ScalarType prev_dtype_ = torch::kHalf;
 };

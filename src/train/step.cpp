@@ -1,6 +1,7 @@
 // The step runner (see step.h).
 #include "train/step.h"
 
+#include "base/error.h"
 #include "base/log.h"
 #include "dist/group.h"
 #include "train/optim.h"
@@ -13,10 +14,11 @@ StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models:
       model_(model),
       optim_(optim),
       device_(device),
-      autocast_(amp.enabled && device.is_cuda()),
+      autocast_(amp.enabled),
       autocast_dtype_(amp.dtype == AmpDtype::kBf16 ? torch::kBFloat16 : torch::kHalf),
       scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf) {
-  if (amp.enabled && !device.is_cuda()) log0::warn("amp.enabled ignored: the device is {}", device.str());
+  DLRUN_CHECK_INPUT(!autocast_ || device.is_cuda() || autocast_dtype_ == torch::kBFloat16,
+                    "amp.dtype: fp16 autocast needs a CUDA device; on {} use amp.dtype: bf16", device.str());
   for (auto& p : model.parameters())
     if (p.requires_grad()) params_.push_back(p);
 }
@@ -47,7 +49,7 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
     const auto& b = micro[i];
     torch::Tensor loss;
     {
-      AutocastScope ac(autocast_, autocast_dtype_);
+      AutocastScope ac(autocast_, autocast_dtype_, device_.type());
       auto logits = model_.forward(b.x);  // (b, classes)
       loss = torch::nn::functional::cross_entropy(
           logits.to(model_.dtype()), b.y,  // float32 under autocast too

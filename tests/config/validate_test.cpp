@@ -90,8 +90,10 @@ TEST_CASE("multistep needs increasing milestones", "[config][validate]") {
 }
 
 TEST_CASE("device rules", "[config][validate]") {
-  expect_invalid(kMin + "run: {device: cpu}\namp:\n  enabled: true\n",
-                 {"amp.enabled", "", 5, 12, "automatic mixed precision needs a CUDA device"});
+  expect_invalid(kMin + "run: {device: cpu}\namp:\n  enabled: true\n  dtype: fp16\n",
+                 {"amp.dtype", "", 6, 10, "fp16 autocast needs a CUDA device, but run.device is cpu"});
+  CHECK(config::validate(config::load_text(kMin + "run: {device: cpu}\namp: {enabled: true, dtype: bf16}\n", "mem.yaml"))
+            .empty());
   expect_invalid(kMin + "run: {device: cuda}\namp:\n  enabled: true\n",
                  {"amp.enabled", "", 5, 12, "automatic mixed precision needs model.dtype float32, but it is float64"},
                  {"model.dtype=float64"});

@@ -1,8 +1,10 @@
 // One optimizer step (StepRunner): what it returns stays on the device, accumulation splits a
 // batch exactly, non-finite steps are flagged (stop) or skipped (skip), clipping bounds the
 // gradient norm.
+#include <ATen/autocast_mode.h>
 #include <catch2/catch.hpp>
 
+#include "base/error.h"
 #include "models/model.h"
 #include "support/options.h"
 #include "train/optim.h"
@@ -122,4 +124,46 @@ TEST_CASE("clipping bounds the global gradient norm, on the device", "[train][st
   Rig loose{t};
   loose.runner.run({batch(8)}, 0.1);
   CHECK(grad_norm(*loose.model) == Approx(grad_norm(*free.model)).epsilon(1e-6));
+}
+
+TEST_CASE("CPU bf16 autocast: matmuls in bf16 inside the scope, nested scopes restore the outer one", "[train][amp]") {
+  const auto a = torch::randn({4, 8}), b = torch::randn({8, 3});
+  REQUIRE(torch::mm(a, b).scalar_type() == torch::kFloat32);
+  {
+    train::AutocastScope outer(true, torch::kBFloat16, c10::DeviceType::CPU);
+    CHECK(torch::mm(a, b).scalar_type() == torch::kBFloat16);
+    {
+      train::AutocastScope off(false, torch::kBFloat16, c10::DeviceType::CPU);  // disabled: changes nothing
+      CHECK(torch::mm(a, b).scalar_type() == torch::kBFloat16);
+    }
+    {
+      train::AutocastScope inner(true, torch::kHalf, c10::DeviceType::CPU);
+      CHECK(at::autocast::get_autocast_dtype(at::kCPU) == torch::kHalf);
+    }
+    CHECK(at::autocast::get_autocast_dtype(at::kCPU) == torch::kBFloat16);
+    CHECK(at::autocast::is_autocast_enabled(at::kCPU));
+  }
+  CHECK_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
+  CHECK(torch::mm(a, b).scalar_type() == torch::kFloat32);
+}
+
+TEST_CASE("a CPU step under bf16 autocast computes a different, close loss; fp16 on the CPU is refused", "[train][amp]") {
+  auto run = [](bool bf16) {
+    auto model = models::build(mlp(), 7, 4);
+    auto opt = train::build_optimizer(sgd(), *model);
+    AmpOptions amp;
+    amp.enabled = bf16;
+    amp.dtype = AmpDtype::kBf16;
+    train::StepRunner runner(TrainOptions{}, amp, *model, *opt, torch::kCPU);
+    return runner.run({batch(8)}, 0.1).loss.item<double>();
+  };
+  const double fp32 = run(false), bf16 = run(true);
+  CHECK(fp32 != bf16);  // autocast was on
+  CHECK(std::abs(fp32 - bf16) < 0.05 * std::abs(fp32));
+  auto model = models::build(mlp(), 7, 4);
+  auto opt = train::build_optimizer(sgd(), *model);
+  AmpOptions fp16;
+  fp16.enabled = true;
+  fp16.dtype = AmpDtype::kFp16;
+  CHECK_THROWS_AS(train::StepRunner(TrainOptions{}, fp16, *model, *opt, torch::kCPU), Error);
 }
