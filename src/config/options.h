@@ -156,6 +156,8 @@ struct AmpOptions {
   bool enabled = false;
   AmpDtype dtype = AmpDtype::kFp16;
   double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
 };
 

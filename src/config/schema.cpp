@@ -193,7 +193,9 @@ std::vector<Section> describe(Config& c) {
       B("enabled", o.enabled, "run forward passes and the loss under autocast (CUDA: fp16 or bf16; CPU: bf16)"),
       En("dtype", o.dtype, "fp16 (with dynamic loss scaling) or bf16"),
       F("init_scale", o.init_scale, 1, 1e12, "fp16: initial loss scale"),
-      I("growth_interval", o.growth_interval, 1, 1e9, "fp16: steps without overflow before the scale doubles"),
+      F("growth_factor", o.growth_factor, 1.000001, 1e6, "fp16: what the scale is multiplied by after growth_interval good steps"),
+      F("backoff_factor", o.backoff_factor, 1e-6, 0.999999, "fp16: what the scale is multiplied by on an overflow"),
+      I("growth_interval", o.growth_interval, 1, 1e9, "fp16: steps without overflow before the scale grows"),
     }});
   }
   {

@@ -2,6 +2,8 @@
 #include "train/amp.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
+#include <ATen/ops/_amp_update_scale.h>
 
 namespace dlrun::train {
 
@@ -24,30 +26,49 @@ AutocastScope::~AutocastScope() {
   at::autocast::set_autocast_dtype(device_, prev_dtype_);
 }
 
-GradScaler::GradScaler(const AmpOptions& o, bool active)
-    : active_(active), scale_(o.init_scale), growth_interval_(o.growth_interval) {}
+GradScaler::GradScaler(const AmpOptions& o, bool active, const torch::Device& device)
+    : active_(active),
+      growth_factor_(o.growth_factor),
+      backoff_factor_(o.backoff_factor),
+      growth_interval_(o.growth_interval),
+      scale_(torch::full({1}, active ? o.init_scale : 1.0, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
+      growth_tracker_(torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt32).device(device))) {}
 
-torch::Tensor GradScaler::scale(const torch::Tensor& loss) const { return active_ ? loss * scale_ : loss; }
-
-void GradScaler::update(bool finite) {
-  if (!active_) return;
-  if (!finite) {
-    scale_ *= backoff_factor_;
-    growth_tracker_ = 0;
-  } else if (++growth_tracker_ >= growth_interval_) {
-    scale_ *= growth_factor_;
-    growth_tracker_ = 0;
-  }
+torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
+  return active_ ? loss * scale_.to(loss.scalar_type()).squeeze() : loss;
 }
 
+torch::Tensor GradScaler::unscale_(const std::vector<torch::Tensor>& grads) const {
+  auto found_inf = torch::zeros({}, scale_.options());
+  if (grads.empty()) return found_inf;
+  // As torch.amp.GradScaler: the reciprocal in float64, then float32.
+  const auto inv = scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv);
+  return found_inf;
+}
+
+void GradScaler::update(const torch::Tensor& found_inf) {
+  if (!active_) return;
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf.to(scale_.device()).view({1}), growth_factor_,
+                         backoff_factor_, growth_interval_);
+}
+
+double GradScaler::scale_value() const { return scale_.item<double>(); }
+
 nlohmann::json GradScaler::state() const {
-  return {{"active", active_}, {"scale", scale_}, {"growth_tracker", growth_tracker_}};
+  if (!active_) return nlohmann::json::object();
+  return {{"scale", scale_value()},
+          {"growth_factor", growth_factor_},
+          {"backoff_factor", backoff_factor_},
+          {"growth_interval", growth_interval_},
+          {"_growth_tracker", growth_tracker_.item<int64_t>()}};
 }
 
 void GradScaler::load_state(const nlohmann::json& j) {
-  if (j.is_null()) return;
-  scale_ = j.value("scale", scale_);
-  growth_tracker_ = j.value("growth_tracker", growth_tracker_);
+  if (!active_ || !j.is_object() || j.empty() || !j.contains("scale")) return;
+  scale_.fill_(j.at("scale").get<double>());
+  const char* tracker = j.contains("_growth_tracker") ? "_growth_tracker" : "growth_tracker";
+  growth_tracker_.fill_(j.value(tracker, int64_t{0}));
 }
 
 }  // namespace dlrun::train

@@ -1,9 +1,9 @@
-// CUDA automatic mixed precision: an autocast scope and the state of a dynamic loss scaler
-// with the semantics of torch.cuda.amp.GradScaler (scale the loss, unscale before clipping,
-// skip steps with inf/NaN gradients, halve on overflow, double after growth_interval good
-// steps). The step runner (step.h) does the unscaling and the skip; the scale itself is still
-// a host value, read by the runner once per fp16 step (the mixed-precision work moves it to
-// the device).
+// Automatic mixed precision: an autocast scope, and a dynamic loss scaler with the semantics
+// of torch.amp.GradScaler (scale the loss, unscale before clipping, skip steps with inf/NaN
+// gradients, back off on overflow, grow after growth_interval good steps) kept on the device:
+// the scale and the growth tracker are device tensors updated by ATen's own AMP kernels, and
+// the skip is decided by the fused optimizers from the same device flag, so an fp16 step needs
+// no host read. The step runner (step.h) drives it.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,24 +32,33 @@ class AutocastScope {
 
 class GradScaler {
  public:
-  /// Active only for fp16 (bf16 needs no scaling); inactive scalers pass everything through.
-  GradScaler(const AmpOptions& opts, bool active);
+  /// Active only for fp16 (bf16 needs no scaling); an inactive scaler scales by 1 and never
+  /// backs off, but unscale_() still finds non-finite gradients. Its tensors live on `device`.
+  GradScaler(const AmpOptions& opts, bool active, const torch::Device& device = torch::kCPU);
   bool active() const { return active_; }
+  /// loss * scale (the loss itself when inactive).
   torch::Tensor scale(const torch::Tensor& loss) const;
-  /// After a step attempt: adjust the scale given whether the gradients were finite.
-  void update(bool finite);
-  double scale_value() const { return scale_; }
-  /// What gradients are multiplied by to unscale them: 1 / scale, or 1 when inactive.
-  double inv_scale() const { return active_ ? 1.0 / scale_ : 1.0; }
+  /// Divide `grads` by the scale in place (ATen's _amp_foreach_non_finite_check_and_unscale_)
+  /// and return a float32 0-dim device flag: 1 when any of them is inf or NaN, else 0.
+  torch::Tensor unscale_(const std::vector<torch::Tensor>& grads) const;
+  /// After the step: ATen's _amp_update_scale_ on the device (back off where found_inf is 1,
+  /// grow after growth_interval steps without). Nothing when inactive.
+  void update(const torch::Tensor& found_inf);
+  /// The current scale, read from the device (for messages and checkpoints, not per step).
+  double scale_value() const;
+  /// torch.amp.GradScaler.state_dict()'s keys and meanings: scale, growth_factor,
+  /// backoff_factor, growth_interval, _growth_tracker; {} when inactive, as PyTorch's.
   nlohmann::json state() const;
+  /// Inverse of state(); also reads the keys of dlrun checkpoints older than the device
+  /// scaler ({"active", "scale", "growth_tracker"}). null or {}: keeps the initial state.
   void load_state(const nlohmann::json& j);
 
  private:
   bool active_;
-  double scale_;
-  double growth_factor_ = 2.0, backoff_factor_ = 0.5;
+  double growth_factor_, backoff_factor_;
   int64_t growth_interval_;
-  int64_t growth_tracker_ = 0;
+  torch::Tensor scale_;           ///< float32 (1) on the device
+  torch::Tensor growth_tracker_;  ///< int32 (1) on the device
 };
 
 }  // namespace dlrun::train

@@ -1,6 +1,9 @@
 // Optimizer construction and state (see optim.h).
 #include "train/optim.h"
 
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/_fused_sgd.h>
+
 #include <unordered_map>
 
 #include "base/error.h"
@@ -17,6 +20,106 @@ std::unordered_map<const void*, std::string> names_by_impl(torch::nn::Module& mo
   for (const auto& kv : model.named_parameters()) m[kv.value().unsafeGetTensorImpl()] = kv.key();
   return m;
 }
+
+// SGD and AdamW whose step() is ATen's fused kernel, the one behind torch.optim's
+// `fused=True` (CPU and CUDA): one kernel over every parameter of a group instead of a loop
+// of small ops. Parameter groups, options and per-parameter state are torch::optim's, so the
+// state (and its checkpoint keys) is unchanged. `skip` is handed to the kernels as their
+// found_inf: where it is 1 they leave parameters and state as they were (decided on the
+// device, as PyTorch's GradScaler.step does with fused optimizers).
+class DeviceSkip {
+ public:
+  virtual ~DeviceSkip() = default;
+  std::optional<torch::Tensor> skip;  ///< float32 0-dim on the parameters' device, or none
+};
+
+class FusedSGD : public torch::optim::SGD, public DeviceSkip {
+ public:
+  using torch::optim::SGD::SGD;
+
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    TORCH_CHECK(!closure, "FusedSGD takes no closure");
+    torch::NoGradGuard no_grad;
+    for (auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      std::vector<torch::Tensor> params, grads, bufs;
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        params.push_back(p);
+        grads.push_back(p.grad());
+        if (o.momentum() == 0) continue;
+        auto& st = state_[p.unsafeGetTensorImpl()];
+        if (!st) {
+          // Zeros, not PyTorch's first-step copy of the gradient: momentum * 0 + grad is that
+          // copy exactly (dampening is 0), and a first step skipped for an fp16 overflow
+          // leaves no uninitialised buffer behind.
+          auto s = std::make_unique<torch::optim::SGDParamState>();
+          s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
+          st = std::move(s);
+        }
+        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*st).momentum_buffer());
+      }
+      if (params.empty()) continue;
+      at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                      /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
+    }
+    return {};
+  }
+};
+
+class FusedAdamW : public torch::optim::AdamW, public DeviceSkip {
+ public:
+  using torch::optim::AdamW::AdamW;
+
+  /// The step count of `p`'s state: the device counter once a step has run, else the state's.
+  int64_t step_count(const torch::Tensor& p, const torch::optim::AdamWParamState& s) const {
+    auto it = steps_.find(p.unsafeGetTensorImpl());
+    return it != steps_.end() && it->second.owner == &s ? it->second.count.item<int64_t>() : s.step();
+  }
+
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    TORCH_CHECK(!closure, "FusedAdamW takes no closure");
+    torch::NoGradGuard no_grad;
+    for (auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+      std::vector<torch::Tensor> params, grads, avgs, sqs, steps;
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        auto& st = state_[p.unsafeGetTensorImpl()];
+        if (!st) {
+          auto s = std::make_unique<torch::optim::AdamWParamState>();
+          s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+          s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+          st = std::move(s);
+        }
+        auto& s = static_cast<torch::optim::AdamWParamState&>(*st);
+        // The count lives on the device (a skipped step takes it back there); a state loaded
+        // from a checkpoint (a new state object) starts it from the loaded count.
+        auto& c = steps_[p.unsafeGetTensorImpl()];
+        if (c.owner != &s) c = {&s, torch::full({}, static_cast<double>(s.step()), p.options().dtype(torch::kFloat32))};
+        params.push_back(p);
+        grads.push_back(p.grad());
+        avgs.push_back(s.exp_avg());
+        sqs.push_back(s.exp_avg_sq());
+        steps.push_back(c.count);
+      }
+      if (params.empty()) continue;
+      const auto [beta1, beta2] = o.betas();
+      at::_foreach_add_(steps, 1);  // the kernels take the count already incremented, as PyTorch passes it
+      at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(), beta1, beta2, o.weight_decay(),
+                        o.eps(), /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+      if (skip) at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), *skip));
+    }
+    return {};
+  }
+
+ private:
+  struct Count {
+    const torch::optim::AdamWParamState* owner = nullptr;
+    torch::Tensor count;  ///< float32 0-dim, as PyTorch's fused AdamW keeps state["step"]
+  };
+  std::unordered_map<const void*, Count> steps_;
+};
 
 }  // namespace
 
@@ -35,7 +138,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, 
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(decay, make(o.weight_decay));
     if (!plain.empty()) groups.emplace_back(plain, make(0.0));
-    return std::make_unique<torch::optim::SGD>(groups, *make(o.weight_decay));
+    return std::make_unique<FusedSGD>(groups, *make(o.weight_decay));
   }
   if (o.name == OptimName::kAdamw) {
     auto make = [&](double wd) {
@@ -45,9 +148,21 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, 
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(decay, make(o.weight_decay));
     if (!plain.empty()) groups.emplace_back(plain, make(0.0));
-    return std::make_unique<torch::optim::AdamW>(groups, *make(o.weight_decay));
+    return std::make_unique<FusedAdamW>(groups, *make(o.weight_decay));
   }
   fail_input("unknown optimizer {}", static_cast<int>(o.name));
+}
+
+void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip) {
+  auto* d = dynamic_cast<DeviceSkip*>(&opt);
+  if (d == nullptr) {
+    TORCH_CHECK(!skip.defined(), "optimizer_step: this optimizer cannot skip on the device");
+    opt.step();
+    return;
+  }
+  d->skip = skip.defined() ? std::optional<torch::Tensor>(skip) : std::nullopt;
+  opt.step();
+  d->skip.reset();
 }
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
@@ -70,7 +185,8 @@ TensorDict optimizer_state(const OptimOptions& o, torch::optim::Optimizer& opt, 
         auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
         out.emplace_back(n + ".exp_avg", s.exp_avg());
         out.emplace_back(n + ".exp_avg_sq", s.exp_avg_sq());
-        out.emplace_back(n + ".step", torch::tensor(s.step(), torch::kInt64));
+        const auto* fused = dynamic_cast<const FusedAdamW*>(&opt);
+        out.emplace_back(n + ".step", torch::tensor(fused ? fused->step_count(p, s) : s.step(), torch::kInt64));
       }
     }
   return out;

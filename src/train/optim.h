@@ -15,8 +15,15 @@ namespace dlrun::train {
 using TensorDict = std::vector<std::pair<std::string, torch::Tensor>>;
 
 /// Build the optimizer over `model`'s parameters. With no_decay_norm_bias, biases and 1-D
-/// parameters (norm weights) go in a second group with weight_decay 0.
+/// parameters (norm weights) go in a second group with weight_decay 0. Its step() is ATen's
+/// fused kernel (`_fused_sgd_` / `_fused_adamw_`, PyTorch's `fused=True`); its options and
+/// state are torch::optim::SGD's / AdamW's.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& opts, torch::nn::Module& model);
+
+/// One update of `opt` (from build_optimizer) that leaves parameters and state untouched when
+/// `skip` (float32 0-dim on the parameters' device) is 1; undefined: always update. The
+/// decision stays on the device.
+void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip);
 
 /// Set the learning rate of every parameter group.
 void set_lr(torch::optim::Optimizer& opt, double lr);

@@ -16,7 +16,7 @@ StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models:
       device_(device),
       autocast_(amp.enabled),
       autocast_dtype_(amp.dtype == AmpDtype::kBf16 ? torch::kBFloat16 : torch::kHalf),
-      scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf) {
+      scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf, device) {
   DLRUN_CHECK_INPUT(!autocast_ || device.is_cuda() || autocast_dtype_ == torch::kBFloat16,
                     "amp.dtype: fp16 autocast needs a CUDA device; on {} use amp.dtype: bf16", device.str());
   for (auto& p : model.parameters())
@@ -66,36 +66,35 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
   grads.reserve(params_.size());
   for (const auto& p : params_)
     if (p.grad().defined()) grads.push_back(p.grad());
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
-  auto found_inf = torch::zeros({1}, f32);
-  if (!grads.empty())
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch::full({1}, scaler_.inv_scale(), f32));
-  const auto grads_bad = found_inf.gt(0).squeeze();
+  const auto found_inf = scaler_.unscale_(grads);  // float32 0-dim: 1 = a gradient is inf/NaN
   const auto loss_bad = loss_sum.isfinite().logical_not();
   StepResult r;
   r.loss = loss_sum / n;
   // With fp16 scaling, overflowing gradients are routine (the scale is searched for); only
   // a non-finite loss is the model's problem.
-  r.nonfinite = scaler_.active() ? loss_bad : loss_bad.logical_or(grads_bad);
+  r.nonfinite = scaler_.active() ? loss_bad : loss_bad.logical_or(found_inf.gt(0));
   if (train_.clip_grad_norm > 0 && !grads.empty()) clip(grads);
 
-  bool overflow = false;
-  if (scaler_.active() || train_.nonfinite == NonfinitePolicy::kSkip) {
-    const auto flags = torch::stack({grads_bad, r.nonfinite}).to(torch::kCPU);  // the one read
-    overflow = scaler_.active() && flags[0].item<bool>();
-    r.nonfinite_read = flags[1].item<bool>();
-    if (train_.nonfinite == NonfinitePolicy::kSkip && *r.nonfinite_read) {
-      r.skipped = true;
-      r.skip_reason = "non-finite loss or gradients";
-    } else if (overflow) {
-      r.skipped = true;
-      r.skip_reason = fmt::format("fp16 gradient overflow (loss scale {} -> {})", scaler_.scale_value(),
-                                  scaler_.scale_value() / 2);
-    }
-  }
-  if (!r.skipped) optim_.step();
-  scaler_.update(!overflow);
+  // Whether to apply the update, decided on the device: the fused optimizer kernels skip it
+  // where the flag is 1.
+  torch::Tensor skip;
+  if (scaler_.active() && train_.nonfinite == NonfinitePolicy::kSkip)
+    skip = found_inf.gt(0).logical_or(r.nonfinite).to(torch::kFloat32);
+  else if (scaler_.active())
+    skip = found_inf;
+  else if (train_.nonfinite == NonfinitePolicy::kSkip)
+    skip = r.nonfinite.to(torch::kFloat32);
+  optimizer_step(optim_, skip);
+  scaler_.update(found_inf);
+  if (skip.defined()) r.skipped = skip.gt(0);
   return r;
+}
+
+std::string StepRunner::skip_reason() const {
+  if (scaler_.active() && train_.nonfinite == NonfinitePolicy::kSkip)
+    return "fp16 gradient overflow, or a non-finite loss";
+  if (scaler_.active()) return "fp16 gradient overflow (the loss scale backs off)";
+  return "non-finite loss or gradients";
 }
 
 }  // namespace dlrun::train

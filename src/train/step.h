@@ -3,10 +3,10 @@
 // the loss-scale update. This is the one place that DDP's no-sync, device-side AMP,
 // activation recomputation and CUDA-graph capture touch.
 //
-// The step is device work: it returns device tensors and reads nothing back, with one
-// exception that the mixed-precision work removes — when an update may have to be skipped
-// (fp16 loss scaling, or train.nonfinite: skip) the runner reads the non-finite flag before
-// the optimizer step (one device sync). The learning rate is set from the host.
+// The step is device work: it returns device tensors and reads nothing back. Whether an
+// update is skipped (fp16 overflow, or train.nonfinite: skip) is decided on the device: the
+// fused optimizers take the flag, the loss scaler updates from it. The learning rate is set
+// from the host.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,11 +29,9 @@ namespace dlrun::train {
 struct StepResult {
   torch::Tensor loss;       ///< float64 scalar on the device: mean of the micro-batch losses
   torch::Tensor nonfinite;  ///< bool scalar on the device: a non-finite loss or gradient (fp16: loss only)
-  /// Known on the host only when the runner had to read it (see above): whether the loss or
-  /// a gradient was non-finite, and whether the update was skipped, and why.
-  std::optional<bool> nonfinite_read;
-  bool skipped = false;
-  std::string skip_reason;
+  /// bool scalar on the device: the update was not applied (fp16 overflow, or
+  /// train.nonfinite: skip); undefined when no step can be skipped.
+  torch::Tensor skipped;
 };
 
 class StepRunner {
@@ -46,6 +44,8 @@ class StepRunner {
   /// the backward of its last micro-batch (the earlier ones accumulate locally: DDP's
   /// no_sync), and `before_step` (the BatchNorm buffer broadcast) runs before its first forward.
   void distribute(dist::GradSync* sync, std::function<void()> before_step);
+  /// Why a step whose `skipped` is true was skipped (fixed by the configuration).
+  std::string skip_reason() const;
   GradScaler& scaler() { return scaler_; }
   const GradScaler& scaler() const { return scaler_; }
 

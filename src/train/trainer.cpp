@@ -46,7 +46,9 @@ nlohmann::json or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) :
 struct LossWindow {
   torch::Tensor last;       ///< float64: the loss of the latest step
   torch::Tensor sum;        ///< float64: sum over the window's applied steps
-  int64_t steps = 0;        ///< applied steps in the window
+  int64_t steps = 0;        ///< steps in the window, applied or skipped
+  int64_t skipped = 0;      ///< of those, skipped steps already counted (settle_skips)
+  torch::Tensor pending;    ///< float64: skipped steps not yet counted on the host (undefined: none can be)
   torch::Tensor first_bad;  ///< int64: first non-finite step no one has read yet (-1: none)
 };
 
@@ -130,6 +132,7 @@ class Trainer {
   bool run_eval();
   void save(SaveReason why, bool sync);
   void check_finite();
+  void settle_skips();
   void report_uploads();
   double save_interval_minutes();
   [[noreturn]] void fail_nonfinite(int64_t step) const;
@@ -268,23 +271,20 @@ void Trainer::step(const std::vector<data::Batch>& micro) {
   last_lr_ = lr_at(c_.schedule, st_.step);
   StepResult r = runner_.run(micro, last_lr_);
   const int64_t done = st_.step + 1;
-  if (r.nonfinite_read.value_or(false) && cfg_.train.nonfinite == NonfinitePolicy::kStop) fail_nonfinite(done);
-  if (!r.nonfinite_read) {  // nobody read it: remember the first bad step on the device
+  if (cfg_.train.nonfinite == NonfinitePolicy::kStop) {  // remember the first bad step on the device
     if (!loss_.first_bad.defined())
       loss_.first_bad = torch::full({}, -1, torch::TensorOptions().dtype(torch::kLong).device(c_.placement.device));
     loss_.first_bad = torch::where(loss_.first_bad.lt(0).logical_and(r.nonfinite), done, loss_.first_bad);
   }
   loss_.last = r.loss;
-  if (r.skipped) {
-    ++st_.skipped_steps;
-    metrics::Event e{"skip", done};
-    e.fields = {{"reason", r.skip_reason}, {"skipped_steps", st_.skipped_steps}};
-    log::warn("step {}: update skipped: {}", done, r.skip_reason);
-    report_.report(std::move(e));
+  if (r.skipped.defined()) {  // counted when the loop next reads from the device (settle_skips)
+    loss_.sum = loss_.sum + torch::where(r.skipped, torch::zeros_like(r.loss), r.loss);
+    const auto one = r.skipped.to(torch::kFloat64);
+    loss_.pending = loss_.pending.defined() ? loss_.pending + one : one;
   } else {
     loss_.sum = loss_.sum + r.loss;
-    ++loss_.steps;
   }
+  ++loss_.steps;
   st_.step = done;
   st_.cursor += cfg_.data.batch_size;
   samples_since_log_ += cfg_.data.batch_size;
@@ -330,12 +330,13 @@ void Trainer::log_step() {
     host = torch::stack({all.select(1, 0).mean(), all.select(1, 1).mean(), all.select(1, 2).max(), all.select(1, 3).max()});
   }
   if (host[2].item<double>() >= 0) fail_nonfinite(static_cast<int64_t>(host[2].item<double>()));
+  settle_skips();
   final_loss_ = host[0].item<double>();
   const double now = mono_now();
   const double wait = host[3].item<double>();
   metrics::Event e{"train", st_.step};
   e.scalars = {{"loss", final_loss_},
-               {"loss_avg", loss_.steps > 0 ? host[1].item<double>() / static_cast<double>(loss_.steps) : NAN},
+               {"loss_avg", loss_.steps > loss_.skipped ? host[1].item<double>() / static_cast<double>(loss_.steps - loss_.skipped) : NAN},
                {"lr", last_lr_},
                {"samples_per_s", samples_per_s(now)},
                {"data_wait_s", wait},
@@ -344,6 +345,7 @@ void Trainer::log_step() {
   report_.report(std::move(e));
   loss_.sum.zero_();
   loss_.steps = 0;
+  loss_.skipped = 0;
   samples_since_log_ = 0;
   data_wait_s_ = 0;
   last_log_mono_ = now;
@@ -463,9 +465,27 @@ double Trainer::save_interval_minutes() {
 }
 
 void Trainer::check_finite() {
+  settle_skips();
   if (!loss_.first_bad.defined()) return;
   const int64_t bad = loss_.first_bad.item<int64_t>();
   if (bad >= 0) fail_nonfinite(bad);
+}
+
+// Skipped steps are decided on the device; the host counts them when it reads anyway (a
+// metrics line, a save, the end), and reports them then: one `skip` event per read.
+void Trainer::settle_skips() {
+  if (!loss_.pending.defined()) return;
+  const auto n = static_cast<int64_t>(std::llround(loss_.pending.item<double>()));
+  loss_.pending.zero_();
+  if (n == 0) return;
+  st_.skipped_steps += n;
+  loss_.skipped += n;
+  std::string reason = runner_.skip_reason();
+  if (runner_.scaler().active()) reason += fmt::format("; loss scale now {}", runner_.scaler().scale_value());
+  metrics::Event e{"skip", st_.step};
+  e.fields = {{"reason", reason}, {"steps", n}, {"skipped_steps", st_.skipped_steps}};
+  log::warn("{} update(s) skipped up to step {}: {}", n, st_.step, reason);
+  report_.report(std::move(e));
 }
 
 void Trainer::fail_nonfinite(int64_t step) const {
@@ -549,7 +569,7 @@ int Trainer::interrupted() {
 }
 
 int Trainer::finish() {
-  check_finite();
+  check_finite();  // also counts the last skipped steps
   if (final_eval_due(cfg_.train, st_.step, last_eval_step_) && !run_eval()) return interrupted();
   if (final_save_due(cfg_.checkpoint, st_.step, last_saved_step_)) save(SaveReason::kEnd, /*sync=*/true);
   if (!leader()) return 0;

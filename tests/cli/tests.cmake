@@ -70,8 +70,8 @@ dlrun_cli_test(config_validate_cross_field 2 "multistep.yaml: sched.milestones: 
                config validate ${_cfg}/multistep.yaml)
 dlrun_cli_test(config_validate_override_unknown 2 "command line 'optim.lrr=1': optim.lrr: unknown key"
                config validate ${_cfg}/good.yaml optim.lrr=1)
-dlrun_cli_test(config_validate_override_amp_cpu 2 "command line 'amp.enabled=true': amp.enabled: automatic mixed precision needs a CUDA device"
-               config validate ${_cfg}/good.yaml amp.enabled=true)
+dlrun_cli_test(config_validate_override_amp_cpu 2 "command line 'amp.dtype=fp16': amp.dtype: fp16 autocast needs a CUDA device"
+               config validate ${_cfg}/good.yaml amp.enabled=true amp.dtype=fp16)
 dlrun_cli_expect(config_validate_world_size 2 MATCH "good.yaml:4:37: data.batch_size: global batch size 64 is not divisible by world size 3"
                  ENV WORLD_SIZE=3 ARGS config validate ${_cfg}/good.yaml)
 dlrun_cli_expect(config_validate_env_unset 2 MATCH "env.yaml:5:8: run.dir: environment variable DLRUN_CLI_TEST_DIR is not set"

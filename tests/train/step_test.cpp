@@ -63,8 +63,7 @@ TEST_CASE("a step returns its loss as a device tensor and updates the model", "[
   CHECK(out.loss.dim() == 0);
   CHECK(out.loss.item<double>() == Approx(expected).epsilon(1e-6));
   CHECK_FALSE(out.nonfinite.item<bool>());
-  CHECK_FALSE(out.nonfinite_read.has_value());  // nothing was read back inside the step
-  CHECK_FALSE(out.skipped);
+  CHECK_FALSE(out.skipped.defined());  // fp32 with nonfinite: stop never skips
   CHECK_FALSE(same(before, params_of(*r.model)));
   for (auto& g : r.optim->param_groups()) CHECK(g.options().get_lr() == 0.05);
 }
@@ -87,22 +86,21 @@ TEST_CASE("non-finite steps: stop flags them on the device, skip leaves the mode
   {
     Rig r{TrainOptions{}};  // nonfinite: stop (the default)
     const auto out = r.runner.run({nan_batch}, 0.1);
-    CHECK_FALSE(out.nonfinite_read.has_value());  // the loop reads it when it needs to
-    CHECK(out.nonfinite.item<bool>());
-    CHECK_FALSE(out.skipped);
+    CHECK(out.nonfinite.item<bool>());  // the loop reads it when it reads anyway
+    CHECK_FALSE(out.skipped.defined());
   }
   TrainOptions skip;
   skip.nonfinite = NonfinitePolicy::kSkip;
   Rig r{skip};
   const auto before = params_of(*r.model);
   const auto out = r.runner.run({nan_batch}, 0.1);
-  REQUIRE(out.nonfinite_read.has_value());
-  CHECK(*out.nonfinite_read);
-  CHECK(out.skipped);
-  CHECK_THAT(out.skip_reason, Catch::Contains("non-finite"));
+  CHECK(out.nonfinite.item<bool>());
+  REQUIRE(out.skipped.defined());
+  CHECK(out.skipped.item<bool>());  // decided on the device: the fused optimizer left the model alone
+  CHECK_THAT(r.runner.skip_reason(), Catch::Contains("non-finite"));
   CHECK(same(before, params_of(*r.model)));
   const auto fine = r.runner.run({batch(8)}, 0.1);  // the next good step trains normally
-  CHECK_FALSE(fine.skipped);
+  CHECK_FALSE(fine.skipped.item<bool>());
   CHECK_FALSE(same(before, params_of(*r.model)));
 }
 
@@ -166,4 +164,77 @@ TEST_CASE("a CPU step under bf16 autocast computes a different, close loss; fp16
   fp16.enabled = true;
   fp16.dtype = AmpDtype::kFp16;
   CHECK_THROWS_AS(train::StepRunner(TrainOptions{}, fp16, *model, *opt, torch::kCPU), Error);
+}
+
+namespace {
+
+/// One fp16-style step by hand on the CPU with an active scaler: scaled backward, unscale,
+/// an injected inf in one gradient when `poison`, the fused optimizer told to skip on the
+/// device, the scale updated on the device. Returns found_inf.
+double scaled_step(models::Model& m, torch::optim::Optimizer& opt, train::GradScaler& scaler, bool poison) {
+  opt.zero_grad(true);
+  const auto b = batch(8);
+  scaler.scale(torch::nn::functional::cross_entropy(m.forward(b.x), b.y)).backward();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : m.parameters()) grads.push_back(p.grad());
+  if (poison) grads[0].view(-1)[0] = std::numeric_limits<float>::infinity();
+  const auto found_inf = scaler.unscale_(grads);
+  train::optimizer_step(opt, found_inf);
+  scaler.update(found_inf);
+  return found_inf.item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("the loss scaler on the device: an overflow backs off and skips, good steps grow it back", "[train][amp]") {
+  for (const auto name : {OptimName::kSgd, OptimName::kAdamw}) {
+    INFO((name == OptimName::kSgd ? "sgd" : "adamw"));
+    auto model = models::build(mlp(), 3, 4);
+    OptimOptions o = sgd();
+    o.name = name;
+    auto opt = train::build_optimizer(o, *model);
+    AmpOptions amp;
+    amp.init_scale = 1024;
+    amp.growth_interval = 3;
+    amp.growth_factor = 4;
+    amp.backoff_factor = 0.25;
+    train::GradScaler scaler(amp, true);
+    REQUIRE(scaled_step(*model, *opt, scaler, false) == 0);  // a good step first: optimizer state exists
+    const auto params = params_of(*model);
+    const auto state = train::optimizer_state(o, *opt, *model);
+    CHECK(scaled_step(*model, *opt, scaler, true) == 1);
+    CHECK(scaler.scale_value() == 1024 * 0.25);
+    CHECK(same(params, params_of(*model)));  // the update was skipped...
+    const auto after = train::optimizer_state(o, *opt, *model);
+    REQUIRE(after.size() == state.size());
+    for (size_t i = 0; i < state.size(); ++i) {  // ...and the optimizer state untouched (AdamW's step too)
+      INFO(state[i].first);
+      CHECK(torch::equal(state[i].second, after[i].second));
+    }
+    for (int i = 0; i < 2; ++i) CHECK(scaled_step(*model, *opt, scaler, false) == 0);
+    CHECK(scaler.scale_value() == 256);  // 2 good steps: not yet
+    CHECK(scaled_step(*model, *opt, scaler, false) == 0);
+    CHECK(scaler.scale_value() == 1024);  // the 3rd: grown by growth_factor
+    CHECK_FALSE(same(params, params_of(*model)));
+  }
+}
+
+TEST_CASE("the loss scaler's state: torch.amp.GradScaler's keys, round trip, older checkpoints", "[train][amp]") {
+  AmpOptions amp;
+  amp.init_scale = 512;
+  amp.growth_interval = 10;
+  train::GradScaler a(amp, true);
+  a.update(torch::ones({}));  // back off: 256, tracker 0
+  a.update(torch::zeros({}));  // tracker 1
+  const auto j = a.state();
+  CHECK(j == nlohmann::json{{"scale", 256.0}, {"growth_factor", 2.0}, {"backoff_factor", 0.5}, {"growth_interval", 10},
+                            {"_growth_tracker", 1}});
+  train::GradScaler b(amp, true);
+  b.load_state(j);
+  CHECK(b.state() == j);
+  train::GradScaler old(amp, true);
+  old.load_state({{"active", true}, {"scale", 128.0}, {"growth_tracker", 7}});  // dlrun before the device scaler
+  CHECK(old.scale_value() == 128);
+  CHECK(old.state()["_growth_tracker"] == 7);
+  CHECK(train::GradScaler(amp, false).state() == nlohmann::json::object());  // inactive: {} as PyTorch's
 }

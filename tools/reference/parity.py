@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Parity of dlrun with PyTorch in Python on the same work.
 
-For each model (convnet, resnet18) this runs `dlrun train configs/parity/<model>.yaml
---save-init init.pt`, then builds the same model in PyTorch, loads dlrun's initial weights,
-feeds the same Fashion-MNIST batches (in file order, normalized the same way) with the same
-optimizer and learning-rate schedule (PyTorch's own LinearLR / CosineAnnealingLR), and
-compares the first 100 training losses: convnet must agree within 1e-4 relative at every
-step, resnet18 bit for bit (same ATen kernels, same order of operations).
+For each case (convnet: SGD with Nesterov momentum; convnet_adamw: AdamW, cosine; resnet18:
+SGD) this runs `dlrun train configs/parity/<case>.yaml --save-init init.pt`, then builds the
+same model in PyTorch, loads dlrun's initial weights, feeds the same Fashion-MNIST batches (in
+file order, normalized the same way) with the same optimizer — `fused=True`, the ATen kernels
+dlrun's optimizers run — and learning-rate schedule (PyTorch's own LinearLR /
+CosineAnnealingLR), and compares the first 100 training losses: convnet must agree within 1e-4
+relative at every step, convnet_adamw and resnet18 bit for bit (same ATen kernels, same order
+of operations).
 
-    tools/reference/parity.py --dlrun build/dlrun [--models convnet resnet18] [--tol 1e-4]
+    tools/reference/parity.py --dlrun build/dlrun [--models convnet convnet_adamw resnet18] [--tol 1e-4]
 """
 import argparse
 import gzip
@@ -58,7 +60,7 @@ def resnet18(in_channels=1, num_classes=10):
 
 
 # Models whose losses must equal PyTorch's exactly (tolerance 0), not within --tol.
-BITWISE = {"resnet18"}
+BITWISE = {"resnet18", "convnet_adamw"}
 
 
 def scheduler(cfg, opt, steps):
@@ -92,16 +94,16 @@ def run_model(name, dlrun, tol, steps):
         state = torch.load(init)
 
     torch.manual_seed(0)
-    model = convnet(cfg["model"]["width"]) if name == "convnet" else resnet18()
+    model = convnet(cfg["model"]["width"]) if cfg["model"]["name"] == "convnet" else resnet18()
     model.load_state_dict(state, strict=True)
     model.train()
     o = cfg["optim"]
     if o["name"] == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], nesterov=o.get("nesterov", False),
-                              weight_decay=o["weight_decay"])
+                              weight_decay=o["weight_decay"], fused=True)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
-                                weight_decay=o["weight_decay"])
+                                weight_decay=o["weight_decay"], fused=True)
     sched = scheduler(cfg, opt, steps)
     tol = 0.0 if name in BITWISE else tol
 
@@ -136,7 +138,7 @@ def run_model(name, dlrun, tol, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dlrun", default=os.path.join(ROOT, "build", "dlrun"))
-    ap.add_argument("--models", nargs="+", default=["convnet", "resnet18"])
+    ap.add_argument("--models", nargs="+", default=["convnet", "convnet_adamw", "resnet18"])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--tol", type=float, default=1e-4)
     a = ap.parse_args()
