@@ -43,7 +43,7 @@ void run_eval(const EvalCmdOptions& o) {
   } else {
     weights = ckpt::load_tensor_file(path);
   }
-  auto c = train::build_components(cfg, train::place(cfg.run), train::Purpose::kEval);
+  auto c = train::build_components(cfg, train::place(cfg), train::Purpose::kEval);
   models::load_state_dict(*c.model, weights, path);
   const auto r = train::evaluate(*c.model, *c.eval_loader);
   nlohmann::json j = {{"checkpoint", path}, {"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss},

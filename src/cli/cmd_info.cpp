@@ -1,4 +1,6 @@
-// `dlrun info [--json]`: versions, build features, devices, CPU threads — for bug reports.
+// `dlrun info [CONFIG.yaml [key=value ...]] [--json]`: versions, build features, devices, CPU
+// threads — for bug reports — and the fast paths (cuDNN autotuning, TF32, channels_last, AMP,
+// CUDA graphs, activation checkpointing) a config turns on, the defaults without one.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -7,12 +9,14 @@
 
 #include "base/build_info.h"
 #include "cli/app.h"
+#include "cli/config_args.h"
 #include "cuda/device_query.h"
+#include "train/device.h"
 
 namespace dlrun::cli {
 namespace {
 
-nlohmann::json collect() {
+nlohmann::json collect(const Config& cfg) {
   nlohmann::json j;
   j["dlrun"] = {{"version", build::version()}, {"git", build::git_revision()}, {"build_type", build::build_type()},
                 {"compiler", build::cxx_compiler()}};
@@ -47,6 +51,8 @@ nlohmann::json collect() {
   j["cpu"] = {{"hardware_threads", std::thread::hardware_concurrency()},
               {"torch_threads", at::get_num_threads()},
               {"torch_interop_threads", at::get_num_interop_threads()}};
+  j["fast_paths"] = train::fast_paths(cfg);
+  j["fast_paths"]["config"] = cfg.source_file.empty() ? "defaults" : cfg.source_file;
   return j;
 }
 
@@ -73,6 +79,13 @@ void print_text(const nlohmann::json& j) {
   std::printf("cpu        %u hardware threads; torch intra-op %d, inter-op %d\n",
               j["cpu"]["hardware_threads"].get<unsigned>(), j["cpu"]["torch_threads"].get<int>(),
               j["cpu"]["torch_interop_threads"].get<int>());
+  const auto& f = j["fast_paths"];
+  auto on = [&](const char* k) { return f[k].get<bool>() ? "on" : "off"; };
+  std::printf("fast paths (%s): cudnn_benchmark %s, tf32 %s, cuda_graphs %s (CUDA only); amp %s, channels_last %s, "
+              "activation_checkpointing %s\n",
+              f["config"].get<std::string>().c_str(), on("cudnn_benchmark"), on("tf32"), on("cuda_graphs"),
+              f["amp"].get<std::string>().c_str(), on("channels_last"),
+              f["activation_checkpointing"].get<std::string>().c_str());
 }
 
 }  // namespace
@@ -80,9 +93,12 @@ void print_text(const nlohmann::json& j) {
 void setup_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "versions, build features, devices and CPU threads");
   auto json = std::make_shared<bool>(false);
+  auto config = std::make_shared<ConfigArgs>();
   cmd->add_flag("--json", *json, "print as JSON");
-  cmd->callback([json] {
-    auto j = collect();
+  cmd->add_option("config", config->path, "experiment YAML file whose fast paths to show (default: the defaults)");
+  cmd->add_option("overrides", config->overrides, "dotted.key=value overrides");
+  cmd->callback([json, config] {
+    auto j = collect(config->path.empty() ? Config{} : load_validated(*config));
     if (*json) std::printf("%s\n", j.dump(2).c_str());
     else print_text(j);
   });

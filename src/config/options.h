@@ -26,6 +26,7 @@ enum class OptimName { kSgd, kAdamw };
 enum class SchedName { kConstant, kStep, kMultistep, kCosine, kOnecycle };
 enum class ResnetStem { kImagenet, kCifar };
 enum class ModelDtype { kFloat32, kFloat64 };
+enum class ActivationCheckpointing { kNone, kBlocks, kStages };
 enum class AmpDtype { kFp16, kBf16 };
 enum class DistBackend { kAuto, kNccl, kGloo };
 enum class NoticeSource { kNone, kAws, kGcp, kAzure, kFile };
@@ -43,6 +44,9 @@ template <> struct EnumNames<SchedName> {
 };
 template <> struct EnumNames<ResnetStem> { static constexpr std::array<const char*, 2> names{"imagenet", "cifar"}; };
 template <> struct EnumNames<ModelDtype> { static constexpr std::array<const char*, 2> names{"float32", "float64"}; };
+template <> struct EnumNames<ActivationCheckpointing> {
+  static constexpr std::array<const char*, 3> names{"none", "blocks", "stages"};
+};
 template <> struct EnumNames<AmpDtype> { static constexpr std::array<const char*, 2> names{"fp16", "bf16"}; };
 template <> struct EnumNames<DistBackend> { static constexpr std::array<const char*, 3> names{"auto", "nccl", "gloo"}; };
 template <> struct EnumNames<NoticeSource> {
@@ -83,6 +87,7 @@ struct ModelOptions {
   int64_t width = 32;
   bool channels_last = false;
   ModelDtype dtype = ModelDtype::kFloat32;
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
 };
 
 struct DataOptions {
@@ -150,6 +155,9 @@ struct TrainOptions {
   int64_t eval_every_steps = 0;
   bool eval_at_end = true;
   NonfinitePolicy nonfinite = NonfinitePolicy::kStop;
+  bool cudnn_benchmark = true;
+  bool tf32 = true;
+  bool cuda_graphs = false;
 };
 
 struct AmpOptions {

@@ -112,6 +112,9 @@ std::vector<Section> describe(Config& c) {
       I("width", o.width, 1, 4096, "convnet: base channel count"),
       B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
       En("dtype", o.dtype, "parameter, activation and gradient dtype: float32, or float64 for numerical checks (slow; no amp)"),
+      En("activation_checkpointing", o.activation_checkpointing,
+         "recompute activations in backward instead of keeping them: none, blocks (every ResNet block; "
+         "every conv-BN-ReLU of convnet; every hidden layer of mlp) or stages (every ResNet stage)"),
     }});
   }
   {
@@ -185,6 +188,10 @@ std::vector<Section> describe(Config& c) {
       B("eval_at_end", o.eval_at_end, "evaluate after the last step"),
       En("nonfinite", o.nonfinite,
          "a step with a non-finite loss or gradient: stop (exit 1 naming the step) or skip (no update, counted)"),
+      B("cudnn_benchmark", o.cudnn_benchmark, "CUDA: let cuDNN time its algorithms per shape and keep the fastest (off under run.deterministic)"),
+      B("tf32", o.tf32, "CUDA: TensorFloat-32 for float32 convolutions and matrix products (Ampere and newer)"),
+      B("cuda_graphs", o.cuda_graphs,
+        "CUDA: capture the whole step once and replay it (falls back to eager, saying why, where it cannot)"),
     }});
   }
   {

@@ -61,6 +61,9 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
 
   // Model.
   if (c.model.name == "mlp" && c.model.hidden.empty()) bad(c, "model.hidden", "mlp needs at least one hidden layer");
+  if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && c.model.name.rfind("resnet", 0) != 0)
+    bad(c, "model.activation_checkpointing", fmt::format("stages are a ResNet notion; {} has none", c.model.name),
+        "use blocks (or none)");
 
   // Optimizer and schedule.
   if (c.optim.betas.size() != 2) bad(c, "optim.betas", fmt::format("expected [beta1, beta2], got {} values", c.optim.betas.size()));
@@ -77,6 +80,8 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
     bad(c, "amp.enabled", "automatic mixed precision needs model.dtype float32, but it is float64");
   if (c.amp.enabled && c.run.device == "cpu" && c.amp.dtype == AmpDtype::kFp16)
     bad(c, "amp.dtype", "fp16 autocast needs a CUDA device, but run.device is cpu", "use amp.dtype: bf16 on the CPU");
+  if (c.train.cuda_graphs && c.run.device == "cpu")
+    bad(c, "train.cuda_graphs", "CUDA graphs need a CUDA device, but run.device is cpu");
   if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")
     bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=gloo (or auto)");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)

@@ -8,29 +8,34 @@
 // have no bias (the BatchNorm after each one has it).
 #include <fmt/ranges.h>
 
+#include "models/recompute.h"
 #include "models/zoo.h"
 
 namespace dlrun::models::detail {
 namespace {
 
-void add_conv_bn_relu(torch::nn::Sequential& seq, int64_t in, int64_t out) {
+// Appends one conv-BN-ReLU unit (three modules) and returns the index of its first.
+size_t add_conv_bn_relu(torch::nn::Sequential& seq, int64_t in, int64_t out) {
+  const size_t first = seq->size();
   seq->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
   seq->push_back(BatchNorm2d(out));
   seq->push_back(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)));
+  return first;
 }
 
 constexpr int64_t kPoolSide = 3;  // features are pooled to a kPoolSide x kPoolSide grid
 
 class ConvNet : public Model {
  public:
-  explicit ConvNet(const ModelOptions& opts) : channels_last_(opts.channels_last) {
+  explicit ConvNet(const ModelOptions& opts)
+      : channels_last_(opts.channels_last), recompute_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks) {
     const int64_t w = opts.width;
     features_ = register_module("features", torch::nn::Sequential());
-    add_conv_bn_relu(features_, opts.in_channels, w);
-    add_conv_bn_relu(features_, w, w);
+    units_.push_back(add_conv_bn_relu(features_, opts.in_channels, w));
+    units_.push_back(add_conv_bn_relu(features_, w, w));
     features_->push_back(torch::nn::MaxPool2d(2));
-    add_conv_bn_relu(features_, w, 2 * w);
-    add_conv_bn_relu(features_, 2 * w, 2 * w);
+    units_.push_back(add_conv_bn_relu(features_, w, 2 * w));
+    units_.push_back(add_conv_bn_relu(features_, 2 * w, 2 * w));
     features_->push_back(torch::nn::MaxPool2d(2));
     features_->push_back(torch::nn::AdaptiveAvgPool2d(kPoolSide));
     classifier_ = register_module("classifier", torch::nn::Sequential());
@@ -45,12 +50,19 @@ class ConvNet : public Model {
                       fmt::join(x.sizes(), "x"));
     x = as_input(x);
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-    x = features_->forward(x);                   // (N, 2w, 3, 3)
+    // Module by module; with activation checkpointing each conv-BN-ReLU unit is a segment.
+    for (size_t i = 0, u = 0; i < features_->size();) {
+      const size_t n = u < units_.size() && units_[u] == i ? (++u, 3) : 1;
+      x = forward_span(features_, i, i + n, x, recompute_ && n == 3);
+      i += n;
+    }                                            // (N, 2w, 3, 3)
     return classifier_->forward(x.flatten(1));  // (N, 2w*9) -> (N, num_classes)
   }
 
  private:
   bool channels_last_;
+  bool recompute_;
+  std::vector<size_t> units_;  ///< where each conv-BN-ReLU unit starts in features_
   torch::nn::Sequential features_{nullptr};
   torch::nn::Sequential classifier_{nullptr};
 };

@@ -4,6 +4,7 @@
 // pixel), which is why build() takes the input height and width.
 #include <fmt/ranges.h>
 
+#include "models/recompute.h"
 #include "models/zoo.h"
 
 namespace dlrun::models::detail {
@@ -11,10 +12,12 @@ namespace {
 
 class Mlp : public Model {
  public:
-  Mlp(const ModelOptions& opts, int64_t in_features) : in_features_(in_features) {
+  Mlp(const ModelOptions& opts, int64_t in_features)
+      : in_features_(in_features), recompute_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks) {
     layers_ = register_module("layers", torch::nn::Sequential());
     int64_t width = in_features;
     for (int64_t hidden : opts.hidden) {
+      hidden_starts_.push_back(layers_->size());
       layers_->push_back(torch::nn::Linear(width, hidden));
       layers_->push_back(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)));
       if (opts.dropout > 0) layers_->push_back(torch::nn::Dropout(opts.dropout));
@@ -29,11 +32,19 @@ class Mlp : public Model {
     DLRUN_CHECK_INPUT(x.dim() >= 2 && features == in_features_,
                       "mlp was built for {} input features (in_channels*H*W), got images of shape {}",
                       in_features_, fmt::join(x.sizes(), "x"));
-    return layers_->forward(as_input(x).flatten(1));  // (N, C*H*W)
+    x = as_input(x).flatten(1);  // (N, C*H*W)
+    // Each hidden layer (Linear, ReLU, Dropout) is a segment under activation checkpointing.
+    for (size_t h = 0; h < hidden_starts_.size(); ++h) {
+      const size_t end = h + 1 < hidden_starts_.size() ? hidden_starts_[h + 1] : layers_->size() - 1;
+      x = forward_span(layers_, hidden_starts_[h], end, x, recompute_);
+    }
+    return forward_span(layers_, layers_->size() - 1, layers_->size(), x, false);
   }
 
  private:
   int64_t in_features_;
+  bool recompute_;
+  std::vector<size_t> hidden_starts_;  ///< where each hidden layer starts in layers_
   torch::nn::Sequential layers_{nullptr};
 };
 

@@ -9,6 +9,7 @@
 
 #include <array>
 
+#include "models/recompute.h"
 #include "models/zoo.h"
 
 namespace dlrun::models::detail {
@@ -89,7 +90,10 @@ class ResNet : public Model {
  public:
   template <typename B>
   ResNet(const ModelOptions& opts, const std::array<int64_t, 4>& blocks, B* /*block type tag*/)
-      : channels_last_(opts.channels_last), imagenet_stem_(opts.stem == ResnetStem::kImagenet), dropout_(opts.dropout) {
+      : channels_last_(opts.channels_last),
+        imagenet_stem_(opts.stem == ResnetStem::kImagenet),
+        dropout_(opts.dropout),
+        recompute_(opts.activation_checkpointing) {
     conv1_ = register_module("conv1", imagenet_stem_ ? conv(opts.in_channels, 64, 7, 2, 3)
                                                      : conv(opts.in_channels, 64, 3, 1, 1));
     bn1_ = register_module("bn1", BatchNorm2d(64));
@@ -115,7 +119,13 @@ class ResNet : public Model {
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     x = bn1_->forward(conv1_->forward(x)).relu_();
     if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
-    for (auto& layer : layers_) x = layer->forward(x);
+    for (auto& layer : layers_) {
+      if (recompute_ == ActivationCheckpointing::kBlocks) {
+        for (size_t b = 0; b < layer->size(); ++b) x = forward_span(layer, b, b + 1, x, true);
+      } else {
+        x = forward_span(layer, 0, layer->size(), x, recompute_ == ActivationCheckpointing::kStages);
+      }
+    }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, 512*expansion)
     // model.dropout before the classifier, as for the other models; functional, so the
     // state dict keeps torchvision's names (torchvision's ResNet has no dropout at all).
@@ -127,6 +137,7 @@ class ResNet : public Model {
   bool channels_last_;
   bool imagenet_stem_;
   double dropout_;
+  ActivationCheckpointing recompute_;
   nn::Conv2d conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   std::array<nn::Sequential, 4> layers_{nn::Sequential(nullptr), nn::Sequential(nullptr),

@@ -21,7 +21,36 @@ torch::Device resolve_device(const RunOptions& run) {
   return dev.has_index() ? dev : torch::Device(torch::kCUDA, 0);
 }
 
-Placement place(const RunOptions& run, const dist::World& world) {
+CudaSettings cuda_settings(const Config& cfg) {
+  CudaSettings s;
+  s.cudnn_benchmark = cfg.train.cudnn_benchmark && !cfg.run.deterministic;
+  s.tf32 = cfg.train.tf32;
+  return s;
+}
+
+nlohmann::json fast_paths(const Config& cfg) {
+  const CudaSettings s = cuda_settings(cfg);
+  return {{"cudnn_benchmark", s.cudnn_benchmark},
+          {"tf32", s.tf32},
+          {"channels_last", cfg.model.channels_last},
+          {"amp", cfg.amp.enabled ? name_of(cfg.amp.dtype) : "off"},
+          {"cuda_graphs", cfg.train.cuda_graphs},
+          {"activation_checkpointing", name_of(cfg.model.activation_checkpointing)}};
+}
+
+std::string describe_fast_paths(const Config& cfg, const torch::Device& device) {
+  const auto j = fast_paths(cfg);
+  auto on = [&](const char* k) { return j[k].get<bool>() ? "on" : "off"; };
+  std::string s = fmt::format("fast paths on {}: ", device.str());
+  if (device.is_cuda())
+    s += fmt::format("cudnn_benchmark {}, tf32 {}, cuda_graphs {}, ", on("cudnn_benchmark"), on("tf32"), on("cuda_graphs"));
+  s += fmt::format("amp {}, channels_last {}, activation_checkpointing {}", j["amp"].get<std::string>(),
+                   on("channels_last"), j["activation_checkpointing"].get<std::string>());
+  return s;
+}
+
+Placement place(const Config& cfg, const dist::World& world) {
+  const RunOptions& run = cfg.run;
   Placement p;
   p.device = resolve_device(run);
   p.rank = world.rank;
@@ -42,6 +71,15 @@ Placement place(const RunOptions& run, const dist::World& world) {
   }
   if (run.threads > 0) at::set_num_threads(static_cast<int>(run.threads));
   if (run.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  const CudaSettings cs = cuda_settings(cfg);
+  auto& ctx = at::globalContext();
+  ctx.setBenchmarkCuDNN(cs.cudnn_benchmark);
+  const auto fp32 = cs.tf32 ? at::Float32Precision::TF32 : at::Float32Precision::IEEE;
+  // The fp32_precision API of torch >= 2.9 only (mixing it with allow_tf32 draws warnings);
+  // conv and RNN alike, so that cuDNN's operator-less query agrees with itself.
+  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, fp32);
+  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::RNN, fp32);
+  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, fp32);
   torch::manual_seed(run.seed);
   return p;
 }

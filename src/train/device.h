@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include "config/options.h"
 #include "dist/world.h"
 
@@ -21,11 +23,29 @@ struct Placement {
   int world_size = 1;
 };
 
-/// resolve_device(), then LibTorch's process-wide settings from the run section: intra-op
-/// threads (run.threads), deterministic algorithms (run.deterministic) and the global seed.
+/// The process-wide CUDA settings a config asks for: cuDNN autotuning (train.cudnn_benchmark,
+/// off under run.deterministic, whose algorithms must not change from run to run) and
+/// TensorFloat-32 for float32 convolutions and matrix products (train.tf32).
+struct CudaSettings {
+  bool cudnn_benchmark = true;
+  bool tf32 = true;
+};
+CudaSettings cuda_settings(const Config& cfg);
+
+/// What a run with `cfg` turns on, for the start of the log and `dlrun info CONFIG`:
+/// cudnn_benchmark, tf32, channels_last, amp ("off", "bf16", "fp16"), cuda_graphs and
+/// activation_checkpointing, as the config resolves them (the CUDA ones only matter on CUDA).
+nlohmann::json fast_paths(const Config& cfg);
+
+/// fast_paths() in one line for the log: "fast paths on cuda:0: cudnn_benchmark on, tf32 on,
+/// ..."; on the CPU only what applies there (amp, activation checkpointing, channels_last).
+std::string describe_fast_paths(const Config& cfg, const torch::Device& device);
+
+/// resolve_device(), then LibTorch's process-wide settings: intra-op threads (run.threads),
+/// deterministic algorithms (run.deterministic), the global seed, and cuda_settings().
 /// In a multi-process job, run.device cuda or auto means cuda:LOCAL_RANK (an explicit
 /// cuda:N is kept, with a warning when several local ranks would share it), made the
 /// current CUDA device.
-Placement place(const RunOptions& run, const dist::World& world = {});
+Placement place(const Config& cfg, const dist::World& world = {});
 
 }  // namespace dlrun::train

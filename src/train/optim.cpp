@@ -27,10 +27,13 @@ std::unordered_map<const void*, std::string> names_by_impl(torch::nn::Module& mo
 // state (and its checkpoint keys) is unchanged. `skip` is handed to the kernels as their
 // found_inf: where it is 1 they leave parameters and state as they were (decided on the
 // device, as PyTorch's GradScaler.step does with fused optimizers).
+// The learning rate may also live on the device (use_device_lr): the kernels' tensor-lr form,
+// which a captured CUDA graph replays with whatever value set_lr() last wrote.
 class DeviceSkip {
  public:
   virtual ~DeviceSkip() = default;
   std::optional<torch::Tensor> skip;  ///< float32 0-dim on the parameters' device, or none
+  std::optional<torch::Tensor> lr;    ///< float32 0-dim on the parameters' device, or none (options' lr)
 };
 
 class FusedSGD : public torch::optim::SGD, public DeviceSkip {
@@ -60,8 +63,12 @@ class FusedSGD : public torch::optim::SGD, public DeviceSkip {
         bufs.push_back(static_cast<torch::optim::SGDParamState&>(*st).momentum_buffer());
       }
       if (params.empty()) continue;
-      at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
-                      /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
+      if (lr)
+        at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), *lr, o.dampening(), o.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
+      else
+        at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
     }
     return {};
   }
@@ -106,8 +113,13 @@ class FusedAdamW : public torch::optim::AdamW, public DeviceSkip {
       if (params.empty()) continue;
       const auto [beta1, beta2] = o.betas();
       at::_foreach_add_(steps, 1);  // the kernels take the count already incremented, as PyTorch passes it
-      at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(), beta1, beta2, o.weight_decay(),
-                        o.eps(), /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+      if (lr)
+        at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, *lr, beta1, beta2, o.weight_decay(),
+                          o.eps(), /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+      else
+        at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(), beta1, beta2,
+                          o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false,
+                          /*grad_scale=*/std::nullopt, skip);
       if (skip) at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), *skip));
     }
     return {};
@@ -167,6 +179,18 @@ void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip) {
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+  auto* d = dynamic_cast<DeviceSkip*>(&opt);
+  if (d && d->lr) d->lr->fill_(lr);  // a kernel on the device's stream: no host wait
+}
+
+void use_device_lr(torch::optim::Optimizer& opt, const torch::Device& device) {
+  auto* d = dynamic_cast<DeviceSkip*>(&opt);
+  TORCH_CHECK(d != nullptr, "use_device_lr: not a fused optimizer");
+  const double lr = opt.param_groups().empty() ? 0.0 : opt.param_groups()[0].options().get_lr();
+  // CUDA kernels read a float32 lr through a device pointer (a double one is rounded to
+  // float32 there too); the CPU kernels read a host double, so keep all of it there.
+  const auto dtype = device.is_cuda() ? torch::kFloat32 : torch::kFloat64;
+  d->lr = torch::full({}, lr, torch::TensorOptions().dtype(dtype).device(device));
 }
 
 TensorDict optimizer_state(const OptimOptions& o, torch::optim::Optimizer& opt, torch::nn::Module& model) {

@@ -25,8 +25,15 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& opt
 /// decision stays on the device.
 void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip);
 
-/// Set the learning rate of every parameter group.
+/// Set the learning rate of every parameter group (and the device copy, after use_device_lr).
 void set_lr(torch::optim::Optimizer& opt, double lr);
+
+/// From now on `opt` (from build_optimizer) reads its learning rate from a 0-dim tensor on
+/// `device` that set_lr() fills: the fused kernels' tensor-lr form, which a captured CUDA graph
+/// needs (it replays kernels with the arguments they were captured with; a tensor argument is
+/// read at replay). float32 on CUDA (what its kernels read), float64 on the CPU, so that the
+/// updates equal the host form's.
+void use_device_lr(torch::optim::Optimizer& opt, const torch::Device& device);
 
 /// Optimizer state keyed by parameter name: sgd "<p>.momentum_buffer"; adamw "<p>.exp_avg",
 /// "<p>.exp_avg_sq", "<p>.step" (0-dim int64). Parameters without state are absent.

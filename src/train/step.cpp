@@ -6,7 +6,54 @@
 #include "dist/group.h"
 #include "train/optim.h"
 
+#ifdef DLRUN_TORCH_HAS_CUDA
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 namespace dlrun::train {
+
+std::string cuda_graph_obstacle(const Config& cfg, const torch::Device& device, bool distributed) {
+#ifndef DLRUN_TORCH_HAS_CUDA
+  return "this dlrun's LibTorch was built without CUDA";
+#endif
+  if (!device.is_cuda()) return fmt::format("the step runs on {}, not on a CUDA device", device.str());
+  if (distributed)
+    return "the run has a process group, whose gradient all-reduce runs from autograd hooks outside any graph "
+           "(capture with DDP is not implemented)";
+  if (cfg.train.grad_accum > 1) return "train.grad_accum > 1 (a captured step holds one micro-batch)";
+  if (cfg.model.activation_checkpointing != ActivationCheckpointing::kNone)
+    return "model.activation_checkpointing saves and restores RNG states on the host, which a capture cannot";
+  if (cfg.model.dtype != ModelDtype::kFloat32) return "model.dtype is not float32";
+  return "";
+}
+
+#ifdef DLRUN_TORCH_HAS_CUDA
+struct StepRunner::Graph {
+  at::cuda::CUDAGraph graph;
+  torch::Tensor x, y;  ///< static inputs: each replay reads the batch copied here
+  StepResult out;      ///< static outputs: each replay writes here
+  int warm = 0;        ///< eager warm-up steps run so far
+  bool captured = false;
+  bool told_ragged = false;
+};
+#else
+struct StepRunner::Graph {
+  bool captured = false;
+};
+#endif
+
+StepRunner::~StepRunner() = default;
+
+bool StepRunner::graph_captured() const { return graph_ && graph_->captured; }
+
+void StepRunner::use_cuda_graphs() {
+  DLRUN_CHECK_INPUT(device_.is_cuda(), "train.cuda_graphs needs a CUDA device, not {}", device_.str());
+  use_device_lr(optim_, device_);
+  graph_ = std::make_unique<Graph>();
+}
 
 StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models::Model& model,
                        torch::optim::Optimizer& optim, const torch::Device& device)
@@ -40,6 +87,10 @@ void StepRunner::clip(const std::vector<torch::Tensor>& grads) const {
 
 StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
   set_lr(optim_, lr);
+  return graph_ ? run_graphed(micro) : body(micro);
+}
+
+StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
   optim_.zero_grad(true);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   auto loss_sum = torch::zeros({}, f64);
@@ -89,6 +140,100 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
   if (skip.defined()) r.skipped = skip.gt(0);
   return r;
 }
+
+#ifdef DLRUN_TORCH_HAS_CUDA
+namespace {
+
+// Work queued on `from` so far happens before what is queued on `to` from now on.
+void order_after(const c10::cuda::CUDAStream& from, const c10::cuda::CUDAStream& to) {
+  at::cuda::CUDAEvent e;
+  e.record(from);
+  e.block(to);
+}
+
+StepResult copy_of(const StepResult& r) {  // the static outputs change at the next replay
+  StepResult c;
+  c.loss = r.loss.clone();
+  c.nonfinite = r.nonfinite.clone();
+  if (r.skipped.defined()) c.skipped = r.skipped.clone();
+  return c;
+}
+
+}  // namespace
+
+StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) {
+  Graph& g = *graph_;
+  const data::Batch& b = micro.at(0);
+  if (g.captured) {
+    if (micro.size() == 1 && b.x.sizes() == g.x.sizes() && b.x.scalar_type() == g.x.scalar_type() &&
+        b.y.sizes() == g.y.sizes()) {
+      g.x.copy_(b.x, /*non_blocking=*/true);
+      g.y.copy_(b.y, /*non_blocking=*/true);
+      g.graph.replay();
+      return copy_of(g.out);
+    }
+    if (!g.told_ragged) {
+      log0::info("train.cuda_graphs: a batch of {} samples (the captured step takes {}) runs eagerly", b.x.size(0),
+                 g.x.size(0));
+      g.told_ragged = true;
+    }
+    return body(micro);
+  }
+  const auto current = c10::cuda::getCurrentCUDAStream(device_.index());
+  const auto side = c10::cuda::getStreamFromPool(false, device_.index());
+  if (g.warm < kGraphWarmupSteps) {
+    ++g.warm;
+    order_after(current, side);
+    StepResult r;
+    {
+      c10::cuda::CUDAStreamGuard on_side(side);
+      r = body(micro);
+    }
+    order_after(side, current);
+    return r;
+  }
+  // Capture. Capturing records the kernels without running them; the step is then replayed
+  // once. Casts cached by autocast would be freed when the scope ends and are not captured as
+  // allocations of the graph, so the cache is off while capturing (torch.cuda.graphs says so).
+  g.x = torch::empty_like(b.x);
+  g.y = torch::empty_like(b.y);
+  g.x.copy_(b.x);
+  g.y.copy_(b.y);
+  data::Batch sb = b;
+  sb.x = g.x;
+  sb.y = g.y;
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  order_after(current, side);
+  try {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    at::autocast::set_autocast_cache_enabled(false);
+    g.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    g.out = body({sb});
+    g.graph.capture_end();
+  } catch (const std::exception& e) {
+    at::autocast::set_autocast_cache_enabled(cache);
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    try {
+      g.graph.capture_end();
+    } catch (const std::exception&) {  // the capture was already over
+    }
+    graph_.reset();
+    log0::warn("train.cuda_graphs: the step could not be captured ({}); training goes on eagerly", what);
+    order_after(side, current);
+    return body(micro);
+  }
+  at::autocast::set_autocast_cache_enabled(cache);
+  order_after(side, current);
+  g.captured = true;
+  log0::info("train.cuda_graphs: the step was captured after {} eager steps and is replayed from now on",
+             kGraphWarmupSteps);
+  g.graph.replay();
+  return copy_of(g.out);
+}
+#else
+StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) { return body(micro); }
+#endif
 
 std::string StepRunner::skip_reason() const {
   if (scaler_.active() && train_.nonfinite == NonfinitePolicy::kSkip)

@@ -7,6 +7,12 @@
 // update is skipped (fp16 overflow, or train.nonfinite: skip) is decided on the device: the
 // fused optimizers take the flag, the loss scaler updates from it. The learning rate is set
 // from the host.
+//
+// train.cuda_graphs: after kGraphWarmupSteps eager steps the whole step (forward, loss,
+// backward, unscale, clip, optimizer and scaler update) is captured into one CUDA graph and
+// replayed from then on, the batch copied into static input buffers and the learning rate read
+// from a device tensor (use_device_lr). A batch of another shape (the last, ragged one of an
+// epoch) runs eagerly; a capture that fails falls back to eager with its reason.
 #pragma once
 
 #include <torch/torch.h>
@@ -26,6 +32,14 @@ class GradSync;
 
 namespace dlrun::train {
 
+/// Why train.cuda_graphs cannot capture the step of a run with `cfg` on `device`, or "" when it
+/// can. `distributed`: the run has a process group (its all-reduce runs outside any graph).
+std::string cuda_graph_obstacle(const Config& cfg, const torch::Device& device, bool distributed);
+
+/// Eager steps before the capture: cuDNN's autotuning, lazily created optimizer state and the
+/// allocator's first blocks happen there, as torch.cuda.graphs asks (on a side stream).
+constexpr int kGraphWarmupSteps = 3;
+
 struct StepResult {
   torch::Tensor loss;       ///< float64 scalar on the device: mean of the micro-batch losses
   torch::Tensor nonfinite;  ///< bool scalar on the device: a non-finite loss or gradient (fp16: loss only)
@@ -38,6 +52,12 @@ class StepRunner {
  public:
   StepRunner(const TrainOptions& train, const AmpOptions& amp, models::Model& model, torch::optim::Optimizer& optim,
              const torch::Device& device);
+  ~StepRunner();
+  /// Capture and replay the step from the (kGraphWarmupSteps+1)-th run() on (train.cuda_graphs;
+  /// only where cuda_graph_obstacle() is ""). Moves the learning rate to the device.
+  void use_cuda_graphs();
+  /// Whether run() replays a captured graph now.
+  bool graph_captured() const;
   /// One optimizer step over `micro` (train.grad_accum micro-batches) at learning rate `lr`.
   StepResult run(const std::vector<data::Batch>& micro, double lr);
   /// Multi-process: the gradients of each step are averaged across ranks by `sync` during
@@ -51,6 +71,10 @@ class StepRunner {
 
  private:
   void clip(const std::vector<torch::Tensor>& grads) const;
+  StepResult body(const std::vector<data::Batch>& micro);
+  StepResult run_graphed(const std::vector<data::Batch>& micro);
+  struct Graph;
+  std::unique_ptr<Graph> graph_;  ///< null: eager
 
   TrainOptions train_;
   models::Model& model_;

@@ -65,6 +65,11 @@ class Trainer {
         group_(group),
         c_(build_components(cfg_, placement, Purpose::kTrain)),
         runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device) {
+    if (cfg_.train.cuda_graphs) {
+      const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, group_ != nullptr);
+      if (why.empty()) runner_.use_cuda_graphs();
+      else log0::warn("train.cuda_graphs: the step runs eagerly: {}", why);
+    }
     if (group_ && cfg_.dist.sync_bn) {
       const int layers = models::set_batchnorm_sync(*c_.model, dist::sync_batchnorm(*group_));
       if (layers == 0) log0::warn("dist.sync_bn: model {} has no BatchNorm layer; nothing to synchronise", cfg_.model.name);
@@ -82,6 +87,7 @@ class Trainer {
     log0::info("model {}: {} parameters; data {}: {} train / {} eval samples; {} steps/epoch, {} steps on {}",
                cfg_.model.name, models::num_parameters(*c_.model), cfg_.data.name, c_.data.train->size(),
                c_.data.eval->size(), c_.steps_per_epoch, c_.total_steps, c_.placement.device.str());
+    log0::info("{}", describe_fast_paths(cfg_, c_.placement.device));
   }
 
   /// Load what --resume asks for into the model, optimizer and state (refusals: exit 2).
@@ -707,7 +713,7 @@ int run(const TrainArgs& args) {
   RunDir dir(args.run_dir, args.cfg.checkpoint.dir);
   std::unique_ptr<RunLock> lock;  // one trainer per run directory; in a multi-process run, rank 0 writes it
   if (world.rank == 0) lock = std::make_unique<RunLock>(dir.path());
-  const Placement placement = place(args.cfg.run, world);
+  const Placement placement = place(args.cfg, world);
   std::unique_ptr<dist::Group> group;
   // A world of one trains without a process group, unless it was started by a launcher and
   // dist.backend names a backend: then the whole distributed path runs on one rank (what the

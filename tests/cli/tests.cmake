@@ -12,6 +12,15 @@ dlrun_cli_test(no_subcommand 2 "subcommand" )
 dlrun_cli_test(unknown_subcommand 2 "unknown subcommand 'frobnicate' \\(valid: .*config" frobnicate)
 dlrun_cli_test(info 0 "torch +[0-9]+\\.[0-9]+" info)
 dlrun_cli_test(info_json 0 "\"cuda_sources_compiled\"" info --json)
+dlrun_cli_test(info_fast_paths_default 0 "^fast paths \\(defaults\\): cudnn_benchmark on, tf32 on, cuda_graphs off .*activation_checkpointing none$" info)
+dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cudnn_benchmark off, tf32 off, .*amp bf16, channels_last on, activation_checkpointing blocks$"
+               info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cudnn_benchmark=false train.tf32=false amp.enabled=true
+               amp.dtype=bf16 model.channels_last=true model.activation_checkpointing=blocks)
+dlrun_cli_test(info_fast_paths_deterministic 0 "^fast paths .*cudnn_benchmark off" info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.deterministic=true)
+dlrun_cli_test(config_stages_need_a_resnet 2 "model.activation_checkpointing: stages are a ResNet notion; convnet has none"
+               config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.activation_checkpointing=stages)
+dlrun_cli_test(config_cuda_graphs_on_cpu 2 "train.cuda_graphs: CUDA graphs need a CUDA device, but run.device is cpu"
+               config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cuda_graphs=true run.device=cpu)
 dlrun_cli_test(config_show_quickstart 0 "model:.*" config show ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml)
 dlrun_cli_test(config_validate_quickstart 0 "quickstart.yaml: ok" config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml)
 add_test(NAME cli:config_validate_every_shipped

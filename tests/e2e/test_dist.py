@@ -137,6 +137,17 @@ def test_two_processes_match_one_with_accumulation():
     compare_world_sizes("train.grad_accum=2", *MLP)
 
 
+def test_activation_checkpointing_with_ddp_and_sync_bn_changes_nothing():
+    # Recomputed segments re-run synchronised BatchNorm (its collectives) during backward,
+    # between the Reducer's bucket all-reduces: the same parameters, bit for bit.
+    with RunDir() as plain, RunDir() as blocks:
+        run_ranks(2, TINY, plain.path, *SAME, "dist.sync_bn=true", "train.max_steps=20")
+        run_ranks(2, TINY, blocks.path, *SAME, "dist.sync_bn=true", "train.max_steps=20",
+                  "model.activation_checkpointing=blocks")
+        d = max_rel_diff(final_params(plain), final_params(blocks))
+        expect(d == 0, f"2 ranks with activation checkpointing differ from 2 without ({d:.3g})")
+
+
 def test_without_sync_bn_the_statistics_are_per_rank():
     # Per-rank BatchNorm statistics differ from the global batch's by design: the runs differ.
     with RunDir() as one, RunDir() as two:
@@ -332,7 +343,8 @@ def test_real_torchrun():
 if __name__ == "__main__":
     main([test_two_processes_match_one_mlp, test_two_processes_match_one_convnet_with_sync_bn,
           test_two_processes_match_one_resnet18_with_sync_bn,
-          test_two_processes_match_one_with_accumulation, test_without_sync_bn_the_statistics_are_per_rank,
+          test_two_processes_match_one_with_accumulation, test_activation_checkpointing_with_ddp_and_sync_bn_changes_nothing,
+          test_without_sync_bn_the_statistics_are_per_rank,
           test_a_world_of_one_with_a_named_backend_runs_the_distributed_path, test_only_rank_0_writes_and_metrics_aggregate,
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
           test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,

@@ -82,6 +82,24 @@ def test_bf16_autocast_on_the_cpu_learns_like_fp32():
         expect(abs(acc32 - acc16) <= 0.01, f"accuracy fp32 {acc32:.4f} vs bf16 {acc16:.4f}: more than 1 point apart")
 
 
+def test_activation_checkpointing_trains_to_the_same_parameters():
+    """model.activation_checkpointing recomputes instead of storing; on the CPU the run is the
+    plain run bit for bit (dropout masks replayed, BatchNorm statistics counted once), and the
+    log says what is on."""
+    common = ("model.dropout=0.3", "run.threads=1", "train.max_steps=20", "log.progress=none")
+    for overrides in (("model.name=convnet",), ("model.name=mlp", "model.hidden=[64,32]", "model.dropout=0.3"),
+                      ("model.name=resnet18", "model.stem=cifar", "data.synthetic_shape=[1,8,8]")):
+        with RunDir() as plain, RunDir() as blocks:
+            train(TINY, plain.path, *common, *overrides)
+            out = train(TINY, blocks.path, *common, *overrides, "model.activation_checkpointing=blocks").stdout
+            expect("activation_checkpointing blocks" in out, out[-2000:])
+            a, b = plain.summary()["params_sha256"], blocks.summary()["params_sha256"]
+            expect(a == b, f"{overrides}: checkpointed run differs from the plain one")
+            expect(plain.step_losses() == blocks.step_losses(), f"{overrides}: losses differ")
+            print(f"  {' '.join(overrides)}: blocks == plain ({a[:12]}...)")
+
+
 if __name__ == "__main__":
     main([test_run_directory_contract, test_deterministic_runs_match, test_different_seed_differs,
-          test_fashion_mnist_learns, test_bf16_autocast_on_the_cpu_learns_like_fp32])
+          test_fashion_mnist_learns, test_bf16_autocast_on_the_cpu_learns_like_fp32,
+          test_activation_checkpointing_trains_to_the_same_parameters])

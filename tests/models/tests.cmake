@@ -10,3 +10,10 @@ if(DLRUN_PYTHON)
                    $<TARGET_FILE:dlrun_model_dump>)
   set_tests_properties(py:torchvision_resnet_compat PROPERTIES LABELS python TIMEOUT 300)
 endif()
+
+# Activation checkpointing really frees memory (each mode in its own dlrun process).
+if(DLRUN_PYTHON)
+  add_test(NAME py:activation_checkpointing_memory
+           COMMAND ${DLRUN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/recompute_memory.py $<TARGET_FILE:dlrun>)
+  set_tests_properties(py:activation_checkpointing_memory PROPERTIES LABELS python TIMEOUT 300)
+endif()

@@ -109,3 +109,70 @@ TEST_CASE("a snapshot of a CUDA model is a host copy in pinned memory", "[gpu][t
   for (const auto& [name, t] : snap.tensor_files.at("rng-rank00000")) has_cuda_rng |= name == "cuda";
   CHECK(has_cuda_rng);
 }
+
+TEST_CASE("CUDA graphs: replayed steps train as eager steps do, a ragged batch runs eagerly", "[gpu][train][graphs]") {
+  if (no_cuda()) return;
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto name : {OptimName::kSgd, OptimName::kAdamw}) {
+    for (const bool fp16 : {false, true}) {
+      auto run = [&](bool graphs) {
+        auto model = models::build(convnet(), 1, 16);
+        model->to(cuda);
+        OptimOptions o;
+        o.name = name;
+        o.lr = 0.01;
+        o.momentum = 0.9;
+        auto optim = train::build_optimizer(o, *model);
+        AmpOptions amp;
+        amp.enabled = fp16;
+        TrainOptions t;
+        t.clip_grad_norm = 1.0;
+        train::StepRunner runner(t, amp, *model, *optim, cuda);
+        if (graphs) runner.use_cuda_graphs();
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
+        std::vector<double> losses;
+        for (int s = 0; s < train::kGraphWarmupSteps + 4; ++s) {
+          const int64_t n = s == train::kGraphWarmupSteps + 3 ? 7 : 16;  // the last batch is ragged
+          data::Batch b{torch::randn({n, 1, 16, 16}, gen).to(cuda), torch::randint(0, 10, {n}, gen).to(cuda)};
+          losses.push_back(runner.run({b}, 0.01 * (1.0 + s)).loss.item<double>());
+        }
+        if (graphs) CHECK(runner.graph_captured());
+        std::vector<torch::Tensor> params;
+        for (const auto& p : model->parameters()) params.push_back(p.detach().cpu());
+        return std::pair{losses, params};
+      };
+      INFO(name_of(name) << (fp16 ? " fp16" : " fp32"));
+      const auto [l0, p0] = run(false);
+      const auto [l1, p1] = run(true);
+      for (size_t i = 0; i < l0.size(); ++i) CHECK(l1[i] == Approx(l0[i]).epsilon(1e-4));
+      for (size_t i = 0; i < p0.size(); ++i) CHECK(torch::allclose(p0[i], p1[i], 1e-4, 1e-5));
+    }
+  }
+}
+
+TEST_CASE("activation checkpointing on CUDA: the plain model's gradients", "[gpu][models][recompute]") {
+  if (no_cuda()) return;
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto grads = [&](ActivationCheckpointing ac) {
+    ModelOptions o;
+    o.name = "resnet18";
+    o.in_channels = 3;
+    o.stem = ResnetStem::kCifar;
+    o.dropout = 0.2;
+    o.activation_checkpointing = ac;
+    auto model = models::build(o, 3, 16);
+    model->to(cuda);
+    at::globalContext().setDeterministicCuDNN(true);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    auto x = torch::randn({8, 3, 16, 16}, gen).to(cuda);
+    auto y = torch::randint(0, 10, {8}, gen).to(cuda);
+    torch::manual_seed(4);
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : model->parameters()) g.push_back(p.grad().cpu());
+    return g;
+  };
+  const auto plain = grads(ActivationCheckpointing::kNone);
+  const auto blocks = grads(ActivationCheckpointing::kBlocks);
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(torch::allclose(plain[i], blocks[i], 1e-5, 1e-6));
+}

@@ -238,3 +238,46 @@ TEST_CASE("the loss scaler's state: torch.amp.GradScaler's keys, round trip, old
   CHECK(old.state()["_growth_tracker"] == 7);
   CHECK(train::GradScaler(amp, false).state() == nlohmann::json::object());  // inactive: {} as PyTorch's
 }
+
+TEST_CASE("a learning rate on the device gives the host form's updates bit for bit", "[train][optim]") {
+  for (const auto name : {OptimName::kSgd, OptimName::kAdamw}) {
+    auto run = [&](bool device_lr) {
+      auto model = models::build(mlp(), 3, 4);
+      OptimOptions o = sgd();
+      o.name = name;
+      o.weight_decay = 0.01;
+      auto optim = train::build_optimizer(o, *model);
+      if (device_lr) train::use_device_lr(*optim, torch::kCPU);
+      train::StepRunner runner(TrainOptions{}, AmpOptions{}, *model, *optim, torch::kCPU);
+      for (double lr : {0.1, 0.05, 0.0123}) runner.run({batch(8)}, lr);
+      return params_of(*model);
+    };
+    INFO(name_of(name));
+    REQUIRE(same(run(false), run(true)));
+  }
+}
+
+TEST_CASE("train.cuda_graphs: what keeps a run from being captured is named", "[train][graphs]") {
+  Config c;
+  c.model = mlp();
+  c.train.cuda_graphs = true;
+  REQUIRE_THAT(train::cuda_graph_obstacle(c, torch::kCPU, false), Catch::Contains("not on a CUDA device") ||
+                                                                       Catch::Contains("built without CUDA"));
+#ifdef DLRUN_TORCH_HAS_CUDA
+  const torch::Device cuda(torch::kCUDA, 0);  // a name only: nothing runs on it
+  REQUIRE(train::cuda_graph_obstacle(c, cuda, false).empty());
+  REQUIRE_THAT(train::cuda_graph_obstacle(c, cuda, true), Catch::Contains("process group"));
+  Config accum = c;
+  accum.train.grad_accum = 2;
+  REQUIRE_THAT(train::cuda_graph_obstacle(accum, cuda, false), Catch::Contains("train.grad_accum"));
+  Config recompute = c;
+  recompute.model.activation_checkpointing = ActivationCheckpointing::kBlocks;
+  REQUIRE_THAT(train::cuda_graph_obstacle(recompute, cuda, false), Catch::Contains("model.activation_checkpointing"));
+  Config f64 = c;
+  f64.model.dtype = ModelDtype::kFloat64;
+  REQUIRE_THAT(train::cuda_graph_obstacle(f64, cuda, false), Catch::Contains("model.dtype"));
+#endif
+  // use_cuda_graphs() on a CPU runner is refused (exit 2), not ignored
+  Rig r{TrainOptions{}};
+  REQUIRE_THROWS_AS(r.runner.use_cuda_graphs(), Error);
+}
