@@ -10,16 +10,23 @@
 #
 # Each issue that adds a GPU path adds its checks here. Steps that fail are reported in
 # $OUT/summary.md and the script goes on; its exit code is non-zero if any failed.
+#
+# The whole suite takes longer than one 10-minute device call: DLRUN_GPU_PARTS picks parts
+# (default all: "build tests ckpt throughput amp memory"); the build directory stays between
+# calls, so e.g. `DLRUN_GPU_PARTS="build tests"` then `DLRUN_GPU_PARTS="ckpt throughput"` then
+# `DLRUN_GPU_PARTS="amp memory"`.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-out}"
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
+PARTS=" ${DLRUN_GPU_PARTS:-build tests ckpt throughput amp memory} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
 mkdir -p "$OUT"
 cd "$ROOT"
 failed=()
 summary="$OUT/summary.md"
-echo "# dlrun GPU suite, $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$summary"
+echo "# dlrun GPU suite, $(date -u +%Y-%m-%dT%H:%M:%SZ), parts:$PARTS" >> "$summary"
 step() { echo "== $*" | tee -a "$OUT/suite.log"; }
 fail() { failed+=("$1"); echo "- FAILED: $1" >> "$summary"; }
 
@@ -40,7 +47,7 @@ export LD_LIBRARY_PATH="/opt/devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:
 MULTIARCH_INC=/opt/devdeps/usr/include/x86_64-linux-gnu  # OpenSSL's configuration.h lives here
 
 step "build ($JOBS jobs)"
-if [[ -z "${DLRUN_GPU_SKIP_BUILD:-}" ]]; then
+if want build && [[ -z "${DLRUN_GPU_SKIP_BUILD:-}" ]]; then
   start=$(date +%s)
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLRUN_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DDLRUN_PYTHON="$(command -v python3)" \
@@ -53,6 +60,7 @@ DLRUN="$BUILD/dlrun"
 [[ -x "$DLRUN" ]] || { fail "no dlrun binary"; printf '%s\n' "${failed[@]}"; exit 1; }
 "$DLRUN" info > "$OUT/info.txt" 2>&1 || fail "dlrun info"
 
+if want tests; then
 step "tests: gpu label, then the CPU labels"
 ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error > "$OUT/tests-gpu.log" 2>&1 || fail "ctest -L gpu"
 grep -E "tests passed|Skipped|Failed" "$OUT/tests-gpu.log" | sed 's/^/    /' >> "$summary"
@@ -60,13 +68,17 @@ grep -E "tests passed|Skipped|Failed" "$OUT/tests-gpu.log" | sed 's/^/    /' >> 
 ctest --test-dir "$BUILD" -L "unit|core|cli|ckpt|crash" -j "$JOBS" --timeout 600 > "$OUT/tests-cpu.log" 2>&1 \
   || fail "ctest unit|core|cli|ckpt|crash"
 grep -E "tests passed" "$OUT/tests-cpu.log" | sed 's/^/    /' >> "$summary"
+fi
 
+if want ckpt; then
 step "benchmark: checkpoint stall and write, ResNet-50 state, on the GPU and on the CPU"
 for dev in cuda cpu; do
   "$DLRUN" bench ckpt --model resnet50 --repeat 3 --device "$dev" --json > "$OUT/bench-ckpt-$dev.json" 2>>"$OUT/suite.log" \
     || fail "bench ckpt --device $dev"
 done
+fi
 
+if want throughput; then
 step "benchmark: training throughput on synthetic ImageNet-sized data (ResNet-50, batch 128)"
 tsv="$OUT/train-throughput.tsv"
 printf 'variant\tsamples_per_s\tsteps\n' > "$tsv"
@@ -108,6 +120,28 @@ if (( ngpu > 1 )); then
 fi
 LAUNCH=()
 sed 's/^/    /' "$tsv" >> "$summary"
+fi
+
+# Issue 10: fp32/bf16/fp16 x NCHW/channels_last x eager/CUDA graphs, dlrun next to PyTorch
+# eager in the same run (resnet50 224x224 batch 256; resnet18 28x28 batch 512).
+if want amp; then
+step "benchmark: GPU fast paths, dlrun vs PyTorch eager"
+python3 bench/gpu_amp.py --dlrun "$DLRUN" --steps 60 --out "$OUT/gpu-amp.tsv" > "$OUT/gpu-amp.log" 2>&1 \
+  || fail "bench/gpu_amp.py"
+[[ -f "$OUT/gpu-amp.tsv" ]] && sed 's/^/    /' "$OUT/gpu-amp.tsv" >> "$summary"
+fi
+
+# Issue 10: activation checkpointing, ResNet-50 224x224 bf16 channels_last: peak memory of a
+# step at batch 128, its time, and the largest batch that fits, per mode.
+if want memory; then
+step "benchmark: activation checkpointing none/blocks/stages (peak memory, step time, largest batch)"
+for mode in none blocks stages; do
+  "$DLRUN" bench memory --model resnet50 --batch 128 --image-size 224 --checkpointing "$mode" --amp bf16 \
+    --channels-last --device cuda --repeat 10 --max-batch --json >> "$OUT/memory.jsonl" 2>>"$OUT/suite.log" \
+    || fail "bench memory $mode"
+done
+[[ -f "$OUT/memory.jsonl" ]] && sed 's/^/    /' "$OUT/memory.jsonl" >> "$summary"
+fi
 
 echo >> "$summary"
 if ((${#failed[@]})); then
