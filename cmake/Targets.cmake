@@ -16,6 +16,9 @@ file(GLOB_RECURSE DLRUN_BASE_SOURCES CONFIGURE_DEPENDS
 list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp ${_src}/dist/world.cpp)
 file(GLOB_RECURSE DLRUN_KERNEL_SOURCES CONFIGURE_DEPENDS ${_src}/kernels/*.cpp ${_src}/cuda/*.cpp)
 file(GLOB_RECURSE DLRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${_src}/*.cu)
+if(NOT DLRUN_TORCH_HAS_CUDA)  # the operator kernels use ATen's CUDA side; the device query does not
+  list(FILTER DLRUN_CUDA_SOURCES EXCLUDE REGEX "/src/kernels/")
+endif()
 file(GLOB_RECURSE DLRUN_CLI_SOURCES CONFIGURE_DEPENDS ${_src}/cli/*.cpp)
 file(GLOB_RECURSE DLRUN_CORE_SOURCES CONFIGURE_DEPENDS ${_src}/*.cpp)
 list(REMOVE_ITEM DLRUN_CORE_SOURCES ${DLRUN_BASE_SOURCES} ${DLRUN_KERNEL_SOURCES} ${DLRUN_CLI_SOURCES}
@@ -70,6 +73,11 @@ if(DLRUN_WITH_CUDA)
   target_sources(dlrun_kernels PRIVATE ${DLRUN_CUDA_SOURCES})
   target_link_libraries(dlrun_kernels PUBLIC CUDA::cudart)
   target_compile_definitions(dlrun_kernels PUBLIC DLRUN_WITH_CUDA=1)
+  # As PyTorch builds its own CUDA sources: c10::Half / c10::BFloat16 do the conversions, not
+  # CUDA's __half operators; constexpr host functions usable on the device.
+  target_compile_options(dlrun_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-D__CUDA_NO_HALF_OPERATORS__
+    -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__
+    --expt-relaxed-constexpr>)
 endif()
 
 # Link what an executable needs to run dlrun code: the core library and the kernel objects.

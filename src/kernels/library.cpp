@@ -1,12 +1,24 @@
-// The `dlrun` operator namespace of the PyTorch dispatcher. Custom operators (the fused
-// kernels) are declared here with TORCH_LIBRARY and implemented per device with
-// TORCH_LIBRARY_IMPL: a reference composed of ATen ops for the CPU, CUDA kernels in .cu files
-// beside it. This file belongs to the dlrun_kernels object library (cmake/Targets.cmake), so
-// the registration reaches every executable even though no code calls it by name.
+// The `dlrun` operator namespace of the PyTorch dispatcher: the schemas of dlrun's custom
+// operators (what each computes: src/kernels/ops.h). Implementations are registered per
+// dispatch key beside them: the reference composed of ATen ops for the CPU
+// (bn_relu_reference.cpp), CUDA kernels in .cu files, the autograd wrapper (bn_relu_autograd.cpp).
+// This file belongs to the dlrun_kernels object library (cmake/Targets.cmake), so the
+// registration reaches every executable even though no code calls it by name.
 #include <torch/library.h>
 
 TORCH_LIBRARY(dlrun, m) {
-  // No operators yet: the namespace is registered so that a second TORCH_LIBRARY(dlrun)
-  // anywhere fails loudly, and tests/kernels/library_test.cpp checks the registration is
-  // linked in.
+  // BatchNorm (training: batch statistics, running statistics updated in place; eval: the
+  // running statistics) then ReLU. Returns the output and the statistics backward needs:
+  // the mean and inverse standard deviation used (float32, one per channel).
+  m.def(
+      "bn_relu(Tensor input, Tensor weight, Tensor bias, Tensor(a!) running_mean, Tensor(b!) running_var, "
+      "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "bn_relu_backward(Tensor grad_out, Tensor input, Tensor output, Tensor weight, Tensor save_mean, "
+      "Tensor save_invstd, bool training) -> (Tensor, Tensor, Tensor)");
+  // Convolution (ATen/cuDNN, no bias) then bn_relu: ResNet's and convnet's conv-BN-ReLU.
+  m.def(
+      "conv_bn_relu(Tensor input, Tensor conv_weight, Tensor bn_weight, Tensor bn_bias, Tensor(a!) running_mean, "
+      "Tensor(b!) running_var, bool training, float momentum, float eps, int[2] stride, int[2] padding, "
+      "int[2] dilation, int groups) -> Tensor");
 }

@@ -1,0 +1,151 @@
+// bn_relu and conv_bn_relu (what they compute: ops.h): the reference composed of ATen ops,
+// registered for every backend (CompositeExplicitAutograd; a CUDA kernel registered for the
+// CUDA key takes precedence), the autograd wrapper, and conv_bn_relu as conv2d + bn_relu.
+//
+// What backward keeps: the BatchNorm input x (to rebuild x̂ = (x - mean) * invstd), the output
+// (its sign is ReLU's mask: out > 0 exactly where the pre-activation is), the mean and inverse
+// standard deviation (C floats each) and the weight. The unfused sequence keeps the same (BN
+// its input, ReLU its output); the pre-activation BN output, which it also materialises, is
+// never stored here.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "kernels/ops.h"
+
+namespace dlrun::kernels {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+const std::vector<int64_t> kShape = {1, -1, 1, 1};  // a per-channel vector against (N, C, H, W)
+
+void check_bn_inputs(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                     const at::Tensor& running_mean, const at::Tensor& running_var) {
+  TORCH_CHECK(x.dim() == 4, op, ": expected input of shape (N, C, H, W), got ", x.sizes());
+  TORCH_CHECK(x.is_floating_point(), op, ": expected a floating input, got ", x.scalar_type());
+  const int64_t c = x.size(1);
+  for (const auto& [name, t] : {std::pair{"weight", &weight}, std::pair{"bias", &bias},
+                                std::pair{"running_mean", &running_mean}, std::pair{"running_var", &running_var}}) {
+    TORCH_CHECK(t->defined() && t->dim() == 1 && t->size(0) == c, op, ": expected ", name, " of shape (", c,
+                ") for input of shape ", x.sizes(), ", got ", t->defined() ? t->sizes() : c10::IntArrayRef{});
+    TORCH_CHECK(t->device() == x.device(), op, ": ", name, " is on ", t->device(), ", input on ", x.device());
+  }
+}
+
+int64_t per_channel(const at::Tensor& x) { return x.size(0) * x.size(2) * x.size(3); }
+
+// Statistics and arithmetic in float32 for float32/fp16/bf16 inputs, float64 for float64 (the
+// "opmath" type, as ATen's BatchNorm).
+at::ScalarType acc_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_reference(const at::Tensor& x, const at::Tensor& weight,
+                                                                 const at::Tensor& bias, at::Tensor& running_mean,
+                                                                 at::Tensor& running_var, bool training,
+                                                                 double momentum, double eps) {
+  check_bn_inputs("dlrun::bn_relu", x, weight, bias, running_mean, running_var);
+  const auto acc = acc_type(x);
+  const auto x32 = x.to(acc);
+  at::Tensor mean, invstd;
+  if (training) {
+    const int64_t n = per_channel(x);
+    TORCH_CHECK(n > 1, "dlrun::bn_relu: training needs more than one value per channel, got input of shape ",
+                x.sizes());
+    auto [var, m] = at::var_mean(x32, {0, 2, 3}, /*correction=*/0, /*keepdim=*/false);
+    mean = m;
+    invstd = (var + eps).rsqrt();
+    at::NoGradGuard no_grad;
+    running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
+    running_var.mul_(1 - momentum)
+        .add_((var * (static_cast<double>(n) / static_cast<double>(n - 1))).to(running_var.scalar_type()), momentum);
+  } else {
+    mean = running_mean.to(acc);
+    invstd = (running_var.to(acc) + eps).rsqrt();
+  }
+  const auto scale = (invstd * weight.to(acc)).view(kShape);
+  auto out = ((x32 - mean.view(kShape)) * scale + bias.to(acc).view(kShape)).relu_();
+  return {out.to(x.scalar_type()).contiguous(x.suggest_memory_format()), mean, invstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_reference(const at::Tensor& grad_out,
+                                                                          const at::Tensor& x, const at::Tensor& out,
+                                                                          const at::Tensor& weight,
+                                                                          const at::Tensor& mean,
+                                                                          const at::Tensor& invstd, bool training) {
+  const auto acc = acc_type(x);
+  const auto g = grad_out.to(acc) * out.gt(0);  // ReLU's mask, from the output's sign
+  const auto xhat = (x.to(acc) - mean.view(kShape)) * invstd.view(kShape);
+  const auto sum_dy = g.sum({0, 2, 3});
+  const auto sum_dy_xhat = (g * xhat).sum({0, 2, 3});
+  const auto scale = (weight.to(acc) * invstd).view(kShape);
+  at::Tensor gx;
+  if (training) {  // the statistics depend on x too
+    const auto n = static_cast<double>(per_channel(x));
+    gx = scale * (g - (sum_dy / n).view(kShape) - xhat * (sum_dy_xhat / n).view(kShape));
+  } else {
+    gx = g * scale;
+  }
+  return {gx.to(x.scalar_type()).contiguous(x.suggest_memory_format()), sum_dy_xhat.to(weight.scalar_type()),
+          sum_dy.to(weight.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_op(const at::Tensor& grad_out, const at::Tensor& x,
+                                                                   const at::Tensor& out, const at::Tensor& weight,
+                                                                   const at::Tensor& mean, const at::Tensor& invstd,
+                                                                   bool training) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dlrun::bn_relu_backward", "")
+                             .typed<decltype(bn_relu_backward_reference)>();
+  return op.call(grad_out, x, out, weight, mean, invstd, training);
+}
+
+class BnReluFunction : public torch::autograd::Function<BnReluFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& bias, at::Tensor running_mean, at::Tensor running_var, bool training,
+                               double momentum, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [out, mean, invstd] = bn_relu(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    ctx->save_for_backward({x, out, weight, mean, invstd});
+    ctx->saved_data["training"] = training;
+    ctx->mark_non_differentiable({mean, invstd});
+    return {out, mean, invstd};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    auto [gx, gw, gb] = bn_relu_backward_op(grads.at(0), s[0], s[1], s[2], s[3], s[4],
+                                            ctx->saved_data["training"].toBool());
+    return {gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_autograd(const at::Tensor& x, const at::Tensor& weight,
+                                                                const at::Tensor& bias, at::Tensor& running_mean,
+                                                                at::Tensor& running_var, bool training, double momentum,
+                                                                double eps) {
+  auto r = BnReluFunction::apply(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  return {r[0], r[1], r[2]};
+}
+
+at::Tensor conv_bn_relu_composite(const at::Tensor& x, const at::Tensor& conv_weight, const at::Tensor& bn_weight,
+                                  const at::Tensor& bn_bias, at::Tensor& running_mean, at::Tensor& running_var,
+                                  bool training, double momentum, double eps, c10::IntArrayRef stride,
+                                  c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  const auto y = at::conv2d(x, conv_weight, /*bias=*/{}, stride, padding, dilation, groups);
+  return std::get<0>(bn_relu(y, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(dlrun, CompositeExplicitAutograd, m) {
+  m.impl("bn_relu", TORCH_FN(bn_relu_reference));
+  m.impl("bn_relu_backward", TORCH_FN(bn_relu_backward_reference));
+}
+
+TORCH_LIBRARY_IMPL(dlrun, Autograd, m) { m.impl("bn_relu", TORCH_FN(bn_relu_autograd)); }
+
+TORCH_LIBRARY_IMPL(dlrun, CompositeImplicitAutograd, m) { m.impl("conv_bn_relu", TORCH_FN(conv_bn_relu_composite)); }
+
+}  // namespace dlrun::kernels

@@ -1,0 +1,44 @@
+// dlrun's custom operators (schemas: src/kernels/library.cpp), called through the PyTorch
+// dispatcher by name, so that code outside the dlrun_kernels object library (the models) needs
+// no link-time dependency on it and the device picks the implementation: the reference
+// composed of ATen ops everywhere, CUDA kernels for CUDA tensors where they exist.
+//
+//   bn_relu(x, weight, bias, running_mean, running_var, training, momentum, eps)
+//     -> (out, save_mean, save_invstd)
+//     BatchNorm over (N, H, W) per channel of x (N, C, H, W), then ReLU. Training: the batch's
+//     mean and biased variance, accumulated in float32 for float32/fp16/bf16 x (float64 for
+//     float64 x); running_mean and running_var (updated in place) move by `momentum` towards the mean and the
+//     unbiased variance, as torch.nn.BatchNorm2d does. Eval: the running statistics. out has
+//     x's dtype and memory format; save_mean and save_invstd ((C), in that accumulation type) are what backward
+//     uses. Differentiable in x, weight and bias.
+//   conv_bn_relu(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training,
+//                momentum, eps, stride, padding, dilation, groups) -> out
+//     conv2d without bias (ATen, cuDNN on CUDA), then bn_relu.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/Tensor.h>
+
+#include <tuple>
+
+namespace dlrun::kernels {
+
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu(const at::Tensor& x, const at::Tensor& weight,
+                                                              const at::Tensor& bias, at::Tensor& running_mean,
+                                                              at::Tensor& running_var, bool training, double momentum,
+                                                              double eps) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::bn_relu", "").typed<decltype(bn_relu)>();
+  return op.call(x, weight, bias, running_mean, running_var, training, momentum, eps);
+}
+
+inline at::Tensor conv_bn_relu(const at::Tensor& x, const at::Tensor& conv_weight, const at::Tensor& bn_weight,
+                               const at::Tensor& bn_bias, at::Tensor& running_mean, at::Tensor& running_var,
+                               bool training, double momentum, double eps, c10::IntArrayRef stride,
+                               c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::conv_bn_relu", "").typed<decltype(conv_bn_relu)>();
+  return op.call(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps, stride,
+                 padding, dilation, groups);
+}
+
+}  // namespace dlrun::kernels
