@@ -68,6 +68,15 @@ grep -E "tests passed|Skipped|Failed" "$OUT/tests-gpu.log" | sed 's/^/    /' >> 
 ctest --test-dir "$BUILD" -L "unit|core|cli|ckpt|crash" -j "$JOBS" --timeout 600 > "$OUT/tests-cpu.log" 2>&1 \
   || fail "ctest unit|core|cli|ckpt|crash"
 grep -E "tests passed" "$OUT/tests-cpu.log" | sed 's/^/    /' >> "$summary"
+# Issue 11: the fused kernels' tests under compute-sanitizer (memory errors, shared-memory races).
+SAN=/usr/local/cuda/bin/compute-sanitizer
+if [[ -x "$SAN" ]]; then
+  for tool in memcheck racecheck; do
+    "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/tests/dlrun_core_tests" "[gpu][kernels]" \
+      > "$OUT/sanitizer-$tool.log" 2>&1 || fail "compute-sanitizer $tool"
+    echo "    compute-sanitizer $tool: $(tail -1 "$OUT/sanitizer-$tool.log")" >> "$summary"
+  done
+fi
 fi
 
 if want ckpt; then

@@ -88,6 +88,7 @@ struct ModelOptions {
   bool channels_last = false;
   ModelDtype dtype = ModelDtype::kFloat32;
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
+  bool fused_conv_bn_relu = true;
 };
 
 struct DataOptions {

@@ -115,6 +115,9 @@ std::vector<Section> describe(Config& c) {
       En("activation_checkpointing", o.activation_checkpointing,
          "recompute activations in backward instead of keeping them: none, blocks (every ResNet block; "
          "every conv-BN-ReLU of convnet; every hidden layer of mlp) or stages (every ResNet stage)"),
+      B("fused_conv_bn_relu", o.fused_conv_bn_relu,
+        "CUDA: each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op (fused BN+ReLU kernels); "
+        "no effect on the CPU"),
     }});
   }
   {

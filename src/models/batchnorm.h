@@ -34,4 +34,9 @@ TORCH_MODULE(BatchNorm2d);
 /// again). Returns how many BatchNorm layers there are.
 int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNormSync>& sync);
 
+/// relu(bn(conv(x))): through the fused dlrun::conv_bn_relu operator when `fused` (and `bn` is
+/// not synchronised across ranks), else the three modules. Both update the running statistics
+/// and num_batches_tracked alike.
+torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused);
+
 }  // namespace dlrun::models

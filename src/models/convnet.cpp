@@ -50,11 +50,22 @@ class ConvNet : public Model {
                       fmt::join(x.sizes(), "x"));
     x = as_input(x);
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-    // Module by module; with activation checkpointing each conv-BN-ReLU unit is a segment.
+    // Module by module; each conv-BN-ReLU unit in one call (the fused operator when
+    // use_fused_conv_bn_relu), a segment of its own under activation checkpointing.
     for (size_t i = 0, u = 0; i < features_->size();) {
-      const size_t n = u < units_.size() && units_[u] == i ? (++u, 3) : 1;
-      x = forward_span(features_, i, i + n, x, recompute_ && n == 3);
-      i += n;
+      if (u < units_.size() && units_[u] == i) {
+        ++u;
+        torch::nn::Conv2d conv(features_->ptr<torch::nn::Conv2dImpl>(i));
+        BatchNorm2d bn(features_->ptr<BatchNorm2dImpl>(i + 1));
+        SegmentFn unit = [conv, bn, fused = fused_](const torch::Tensor& t) mutable {
+          return conv_bn_relu(conv, bn, t, fused);
+        };
+        x = recompute_ ? checkpoint(unit, x, {features_->ptr(i), features_->ptr(i + 1)}) : unit(x);
+        i += 3;
+      } else {
+        x = forward_span(features_, i, i + 1, x, false);
+        ++i;
+      }
     }                                            // (N, 2w, 3, 3)
     return classifier_->forward(x.flatten(1));  // (N, 2w*9) -> (N, num_classes)
   }

@@ -28,6 +28,12 @@ class Model : public torch::nn::Module {
     to(t);
     dtype_ = t;
   }
+  /// Run every conv-BN-ReLU through the dlrun::conv_bn_relu operator (src/kernels/ops.h)
+  /// instead of the three modules — same parameters and buffers, same results within float
+  /// tolerance. BatchNorms handed to a BatchNormSync stay unfused. Models without such triples
+  /// (mlp) ignore it.
+  void use_fused_conv_bn_relu(bool on) { fused_ = on; }
+  bool fused_conv_bn_relu() const { return fused_; }
 
  protected:
   /// x in the model's dtype (unchanged when it already is, or is not floating, or autocast
@@ -35,6 +41,7 @@ class Model : public torch::nn::Module {
   torch::Tensor as_input(const torch::Tensor& x) const {
     return x.is_floating_point() && x.scalar_type() != dtype_ && dtype_ == torch::kFloat64 ? x.to(dtype_) : x;
   }
+  bool fused_ = false;
 
  private:
   torch::ScalarType dtype_ = torch::kFloat32;

@@ -25,6 +25,8 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad)
 class Block : public nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  const bool* fused = nullptr;  ///< the model's use_fused_conv_bn_relu flag
+  bool use_fused() const { return fused != nullptr && *fused; }
 };
 
 // conv1x1 + BN projection of the shortcut, registered as "downsample" (0: conv, 1: bn).
@@ -46,7 +48,7 @@ class BasicBlock : public Block {
 
   torch::Tensor forward(torch::Tensor x) override {
     torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
+    torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused());
     out = bn2_->forward(conv2_->forward(out));
     return out.add_(identity).relu_();
   }
@@ -74,8 +76,8 @@ class Bottleneck : public Block {
 
   torch::Tensor forward(torch::Tensor x) override {
     torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
-    out = bn2_->forward(conv2_->forward(out)).relu_();
+    torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused());
+    out = conv_bn_relu(conv2_, bn2_, out, use_fused());
     out = bn3_->forward(conv3_->forward(out));
     return out.add_(identity).relu_();
   }
@@ -103,7 +105,9 @@ class ResNet : public Model {
       nn::Sequential layer;
       for (int64_t b = 0; b < blocks[i]; ++b) {
         const int64_t stride = (i > 0 && b == 0) ? 2 : 1;
-        layer->push_back(std::make_shared<B>(in, planes[i], stride));
+        auto block = std::make_shared<B>(in, planes[i], stride);
+        block->fused = &fused_;
+        layer->push_back(block);
         in = planes[i] * B::kExpansion;
       }
       layers_[i] = register_module(fmt::format("layer{}", i + 1), layer);
@@ -117,7 +121,7 @@ class ResNet : public Model {
                       fmt::join(x.sizes(), "x"));
     x = as_input(x);
     if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-    x = bn1_->forward(conv1_->forward(x)).relu_();
+    x = conv_bn_relu(conv1_, bn1_, x, fused_);
     if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
     for (auto& layer : layers_) {
       if (recompute_ == ActivationCheckpointing::kBlocks) {

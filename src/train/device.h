@@ -33,7 +33,7 @@ struct CudaSettings {
 CudaSettings cuda_settings(const Config& cfg);
 
 /// What a run with `cfg` turns on, for the start of the log and `dlrun info CONFIG`:
-/// cudnn_benchmark, tf32, channels_last, amp ("off", "bf16", "fp16"), cuda_graphs and
+/// cudnn_benchmark, tf32, channels_last, amp ("off", "bf16", "fp16"), cuda_graphs, fused_conv_bn_relu and
 /// activation_checkpointing, as the config resolves them (the CUDA ones only matter on CUDA).
 nlohmann::json fast_paths(const Config& cfg);
 
