@@ -9,17 +9,14 @@
 
 #include <cstdio>
 
+#include "support/gpu.h"
+
 #include "kernels/ops.h"
 
 using namespace dlrun;
+using dlrun::testing::no_cuda;
 
 namespace {
-
-bool no_cuda() {
-  if (torch::cuda::is_available()) return false;
-  std::printf("SKIP: no CUDA device\n");
-  return true;
-}
 
 // Fill the caching allocator's free blocks with NaN: allocate, poison and free a large block
 // (the op's outputs are then likely carved from it).

@@ -4,20 +4,17 @@
 
 #include <cstdio>
 
+#include "support/gpu.h"
+
 #include "models/model.h"
 #include "train/optim.h"
 #include "train/resume.h"
 #include "train/step.h"
 
 using namespace dlrun;
+using dlrun::testing::no_cuda;
 
 namespace {
-
-bool no_cuda() {
-  if (torch::cuda::is_available()) return false;
-  std::printf("SKIP: no CUDA device\n");
-  return true;
-}
 
 ModelOptions convnet() {
   ModelOptions m;
