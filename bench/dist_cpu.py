@@ -24,13 +24,13 @@ import subprocess
 import sys
 import tempfile
 
+from runlog import mean_samples_per_s  # noqa: E402  (bench/, next to this script)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sps(run_dir, warmup):
-    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"samples_per_s"' in l]
-    rows = [r for r in rows if "event" not in r and r["step"] > warmup]
-    return sum(r["samples_per_s"] for r in rows) / len(rows)
+    return mean_samples_per_s(run_dir, warmup)
 
 
 def free_port():

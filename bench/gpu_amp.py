@@ -13,7 +13,6 @@ on as dlrun's defaults). Prints a TSV (and writes it with --out).
   bench/gpu_amp.py --dlrun build-gpu/dlrun [--steps 60] [--out results.tsv] [--only resnet18]
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import time
 
 import torch
 from torch import nn
+
+from runlog import mean_samples_per_s  # bench/, next to this script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -133,10 +134,8 @@ def dlrun_ips(dlrun, w, precision, channels_last, graphs, steps, warm, log_dir):
             f.write(p.stdout)
         if p.returncode != 0:
             return float("nan"), p.stdout.strip().splitlines()[-1:] or ["?"]
-        rows = [json.loads(l) for l in open(os.path.join(tmp, "run", "metrics.jsonl")) if '"samples_per_s"' in l]
-        rows = [r for r in rows if "event" not in r and r["step"] > warm]
         captured = "is replayed from now on" in p.stdout
-        return sum(r["samples_per_s"] for r in rows) / len(rows), ["captured" if captured else "eager"]
+        return mean_samples_per_s(os.path.join(tmp, "run"), warm), ["captured" if captured else "eager"]
 
 
 def main():
