@@ -13,7 +13,8 @@
 set(_src ${CMAKE_SOURCE_DIR}/src)
 file(GLOB_RECURSE DLRUN_BASE_SOURCES CONFIGURE_DEPENDS
      ${_src}/base/*.cpp ${_src}/config/*.cpp ${_src}/metrics/*.cpp ${_src}/preempt/*.cpp ${_src}/remote/*.cpp)
-list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp ${_src}/dist/world.cpp)
+list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp ${_src}/dist/world.cpp
+     ${_src}/dist/listen.cpp)
 file(GLOB_RECURSE DLRUN_KERNEL_SOURCES CONFIGURE_DEPENDS ${_src}/kernels/*.cpp ${_src}/cuda/*.cpp)
 file(GLOB_RECURSE DLRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${_src}/*.cu)
 if(NOT DLRUN_TORCH_HAS_CUDA)  # the operator kernels use ATen's CUDA side; the device query does not
@@ -34,6 +35,9 @@ target_compile_options(dlrun_base PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARN
 if(DLRUN_HAVE_CURL)
   target_link_libraries(dlrun_base PUBLIC CURL::libcurl)
   target_compile_definitions(dlrun_base PUBLIC DLRUN_HAVE_CURL=1)
+endif()
+if(DLRUN_HARDEN)
+  return()  # the sanitizer build (cmake/Hardening.cmake) takes dlrun_base and the source lists only
 endif()
 
 add_library(dlrun_core STATIC ${DLRUN_CORE_SOURCES})

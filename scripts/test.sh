@@ -9,3 +9,8 @@ cd "$BUILD_DIR"
 # Tests run one at a time by default: several train real models and would fight over 2 cores.
 # --no-tests=error: a filter or a build that registers no test is a failure, not a pass.
 ctest --output-on-failure --no-tests=error -j "${DLRUN_TEST_JOBS:-1}" --timeout 900 "$@"
+# The whole suite (no ctest arguments) also runs the sanitizer tests and every fuzz target for a
+# minute (scripts/harden.sh ci; docs/reliability.md). DLRUN_HARDEN_CHECKS=0 leaves them out.
+if [[ $# -eq 0 && "${DLRUN_HARDEN_CHECKS:-1}" != 0 ]]; then
+  bash "$ROOT/scripts/harden.sh" ci
+fi

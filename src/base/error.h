@@ -12,6 +12,10 @@
 
 namespace dlrun {
 
+/// `s` with control characters and bytes that are not valid UTF-8 written as \xNN, so that
+/// what an error quotes from a binary file cannot garble a terminal or a log.
+std::string printable(const std::string& s);
+
 /// Process exit codes, documented in README.md.
 enum class ExitCode : int {
   kOk = 0,            ///< finished
@@ -41,7 +45,8 @@ class Error : public std::runtime_error {
   const std::string& message() const { return message_; }
   const std::string& hint() const { return hint_; }
 
-  /// The message as printed to the user: "file:line:col: key: message" plus "hint: ..." line.
+  /// The message as printed to the user: "file:line:col: key: message" plus "hint: ..." line,
+  /// through printable().
   std::string render() const;
 
  private:

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -14,7 +15,7 @@ namespace {
 
 bool known(const std::string& name) {
   return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
-         name == "upload" || name == "slow_batch";
+         name == "upload" || name == "slow_batch" || name == "disk_error";
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -57,6 +58,31 @@ void at_checkpoint_point(const char* point) {
 void at_upload_point(const char* point) {
   const Spec s = current();
   if (s.name == "upload" && point != nullptr && s.arg == point) die("upload:" + s.arg + " reached");
+}
+
+int write_error(const std::string& path) {
+  const Spec s = current();
+  if (s.name != "disk_error") return 0;
+  // ERR, ERR:N (steps >= N) or ERR:N-M (steps N..M: the disk recovers after M).
+  const auto colon = s.arg.find(':');
+  const std::string err = s.arg.substr(0, colon);
+  long long from = 0, to = -1;
+  if (colon != std::string::npos) {
+    char* end = nullptr;
+    from = std::strtoll(s.arg.c_str() + colon + 1, &end, 10);
+    if (end && *end == '-') to = std::strtoll(end + 1, nullptr, 10);
+  }
+  int code = 0;
+  if (err == "ENOSPC") code = ENOSPC;
+  else if (err == "EIO") code = EIO;
+  else if (err == "EROFS") code = EROFS;
+  if (code == 0) return 0;
+  // ".../step-00000020.tmp/model.pt": the step of the checkpoint being written.
+  const auto at = path.rfind("/step-");
+  const auto tmp = path.find(".tmp/", at == std::string::npos ? 0 : at);
+  if (at == std::string::npos || tmp == std::string::npos) return 0;
+  const long long step = std::strtoll(path.c_str() + at + 6, nullptr, 10);
+  return step >= from && (to < 0 || step <= to) ? code : 0;
 }
 
 void during(const char* phase) {

@@ -10,6 +10,9 @@
 //                                  (data loaded, nothing written yet), eval (an evaluation
 //                                  has begun), save (a snapshot taken, the write not done)
 //   DLRUN_FAULT=slow_batch:MS      every training batch arrives MS milliseconds late (a slow loader)
+//   DLRUN_FAULT=disk_error:ERR[:N[-M]]  writes of checkpoint files (into step-K.tmp/, K >= N, and
+//                                  K <= M when given) fail as a disk would: ENOSPC and EIO after
+//                                  half the bytes, EROFS at open
 //
 //   DLRUN_FAULT_RANK=R             in a multi-process run, only rank R (its RANK variable) is hit
 //   DLRUN_FAULT_RESTART=N          only in the group's N-th restart (TORCHELASTIC_RESTART_COUNT)
@@ -42,6 +45,11 @@ void after_step(int64_t step);
 /// Sleep MS milliseconds when DLRUN_FAULT is `slow_batch:<MS>` (the trainer calls it as it
 /// takes each training batch, inside the time it counts as waiting for data).
 void slow_batch();
+
+/// The errno a durable write of `path` must fail with under DLRUN_FAULT=disk_error:ERR[:N[-M]]
+/// (ERR: ENOSPC, EIO or EROFS), or 0. Only files of a checkpoint being written are hit: a path
+/// inside "step-K.tmp/" with N <= K (<= M); N defaults to 0, M to no end.
+int write_error(const std::string& path);
 
 /// raise(SIGTERM) when DLRUN_FAULT is `signal_during:<phase>`.
 void during(const char* phase);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/fault.h"
 
 namespace dlrun::fsutil {
 namespace {
@@ -23,12 +24,16 @@ std::string errstr(int err) { return std::strerror(err); }
 }  // namespace
 
 void write_file_durable(const std::string& path, std::string_view data) {
+  // DLRUN_FAULT=disk_error: fail like a full or broken disk (docs/testing.md).
+  const int injected = fault::write_error(path);
+  if (injected == EROFS) fail_runtime("{}: cannot create: {}", path, errstr(EROFS));
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_runtime("{}: cannot create: {}", path, errstr(errno));
   const char* p = data.data();
   size_t left = data.size();
+  const size_t fail_below = injected ? data.size() - data.size() / 2 : 0;  // half written, then the error
   while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
+    ssize_t w = left <= fail_below ? (errno = injected, -1) : ::write(fd, p, left - fail_below);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) {
       int err = errno;

@@ -88,6 +88,7 @@ struct VerifyResult {
   int64_t step = -1;
   int64_t epoch = -1;
   nlohmann::json manifest;
+  bool newer_format = false;  ///< written by a newer dlrun: resume refuses rather than skips it
 };
 
 /// Check a checkpoint directory: manifest present and parseable, every listed file present
@@ -166,6 +167,8 @@ class Writer {
  public:
   Writer(std::string checkpoints_dir, CheckpointOptions opts);
   ~Writer();  ///< waits for a pending write
+  /// Write `snap` (async: hand it to the background thread). With async writes, a failure of
+  /// the previous background write is rethrown here, after `snap` has been queued.
   void save(Snapshot snap);
   /// Block until nothing is pending; rethrows a failure of the last write.
   void wait();

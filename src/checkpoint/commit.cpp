@@ -149,18 +149,29 @@ std::string commit_files(const FileSet& set, const std::string& checkpoints_dir)
     const std::string aside = set_aside(tmp, "partial");
     log::warn("{}: a partial checkpoint of the same step left by an interrupted writer; kept as {}", tmp, aside);
   }
-  fsutil::make_dirs(tmp);
-  fsutil::fsync_dir(checkpoints_dir);
-
-  for (size_t i = 0; i + 1 < set.files.size(); ++i) {
-    const auto& [name, bytes] = set.files[i];
-    fsutil::write_file_durable(tmp + "/" + name, std::string_view(bytes.data(), bytes.size()));
-    if (i == 0) fault::at_checkpoint_point("file");
+  try {
+    fsutil::make_dirs(tmp);
+    fsutil::fsync_dir(checkpoints_dir);
+    for (size_t i = 0; i + 1 < set.files.size(); ++i) {
+      const auto& [name, bytes] = set.files[i];
+      fsutil::write_file_durable(tmp + "/" + name, std::string_view(bytes.data(), bytes.size()));
+      if (i == 0) fault::at_checkpoint_point("file");
+    }
+    fault::at_checkpoint_point("files");
+    const auto& manifest = set.files.back().second;
+    fsutil::write_file_durable(tmp + "/" + detail::kManifest, std::string_view(manifest.data(), manifest.size()));
+    fsutil::fsync_dir(tmp);
+  } catch (const Error&) {
+    // A write that failed here (a full disk, an I/O error, a read-only file system) leaves a
+    // partial step-N.tmp/ that this process made and nothing refers to: remove it, so a full
+    // disk gets its space back for the next save (committed checkpoints are not touched).
+    try {
+      fsutil::remove_tree(tmp);
+    } catch (const Error& e) {
+      log::warn("could not remove the partial checkpoint {}: {}", tmp, e.message());
+    }
+    throw;
   }
-  fault::at_checkpoint_point("files");
-  const auto& manifest = set.files.back().second;
-  fsutil::write_file_durable(tmp + "/" + detail::kManifest, std::string_view(manifest.data(), manifest.size()));
-  fsutil::fsync_dir(tmp);
   fault::at_checkpoint_point("manifest");
 
   install(tmp, final_dir, checkpoints_dir);

@@ -4,6 +4,8 @@
 // cheap size check). Private to src/checkpoint.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +20,8 @@ inline constexpr const char* kConfig = "config.yaml";
 inline constexpr const char* kModel = "model.pt";
 inline constexpr const char* kLatest = "LATEST";
 inline constexpr int kFormatVersion = 1;
+/// A manifest lists a handful of files; anything larger is not one.
+inline constexpr int64_t kMaxManifestBytes = 1 << 20;
 
 /// "step-00001200" -> step 1200, suffix ""; "step-00001200.tmp" -> suffix ".tmp".
 /// False for names that are not checkpoint directories.
@@ -34,6 +38,15 @@ VerifyResult read_manifest(const std::string& ckpt_dir);
 /// The reason a file listed in the manifest (`entry`: name, bytes, sha256) does not match
 /// `size` bytes hashing to `sha256`, or "" when it matches.
 std::string file_mismatch(const nlohmann::json& entry, uint64_t size, const std::string& sha256);
+
+/// Why a checkpoint entry with this lstat() is not a regular file ("" when it is).
+std::string not_a_plain_file(const struct stat& st, const std::string& name);
+
+/// Why the manifest's "format" / "format_version" cannot be read by this dlrun ("" when fine).
+std::string format_problem(const nlohmann::json& manifest);
+
+/// nlohmann::json::parse with nesting capped (throws std::exception on bad or too deep JSON).
+nlohmann::json parse_json(const std::string& text);
 
 /// verify(); with `hashes` false only presence and sizes are checked (no reading of data).
 VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes);

@@ -32,9 +32,12 @@ std::vector<Entry> scan(const std::string& checkpoints_dir) {
     std::string suffix;
     e.name = name;
     e.path = checkpoints_dir + "/" + name;
-    if (!parse_dir_name(e.name, &e.step, &suffix) || !fsutil::is_directory(e.path)) continue;
-    e.partial = !suffix.empty();
+    if (!parse_dir_name(e.name, &e.step, &suffix)) continue;
+    // Real directories only: a symbolic link named like a checkpoint is not one of this run's,
+    // and retention must never delete through it.
     struct stat st {};
+    if (::lstat(e.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    e.partial = !suffix.empty();
     if (::stat(e.path.c_str(), &st) == 0) e.mtime = static_cast<double>(st.st_mtime);
     for (const auto& f : fsutil::list_names(e.path))
       if (::stat((e.path + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) e.bytes += static_cast<uint64_t>(st.st_size);

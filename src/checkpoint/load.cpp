@@ -3,6 +3,8 @@
 // (parse): a checkpoint that does not verify is bad input (exit 2, with the reason and the
 // path), and no byte is read or hashed twice (resume time bounds how fast a requeued job gets
 // back to work). A downloaded checkpoint is parsed from its checked bytes the same way.
+#include <sys/stat.h>
+
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/sha256.h"
@@ -30,7 +32,12 @@ FileSet read_set(const std::string& ckpt_dir) {
   for (const auto& f : v.manifest["files"]) {
     const auto name = f["name"].get<std::string>();
     const std::string path = ckpt_dir + "/" + name;
-    if (!fsutil::is_regular_file(path)) fail_verify(ckpt_dir, name + ": missing (listed in manifest.json)");
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) fail_verify(ckpt_dir, name + ": missing (listed in manifest.json)");
+    if (const std::string why = detail::not_a_plain_file(st, name); !why.empty()) fail_verify(ckpt_dir, why);
+    // Sizes first: a file far larger than the manifest says is not read into memory at all.
+    if (const std::string why = detail::file_mismatch(f, static_cast<uint64_t>(st.st_size), ""); !why.empty())
+      fail_verify(ckpt_dir, why);
     std::vector<char> bytes;
     try {
       bytes = fsutil::read_bytes(path);
@@ -58,8 +65,8 @@ Snapshot parse(const FileSet& set, const std::string& where) {
       snap.tensor_files[name.substr(0, name.size() - 3)] = tensors_from_bytes(bytes, what);
     } else if (name == detail::kState) {
       try {
-        snap.state = nlohmann::json::parse(bytes.begin(), bytes.end());
-      } catch (const nlohmann::json::exception& e) {
+        snap.state = detail::parse_json(std::string(bytes.begin(), bytes.end()));
+      } catch (const std::exception& e) {
         fail_input("{}: not valid JSON: {}", what, e.what());
       }
     } else if (name == detail::kConfig) {
@@ -83,6 +90,11 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
       if (tmp && on_skip) on_skip(it->path, "partial: never committed (interrupted writer); ignored, not deleted");
       continue;
     }
+    // A checkpoint this dlrun cannot read because a newer one wrote it is not damage: skipping
+    // it would start the run over beside it. Stop and say so.
+    if (const VerifyResult v = detail::read_manifest(it->path); v.newer_format)
+      throw Error(ExitCode::kBadInput, fmt::format("{}: {}", it->path, v.reason),
+                  "this run was continued by a newer dlrun: use that version (or start a new run with --run-dir)");
     try {
       return Loaded{it->path, load(it->path)};
     } catch (const Error& e) {

@@ -113,7 +113,7 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   FileSet set;
   set.name = name;
   try {
-    set.manifest = nlohmann::json::parse(manifest_text);
+    set.manifest = detail::parse_json(manifest_text);
   } catch (const std::exception& e) {
     fail_verify(where, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }
@@ -122,12 +122,14 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   for (const char* key : {"step", "epoch"})
     if (set.manifest.contains(key) && !set.manifest[key].is_number_integer())
       fail_verify(where, fmt::format("manifest.json: '{}' is not an integer", key));
+  if (const std::string why = detail::format_problem(set.manifest); !why.empty()) fail_verify(where, why);
   for (const auto& f : set.manifest["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
       fail_verify(where, "manifest.json: malformed file entry (needs name, bytes, sha256)");
     const auto file = f["name"].get<std::string>();
-    if (file.empty() || file.find('/') != std::string::npos) fail_verify(where, "manifest.json: invalid file name");
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      fail_verify(where, fmt::format("manifest.json: invalid file name '{}'", file));
     Sha256 h;
     std::vector<char> bytes;
     uint64_t size = 0;

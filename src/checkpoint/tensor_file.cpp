@@ -49,6 +49,8 @@ TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string&
     v = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
     fail_input("{}: not a readable torch file: {}", what, e.what_without_backtrace());
+  } catch (const std::exception& e) {  // LibTorch's reader also throws std:: errors on damaged archives
+    fail_input("{}: not a readable torch file: {}", what, e.what());
   }
   DLRUN_CHECK_INPUT(v.isGenericDict(), "{}: expected a dict of tensors, found {}", what, v.tagKind());
   TensorDict out;

@@ -27,6 +27,38 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+std::string not_a_plain_file(const struct stat& st, const std::string& name) {
+  // A checkpoint holds regular files only: a symbolic link could point anywhere (and be
+  // followed by retention's deletes), a FIFO or device would block a reader forever.
+  if (S_ISLNK(st.st_mode)) return name + ": a symbolic link; a checkpoint holds regular files only";
+  if (S_ISDIR(st.st_mode)) return name + ": a directory where a file is expected";
+  if (!S_ISREG(st.st_mode)) return name + ": not a regular file (a FIFO, socket or device)";
+  return "";
+}
+
+std::string format_problem(const nlohmann::json& m) {
+  if (m.contains("format") && m["format"] != "dlrun-checkpoint")
+    return fmt::format("manifest.json: format {} is not a dlrun checkpoint", m["format"].dump());
+  if (!m.contains("format_version")) return "";  // written before the field existed: version 1
+  const auto& v = m["format_version"];
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    return fmt::format("manifest.json: format_version {} is not a version number", v.dump());
+  if (v.get<int64_t>() > kFormatVersion)
+    return fmt::format("manifest.json: format version {} was written by a newer dlrun (this one reads version {}); "
+                       "upgrade dlrun to resume from it",
+                       v.get<int64_t>(), kFormatVersion);
+  return "";
+}
+
+nlohmann::json parse_json(const std::string& text) {
+  // nlohmann parses iteratively but copies and compares recursively: cap the nesting, so a
+  // hostile file cannot overflow the stack later (no dlrun file nests more than a few levels).
+  return nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > 64) throw std::runtime_error("nested more than 64 levels deep");
+    return true;
+  });
+}
+
 VerifyResult read_manifest(const std::string& ckpt_dir) {
   VerifyResult r;
   const std::string name = fsutil::base_name(ckpt_dir);
@@ -36,17 +68,25 @@ VerifyResult read_manifest(const std::string& ckpt_dir) {
   if (::stat(ckpt_dir.c_str(), &st) != 0) return fail(r, "checkpoint directory not found");
   if (!S_ISDIR(st.st_mode)) return fail(r, "not a directory");
   const std::string mpath = ckpt_dir + "/" + kManifest;
-  if (::stat(mpath.c_str(), &st) != 0) return fail(r, "missing manifest.json (partial write?)");
+  if (::lstat(mpath.c_str(), &st) != 0) return fail(r, "missing manifest.json (partial write?)");
+  if (const std::string why = not_a_plain_file(st, kManifest); !why.empty()) return fail(r, why);
+  if (st.st_size > kMaxManifestBytes)
+    return fail(r, fmt::format("manifest.json: {} bytes, more than a manifest can be ({})", st.st_size,
+                               kMaxManifestBytes));
 
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(fsutil::read_file(mpath));
+    m = parse_json(fsutil::read_file(mpath));
   } catch (const std::exception& e) {
     return fail(r, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }
   if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || !m.contains("step") ||
       !m["step"].is_number_integer())
     return fail(r, "manifest.json: malformed (needs 'step' and a 'files' list)");
+  if (const std::string why = format_problem(m); !why.empty()) {
+    r.newer_format = m["format_version"].is_number_integer() && m["format_version"].get<int64_t>() > kFormatVersion;
+    return fail(r, why);
+  }
   r.manifest = m;
   r.step = m["step"].get<int64_t>();
   r.epoch = m.contains("epoch") && m["epoch"].is_number_integer() ? m["epoch"].get<int64_t>() : -1;
@@ -84,8 +124,9 @@ VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes) {
     const auto fname = f["name"].get<std::string>();
     const std::string path = ckpt_dir + "/" + fname;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return fail(r, fmt::format("{}: missing (listed in manifest.json)", fname));
-    std::string why = file_mismatch(f, static_cast<uint64_t>(st.st_size), "");
+    if (::lstat(path.c_str(), &st) != 0) return fail(r, fmt::format("{}: missing (listed in manifest.json)", fname));
+    std::string why = not_a_plain_file(st, fname);
+    if (why.empty()) why = file_mismatch(f, static_cast<uint64_t>(st.st_size), "");
     if (why.empty() && hashes) {
       try {
         uint64_t bytes = 0;

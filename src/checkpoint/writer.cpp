@@ -113,7 +113,6 @@ void Writer::save(Snapshot snap) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(impl_->mu);
   impl_->wait_idle(lock);
-  impl_->rethrow();
   const double wait_s = seconds_since(t0);
   if (!impl_->opts.async) {
     lock.unlock();
@@ -122,10 +121,15 @@ void Writer::save(Snapshot snap) {
     impl_->last = s;
     return;
   }
+  // The snapshot is queued even when the previous background write failed: that failure is
+  // rethrown after, and the caller decides whether it ends the run (checkpoint.on_error).
+  std::exception_ptr earlier = impl_->error;
+  impl_->error = nullptr;
   if (!impl_->thread.joinable()) impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
   impl_->pending = std::move(snap);
   impl_->pending_wait_s = wait_s;
   impl_->cv.notify_all();
+  if (earlier) std::rethrow_exception(earlier);
 }
 
 void Writer::wait() {

@@ -17,6 +17,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -72,7 +74,13 @@ void bench_ckpt(const BenchCkptOptions& o) {
   optim->step();
   train::GradScaler scaler(cfg.amp, false);
   train::TrainState st;
-  std::string dir = o.dir.empty() ? (fs::temp_directory_path() / ("dlrun-bench-ckpt-" + std::to_string(getpid()))).string() : o.dir;
+  std::string dir = o.dir;
+  if (dir.empty()) {  // a fresh private directory (mkdtemp: mode 0700, a name nobody could have prepared)
+    std::string tmpl = (fs::temp_directory_path() / "dlrun-bench-ckpt-XXXXXX").string();
+    DLRUN_CHECK(::mkdtemp(tmpl.data()) != nullptr, ExitCode::kRuntime, "cannot create a directory under {}",
+                fs::temp_directory_path().string());
+    dir = tmpl;
+  }
   fs::create_directories(dir);
   CheckpointOptions copts;
   copts.keep_last = 1;

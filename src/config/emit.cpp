@@ -4,7 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <regex>
+#include <algorithm>
+#include <cctype>
 
 #include "config/loader.h"
 #include "config/schema.h"
@@ -13,11 +14,17 @@ namespace dlrun::config {
 namespace {
 
 bool plain_ok(const std::string& s) {
-  static const std::regex safe("^[A-Za-z_/.][A-Za-z0-9_./:+-]*$");
+  // ^[A-Za-z_/.][A-Za-z0-9_./:+-]*$, scanned by hand (std::regex recurses per character).
+  auto first_ok = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '/' || c == '.'; };
+  auto rest_ok = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '/' || c == ':' || c == '+' ||
+           c == '-';
+  };
+  const bool safe = !s.empty() && first_ok(s[0]) && std::all_of(s.begin() + 1, s.end(), rest_ok);
   static const char* reserved[] = {"true", "false", "True", "False", "TRUE", "FALSE", "null",
                                    "Null", "NULL", "yes", "no", "on", "off", "y", "n", "~"};
   // A trailing ':' would start a nested mapping (`name: cuda:`).
-  if (!std::regex_match(s, safe) || s.back() == ':') return false;
+  if (!safe || s.back() == ':') return false;
   for (const char* r : reserved)
     if (s == r) return false;
   return true;

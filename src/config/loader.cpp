@@ -9,7 +9,6 @@
 #include <cctype>
 #include <functional>
 #include <limits>
-#include <regex>
 
 #include "config/schema.h"
 #include "config/tree.h"
@@ -29,7 +28,10 @@ std::string interpolate(const std::string& s, const SourceLoc& loc, const std::s
 std::string describe_value(const Tree& t) {
   switch (t.type) {
     case Tree::Type::kNull: return "null";
-    case Tree::Type::kScalar: return "'" + t.scalar + "'";
+    case Tree::Type::kScalar:  // a value pasted by mistake may be megabytes long: show its start
+      if (t.scalar.size() > 80)
+        return fmt::format("'{}...' ({} characters)", t.scalar.substr(0, 40), t.scalar.size());
+      return "'" + t.scalar + "'";
     case Tree::Type::kMap: return "a mapping";
     case Tree::Type::kList: return "a list";
   }
@@ -215,10 +217,44 @@ bool parse_bool(const Tree& t, bool& out) {
   return false;
 }
 
+// Scanners for the number forms below, by hand rather than with std::regex: libstdc++'s
+// regex_match recurses once per character, so a long scalar (a few thousand digits) in a
+// config overflowed the stack (found by fuzzing, docs/reliability.md).
+size_t scan_digits(const std::string& s, size_t i) {
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i;
+}
+size_t scan_sign(const std::string& s, size_t i) { return i < s.size() && (s[i] == '+' || s[i] == '-') ? i + 1 : i; }
+
+/// [+-]?[0-9]+
+bool is_int_literal(const std::string& s) {
+  const size_t b = scan_sign(s, 0), e = scan_digits(s, b);
+  return e > b && e == s.size();
+}
+
+/// [+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?
+bool is_decimal_literal(const std::string& s) {
+  size_t i = scan_sign(s, 0);
+  const size_t int_end = scan_digits(s, i);
+  bool mantissa = int_end > i;
+  i = int_end;
+  if (i < s.size() && s[i] == '.') {
+    const size_t frac_end = scan_digits(s, i + 1);
+    mantissa = mantissa || frac_end > i + 1;
+    i = frac_end;
+  }
+  if (!mantissa) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    const size_t b = scan_sign(s, i + 1), e = scan_digits(s, b);
+    if (e == b) return false;
+    i = e;
+  }
+  return i == s.size();
+}
+
 // Numbers are YAML 1.2 decimal literals: no hex/octal, no `.inf`/`.nan`, no `1_000`.
 bool parse_double(const Tree& t, double& out) {
-  static const std::regex re(R"(^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$)");
-  if (t.type != Tree::Type::kScalar || t.quoted || !std::regex_match(t.scalar, re)) return false;
+  if (t.type != Tree::Type::kScalar || t.quoted || !is_decimal_literal(t.scalar)) return false;
   errno = 0;
   double v = std::strtod(t.scalar.c_str(), nullptr);
   if (errno == ERANGE && std::isinf(v)) return false;
@@ -228,8 +264,7 @@ bool parse_double(const Tree& t, double& out) {
 
 // Integers are written as integers: `3`, not `3.0` or `3e0`.
 bool parse_int(const Tree& t, int64_t& out) {
-  static const std::regex re("^[+-]?[0-9]+$");
-  if (t.type != Tree::Type::kScalar || t.quoted || !std::regex_match(t.scalar, re)) return false;
+  if (t.type != Tree::Type::kScalar || t.quoted || !is_int_literal(t.scalar)) return false;
   errno = 0;
   long long v = std::strtoll(t.scalar.c_str(), nullptr, 10);
   if (errno == ERANGE) return false;

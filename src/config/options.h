@@ -191,7 +191,7 @@ struct CheckpointOptions {
   std::string remote_region;
   S3Addressing remote_addressing = S3Addressing::kAuto;
   int64_t remote_part_mb = 512;
-  RemoteErrorPolicy on_error = RemoteErrorPolicy::kContinue;
+  RemoteErrorPolicy on_error = RemoteErrorPolicy::kContinue;  ///< a failed periodic write or upload
 };
 
 struct PreemptionOptions {

@@ -238,7 +238,7 @@ std::vector<Section> describe(Config& c) {
          "bucket in the host name (virtual) or the path (path); auto: virtual on AWS, path elsewhere"),
       I("remote_part_mb", o.remote_part_mb, 5, 5120,
         "files larger than this go up in parts of this size (MiB); one PUT below"),
-      En("on_error", o.on_error, "a checkpoint that cannot be uploaded: continue (reported, retried) or stop (exit 1)"),
+      En("on_error", o.on_error, "a periodic checkpoint that cannot be written or uploaded: continue (reported, tried again at the next save) or stop (exit 1); a failed final or preemption save always exits 1"),
     }});
   }
   {

@@ -49,6 +49,8 @@ SourceLoc Tree::key_loc(const std::string& key) const {
 
 namespace {
 
+constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;  // 16 MiB: far beyond any real config
+
 SourceLoc loc_of(const YAML::Mark& m, const std::string& file) {
   if (m.line < 0) return SourceLoc{file, 0, 0};
   return SourceLoc{file, m.line + 1, m.column + 1};
@@ -71,9 +73,31 @@ std::string join(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
-std::shared_ptr<Tree> convert(const YAML::Node& n, const std::string& file, const std::string& path) {
+// Limits on what one config may expand to. yaml-cpp resolves aliases by sharing nodes, so
+// `a: &x [*x]` is a node that contains itself and `&a [*b, *b, ...]` chains double at each
+// level ("billion laughs"): without these, converting such a file recurses until the stack
+// overflows or allocates until memory runs out. Real configs are a few levels deep and a few
+// hundred values in all.
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxValues = 100000;
+
+struct Budget {
+  const std::string& file;
+  size_t values = 0;
+};
+
+std::shared_ptr<Tree> convert(const YAML::Node& n, Budget& b, const std::string& path, int depth) {
+  const std::string& file = b.file;
   auto t = std::make_shared<Tree>();
   t->loc = loc_of(n.Mark(), file);
+  if (depth > kMaxDepth)
+    throw Error(ExitCode::kBadInput, t->loc, path,
+                fmt::format("nested more than {} levels deep (or an alias that refers to itself)", kMaxDepth),
+                "a dlrun config is a mapping of sections, each a few levels deep");
+  if (++b.values > kMaxValues)
+    throw Error(ExitCode::kBadInput, t->loc, path,
+                fmt::format("the config expands to more than {} values", kMaxValues),
+                "YAML aliases (*name) that repeat large anchors multiply; write the values out");
   switch (n.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -87,7 +111,7 @@ std::shared_ptr<Tree> convert(const YAML::Node& n, const std::string& file, cons
     case YAML::NodeType::Sequence: {
       t->type = Tree::Type::kList;
       size_t i = 0;
-      for (const auto& item : n) t->list.push_back(convert(item, file, fmt::format("{}[{}]", path, i++)));
+      for (const auto& item : n) t->list.push_back(convert(item, b, fmt::format("{}[{}]", path, i++), depth + 1));
       break;
     }
     case YAML::NodeType::Map:
@@ -100,7 +124,7 @@ std::shared_ptr<Tree> convert(const YAML::Node& n, const std::string& file, cons
         if (t->get(key))
           throw Error(ExitCode::kBadInput, kloc, join(path, key),
                       fmt::format("duplicate key (first at line {})", t->key_loc(key).line));
-        auto value = convert(kv.second, file, join(path, key));
+        auto value = convert(kv.second, b, join(path, key), depth + 1);
         // An empty value (`name:`) gets the mark of the NEXT token, often on a later line;
         // report it where its key is.
         if (value->type == Tree::Type::kNull && value->loc.line > kloc.line) value->loc = kloc;
@@ -148,7 +172,8 @@ std::shared_ptr<Tree> parse_yaml(const std::string& text, const std::string& fil
     t->loc = SourceLoc{file, 1, 1};
     return t;
   }
-  auto t = convert(docs[0], file, "");
+  Budget budget{file};
+  auto t = convert(docs[0], budget, "", 0);
   if (t->type != Tree::Type::kMap)
     throw Error(ExitCode::kBadInput, t->loc, "", "the top level of a config must be a mapping of sections");
   return t;
@@ -158,9 +183,17 @@ std::shared_ptr<Tree> parse_yaml_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error(ExitCode::kBadInput, SourceLoc{path, 0, 0}, "", "is a directory, not a config file");
+  // Only regular files, checked before opening: opening a FIFO blocks until a writer comes,
+  // and a device (/dev/zero, /dev/stdin) would be read forever.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(ExitCode::kBadInput, SourceLoc{path, 0, 0}, "", "is not a regular file (a device, FIFO or socket)");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(ExitCode::kBadInput, SourceLoc{path, 0, 0}, "", "cannot read config file (does it exist?)");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxConfigBytes)
+    throw Error(ExitCode::kBadInput, SourceLoc{path, 0, 0}, "",
+                fmt::format("is {} bytes; a config file is at most {} bytes", size, kMaxConfigBytes));
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_yaml(ss.str(), path);

@@ -2,7 +2,6 @@
 #include "config/validate.h"
 
 #include <filesystem>
-#include <regex>
 
 #include "base/http.h"
 #include "remote/s3.h"
@@ -21,8 +20,10 @@ namespace {
 std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   std::vector<std::string> warnings;
 
-  static const std::regex device_re("^(auto|cpu|cuda|cuda:[0-9]+)$");
-  if (!std::regex_match(c.run.device, device_re))
+  const std::string& dev = c.run.device;
+  const bool cuda_index = dev.size() > 5 && dev.size() <= 9 && dev.compare(0, 5, "cuda:") == 0 &&
+                          dev.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (!(dev == "auto" || dev == "cpu" || dev == "cuda" || cuda_index))
     bad(c, "run.device", "invalid device '" + c.run.device + "'", "use auto, cpu, cuda or cuda:N");
 
   // Batch geometry: the global batch is split over ranks and accumulation steps.

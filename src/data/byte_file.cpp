@@ -13,6 +13,7 @@ namespace fs = std::filesystem;
 
 std::vector<unsigned char> read_file_bytes(const std::string& path) {
   std::error_code ec;
+  DLRUN_CHECK_INPUT(!fs::is_directory(path, ec), "{} is a directory, not a data file", path);
   DLRUN_CHECK_INPUT(fs::is_regular_file(path, ec), "data file not found: {}", path);
   gzFile f = gzopen(path.c_str(), "rb");
   DLRUN_CHECK_INPUT(f != nullptr, "cannot open data file {}", path);
@@ -40,6 +41,9 @@ std::string find_data_file(const std::string& dir, const std::string& name) {
   if (fs::is_regular_file(gz, ec)) return gz.string();
   fs::path raw = fs::path(dir) / name;
   if (fs::is_regular_file(raw, ec)) return raw.string();
+  for (const auto& p : {raw, gz})
+    DLRUN_CHECK_INPUT(!fs::exists(p, ec), "{} is not a regular file (a directory?); expected the data file there",
+                      p.string());
   fail_input("data file not found: {} (nor {})", raw.string(), gz.string());
 }
 

@@ -32,12 +32,21 @@ std::vector<int64_t> idx_header(const std::vector<unsigned char>& b, const std::
   DLRUN_CHECK_INPUT(b.size() >= header, "truncated idx file {}: header needs {} bytes, file has {}", path, header,
                     b.size());
   std::vector<int64_t> dims;
-  int64_t payload = 1;
+  const int64_t have = static_cast<int64_t>(b.size() - header);
+  // The product of the dimensions, checked against the bytes present as it grows: three
+  // 32-bit dimensions can overflow 64 bits (2^31 x 2^31 x 4 wraps to 0).
   for (int d = 0; d < ndim; ++d) {
     dims.push_back(be32(b, 4 + 4 * d));
-    payload *= dims.back();
+    DLRUN_CHECK_INPUT(dims.back() > 0, "idx file {}: dimension {} of its header is 0", path, d);
   }
-  int64_t have = static_cast<int64_t>(b.size() - header);
+  int64_t payload = 1;
+  for (int d = 0; d < ndim; ++d) {
+    DLRUN_CHECK_INPUT(payload <= have / dims[d],
+                      "truncated idx file {}: its header promises more data (dimension {} is {}) than the {} bytes the "
+                      "file has",
+                      path, d, dims[d], have);
+    payload *= dims[d];
+  }
   DLRUN_CHECK_INPUT(have >= payload, "truncated idx file {}: header promises {} data bytes, file has {}", path,
                     payload, have);
   DLRUN_CHECK_INPUT(have == payload, "idx file {} has {} bytes after the {} its header promises", path,

@@ -38,24 +38,63 @@ std::vector<uint8_t> read_all(const std::string& path, size_t max_bytes = 0) {
 }
 
 /// One TurboJPEG decompressor per thread.
+struct JpegHolder {
+  tjhandle h = tjInitDecompress();
+  ~JpegHolder() {
+    if (h) tjDestroy(h);
+  }
+};
+thread_local JpegHolder jpeg_holder;
+
 tjhandle jpeg_handle() {
-  struct Holder {
-    tjhandle h = tjInitDecompress();
-    ~Holder() {
-      if (h) tjDestroy(h);
-    }
-  };
-  thread_local Holder holder;
-  DLRUN_CHECK(holder.h != nullptr, ExitCode::kRuntime, "tjInitDecompress failed");
-  return holder.h;
+  DLRUN_CHECK(jpeg_holder.h != nullptr, ExitCode::kRuntime, "tjInitDecompress failed");
+  return jpeg_holder.h;
+}
+
+/// A fresh decompressor for this thread: one whose header was read but whose image was not
+/// decoded (an image refused on its header) is left mid-stream, and would fail on the next
+/// file ("two SOI markers").
+void reset_jpeg_handle() {
+  if (jpeg_holder.h) tjDestroy(jpeg_holder.h);
+  jpeg_holder.h = tjInitDecompress();
+}
+
+// Images larger than this are refused before anything is allocated: the header alone decides
+// the allocation (a 100-byte JPEG may claim 65535 x 65535 pixels, 12 GiB), and no training
+// image comes near it (16384 x 16384).
+constexpr uint64_t kMaxPixels = uint64_t(1) << 28;
+// A progressive JPEG may hold thousands of tiny scans that take minutes to decode; libjpeg-turbo
+// stops at 500 with this flag.
+constexpr int kJpegFlags = TJFLAG_LIMITSCANS;
+
+void check_pixels(uint64_t w, uint64_t h, const char* kind, const std::string& name) {
+  DLRUN_CHECK_INPUT(w * h <= kMaxPixels, "{} image {} is {} x {} pixels; at most {} pixels are accepted", kind, name,
+                    w, h, kMaxPixels);
+}
+
+/// Bad input naming the image, with a fresh decompressor left for the next one.
+[[noreturn]] void jpeg_fail(tjhandle h, const std::string& name) {
+  const std::string why = tjGetErrorStr2(h);
+  reset_jpeg_handle();
+  fail_input("undecodable JPEG image {}: {}", name, why);
+}
+
+void jpeg_header(tjhandle h, const std::vector<uint8_t>& b, const std::string& name, int* w, int* ht, int* cs) {
+  int subsamp = 0;
+  if (tjDecompressHeader3(h, b.data(), static_cast<unsigned long>(b.size()), w, ht, &subsamp, cs) != 0 || *w <= 0 ||
+      *ht <= 0)
+    jpeg_fail(h, name);
 }
 
 DecodedImage decode_jpeg(const std::vector<uint8_t>& b, const std::string& name, int channels) {
   tjhandle h = jpeg_handle();
-  int w = 0, ht = 0, subsamp = 0, cs = 0;
+  int w = 0, ht = 0, cs = 0;
   unsigned long size = static_cast<unsigned long>(b.size());
-  DLRUN_CHECK_INPUT(tjDecompressHeader3(h, b.data(), size, &w, &ht, &subsamp, &cs) == 0 && w > 0 && ht > 0,
-                    "undecodable JPEG image {}: {}", name, tjGetErrorStr2(h));
+  jpeg_header(h, b, name, &w, &ht, &cs);
+  if (static_cast<uint64_t>(w) * static_cast<uint64_t>(ht) > kMaxPixels) {
+    reset_jpeg_handle();
+    check_pixels(static_cast<uint64_t>(w), static_cast<uint64_t>(ht), "JPEG", name);
+  }
   DecodedImage img;
   img.height = ht;
   img.width = w;
@@ -63,8 +102,7 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& b, const std::string& name,
   img.pixels.resize(static_cast<size_t>(w) * ht * channels);
   if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
     std::vector<uint8_t> cmyk(static_cast<size_t>(w) * ht * 4);
-    DLRUN_CHECK_INPUT(tjDecompress2(h, b.data(), size, cmyk.data(), w, 0, ht, TJPF_CMYK, 0) == 0,
-                      "undecodable JPEG image {}: {}", name, tjGetErrorStr2(h));
+    if (tjDecompress2(h, b.data(), size, cmyk.data(), w, 0, ht, TJPF_CMYK, kJpegFlags) != 0) jpeg_fail(h, name);
     for (size_t p = 0; p < static_cast<size_t>(w) * ht; ++p) {
       const uint8_t* q = &cmyk[p * 4];
       // Adobe CMYK JPEGs store inverted values: R = C * K / 255.
@@ -80,10 +118,9 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& b, const std::string& name,
     return img;
   }
   int fmt = channels == 3 ? TJPF_RGB : TJPF_GRAY;
-  int rc = tjDecompress2(h, b.data(), size, img.pixels.data(), w, 0, ht, fmt, 0);
+  int rc = tjDecompress2(h, b.data(), size, img.pixels.data(), w, 0, ht, fmt, kJpegFlags);
   // A warning (e.g. premature end of data) still yields an image; an error does not.
-  DLRUN_CHECK_INPUT(rc == 0 || tjGetErrorCode(h) == TJERR_WARNING, "undecodable JPEG image {}: {}", name,
-                    tjGetErrorStr2(h));
+  if (rc != 0 && tjGetErrorCode(h) != TJERR_WARNING) jpeg_fail(h, name);
   return img;
 }
 
@@ -93,6 +130,10 @@ DecodedImage decode_png(const std::vector<uint8_t>& b, const std::string& name, 
   image.version = PNG_IMAGE_VERSION;
   DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0, "undecodable PNG image {}: {}",
                     name, image.message);
+  if (uint64_t(image.width) * image.height > kMaxPixels) {
+    png_image_free(&image);
+    check_pixels(image.width, image.height, "PNG", name);
+  }
   image.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
   DecodedImage img;
   img.height = static_cast<int>(image.height);
@@ -123,11 +164,8 @@ DecodedImage decode_image(const std::string& path, int channels) {
 int probe_channels(const std::string& path) {
   std::vector<uint8_t> b = read_all(path);
   if (is_jpeg(b)) {
-    tjhandle h = jpeg_handle();
-    int w = 0, ht = 0, subsamp = 0, cs = 0;
-    DLRUN_CHECK_INPUT(tjDecompressHeader3(h, b.data(), static_cast<unsigned long>(b.size()), &w, &ht, &subsamp,
-                                          &cs) == 0,
-                      "undecodable JPEG image {}: {}", path, tjGetErrorStr2(h));
+    int w = 0, ht = 0, cs = 0;
+    jpeg_header(jpeg_handle(), b, path, &w, &ht, &cs);
     return cs == TJCS_GRAY ? 1 : 3;
   }
   if (is_png(b)) {

@@ -23,6 +23,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "dist/listen.h"
 #include "base/log.h"
 
 namespace dlrun::dist {
@@ -129,6 +130,15 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
   so.timeout = impl->timeout;
   c10::intrusive_ptr<c10d::TCPStore> tcp;
   try {
+    if (so.isServer) {  // listen on MASTER_ADDR only, where possible (dist/listen.h)
+      const Listener l = bind_listener(world.master_addr, world.master_port);
+      if (l.fd >= 0) {
+        so.masterListenFd = l.fd;
+        log::info("rendezvous store on {}:{}", l.address, world.master_port);
+      } else {
+        log::info("rendezvous store on every interface, port {}: {}", world.master_port, l.note);
+      }
+    }
     tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, so);
   } catch (const std::exception& e) {
     throw Error(ExitCode::kRuntime,

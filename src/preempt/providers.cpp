@@ -61,6 +61,65 @@ bool answered(const http::Response& r, const std::string& url, PollResult* out) 
   return true;
 }
 
+}  // namespace
+
+// What a metadata service's answer means, apart from the transport (the fuzzed part).
+PollResult parse_answer(NoticeSource watch, int status, const std::string& body, const std::string& url) {
+  PollResult out;
+  // Nested JSON deeper than any real answer is refused before nlohmann copies it recursively.
+  constexpr int kMaxDepth = 16;
+  auto parse = [&](const std::string& text) {
+    return nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      return depth <= kMaxDepth;  // deeper values are dropped (not kept), so nothing deep is built
+    }, false);
+  };
+  switch (watch) {
+    case NoticeSource::kAws: {
+      if (status != 200) {
+        if (status != 404) out.error = url + ": HTTP " + std::to_string(status);
+        return out;
+      }
+      auto j = parse(body);
+      if (j.is_discarded() || !j.is_object() || !j.contains("action")) {
+        out.error = url + ": HTTP 200 without an \"action\" field";
+        return out;
+      }
+      out.notice = true;
+      out.detail = "action=" + field(j, "action") + " time=" + field(j, "time");
+      return out;
+    }
+    case NoticeSource::kGcp:
+      if (status != 200) {
+        out.error = url + ": HTTP " + std::to_string(status);
+        return out;
+      }
+      out.notice = trim(body) == "TRUE";
+      if (out.notice) out.detail = "instance/preempted=TRUE";
+      return out;
+    case NoticeSource::kAzure: {
+      auto j = parse(body);
+      if (status != 200 || j.is_discarded() || !j.is_object()) {
+        out.error = url + ": HTTP " + std::to_string(status) + (status == 200 ? " (not JSON)" : "");
+        return out;
+      }
+      auto events = j.find("Events");
+      if (events == j.end() || !events->is_array()) return out;
+      for (const auto& e : *events) {
+        if (!e.is_object() || field(e, "EventType") != "Preempt") continue;
+        out.notice = true;
+        out.detail = "EventId=" + field(e, "EventId") + " NotBefore=" + field(e, "NotBefore");
+        return out;
+      }
+      return out;
+    }
+    default:
+      out.error = url + ": not an HTTP notice source";
+      return out;
+  }
+}
+
+namespace {
+
 PollResult poll_aws(const std::string& base_in) {
   const std::string base = strip_trailing_slashes(base_in);
   PollResult out;
@@ -71,51 +130,22 @@ PollResult poll_aws(const std::string& base_in) {
     headers.push_back("X-aws-ec2-metadata-token: " + trim(tok.body));
   const std::string url = base + "/latest/meta-data/spot/instance-action";
   http::Response r = metadata_request("GET", url, headers);
-  if (!answered(r, url, &out) || r.status != 200) {
-    if (r.status != 0 && r.status != 404) out.error = url + ": HTTP " + std::to_string(r.status);
-    return out;
-  }
-  auto j = nlohmann::json::parse(r.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("action")) {
-    out.error = url + ": HTTP 200 without an \"action\" field";
-    return out;
-  }
-  out.notice = true;
-  out.detail = "action=" + field(j, "action") + " time=" + field(j, "time");
-  return out;
+  if (!answered(r, url, &out)) return out;
+  return parse_answer(NoticeSource::kAws, r.status, r.body, url);
 }
 
 PollResult poll_gcp(const std::string& url) {
   PollResult out;
   http::Response r = metadata_request("GET", url, {"Metadata-Flavor: Google"});
   if (!answered(r, url, &out)) return out;
-  if (r.status != 200) {
-    out.error = url + ": HTTP " + std::to_string(r.status);
-    return out;
-  }
-  out.notice = trim(r.body) == "TRUE";
-  if (out.notice) out.detail = "instance/preempted=TRUE";
-  return out;
+  return parse_answer(NoticeSource::kGcp, r.status, r.body, url);
 }
 
 PollResult poll_azure(const std::string& url) {
   PollResult out;
   http::Response r = metadata_request("GET", url, {"Metadata: true"});
   if (!answered(r, url, &out)) return out;
-  auto j = nlohmann::json::parse(r.body, nullptr, false);
-  if (r.status != 200 || j.is_discarded() || !j.is_object()) {
-    out.error = url + ": HTTP " + std::to_string(r.status) + (r.status == 200 ? " (not JSON)" : "");
-    return out;
-  }
-  auto events = j.find("Events");
-  if (events == j.end() || !events->is_array()) return out;
-  for (const auto& e : *events) {
-    if (!e.is_object() || field(e, "EventType") != "Preempt") continue;
-    out.notice = true;
-    out.detail = "EventId=" + field(e, "EventId") + " NotBefore=" + field(e, "NotBefore");
-    return out;
-  }
-  return out;
+  return parse_answer(NoticeSource::kAzure, r.status, r.body, url);
 }
 
 constexpr double kStaleMarginS = 1.0;

@@ -19,6 +19,10 @@ struct PollResult {
 /// sources have libcurl; throws dlrun::Error(2) otherwise.
 void check_source(NoticeSource watch, const std::string& endpoint);
 
+/// What an HTTP source's answer (`status`, `body`, from `url`) says: a notice with its detail,
+/// no notice, or an error. Pure: no I/O (what the notice fuzz target feeds).
+PollResult parse_answer(NoticeSource watch, int status, const std::string& body, const std::string& url);
+
 /// Polls `watch` (aws | gcp | azure | file) at `endpoint` ("" = default_endpoint(watch)).
 /// Throws dlrun::Error(2) for watch none, or an HTTP watch without libcurl.
 PollResult poll_source(NoticeSource watch, const std::string& endpoint);

@@ -10,6 +10,7 @@
 #include "checkpoint/tensor_file.h"
 #include "config/diff.h"
 #include "config/loader.h"
+#include "config/tree.h"
 #include "train/optim.h"
 
 namespace dlrun::train {
@@ -108,6 +109,10 @@ void warn_changes(const ckpt::Snapshot& snap, const Config& cfg, int64_t total_s
   if (snap.config_yaml.empty() || sha256_hex(yaml.data(), yaml.size()) == snap.config_hash) return;
   std::vector<config::Change> changed;
   try {
+    // A checkpoint's config.yaml is the resolved config and never names a base file; one that
+    // does was not written by dlrun, and is not followed (it could name any file here).
+    if (config::parse_yaml(snap.config_yaml, "the checkpoint's config.yaml")->get("base"))
+      throw Error(ExitCode::kBadInput, "it names a base: file, which a resolved config never does");
     changed = config::changes(config::load_text(snap.config_yaml, "the checkpoint's config.yaml"), cfg);
   } catch (const Error& e) {
     log0::warn("resuming with a changed config; the checkpoint's config cannot be compared: {}", e.render());
@@ -257,9 +262,11 @@ ResumePlan plan_resume(const std::string& resume, bool force, const RunDir& dir,
   return plan;
 }
 
-void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model, torch::optim::Optimizer& optim,
-             GradScaler& scaler, TrainState& st, int64_t total_steps, const torch::Device& device, int rank,
-             int world_size) {
+namespace {
+
+void restore_checked(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model,
+                     torch::optim::Optimizer& optim, GradScaler& scaler, TrainState& st, int64_t total_steps,
+                     const torch::Device& device, int rank, int world_size) {
   const auto& j = snap.state;
   refuse_incompatible(j, cfg, model);
   warn_changes(snap, cfg, total_steps, world_size);
@@ -287,6 +294,22 @@ void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model
   st.eval_pending = j.value("eval_pending", false);
   st.steps_lost_total = j.value("steps_lost_total", int64_t{0});
   st.resumed_from_step = st.step;
+}
+
+}  // namespace
+
+void restore(const ckpt::Snapshot& snap, const Config& cfg, models::Model& model, torch::optim::Optimizer& optim,
+             GradScaler& scaler, TrainState& st, int64_t total_steps, const torch::Device& device, int rank,
+             int world_size) {
+  // A checkpoint whose files hash correctly can still hold values of the wrong kind (written
+  // by hand, or by another program): that is bad input, never a crash or exit 1.
+  try {
+    restore_checked(snap, cfg, model, optim, scaler, st, total_steps, device, rank, world_size);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("checkpoint state.json: a value has the wrong type or is missing: {}", e.what());
+  } catch (const c10::Error& e) {
+    fail_input("checkpoint tensors do not fit this run: {}", e.what_without_backtrace());
+  }
 }
 
 void save_weights(const torch::nn::Module& model, const std::string& path) {

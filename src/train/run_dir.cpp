@@ -143,11 +143,17 @@ RunLock::RunLock(const std::string& run_dir) {
   for (std::string p = run_dir; !p.empty() && p != "." && p != "/" && !fsutil::path_exists(p); p = fsutil::parent_of(p))
     missing.push_back(p);
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (::mkdir(it->c_str(), 0755) == 0) created_.push_back(*it);
-    else if (!fsutil::is_directory(*it)) {
-      const int err = errno;
+    if (::mkdir(it->c_str(), 0755) == 0) {
+      created_.push_back(*it);
+      continue;
+    }
+    const int err = errno;  // before is_directory's stat() replaces it
+    if (!fsutil::is_directory(*it)) {
       release();
-      fail_runtime("{}: cannot create the run directory: {}", *it, std::strerror(err));
+      // The run directory is the user's choice (--run-dir, run.dir): one that cannot be made
+      // (read-only file system, no permission, a file in the way) is bad input, exit 2.
+      throw Error(ExitCode::kBadInput, fmt::format("{}: cannot create the run directory: {}", *it, std::strerror(err)),
+                  "choose a writable --run-dir (or run.dir)");
     }
   }
   path_ = run_dir + "/dlrun.lock";

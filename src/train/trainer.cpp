@@ -139,6 +139,7 @@ class Trainer {
   void save(SaveReason why, bool sync);
   void check_finite();
   void settle_skips();
+  void save_failed(const Error& e, SaveReason why);
   void report_uploads();
   double save_interval_minutes();
   [[noreturn]] void fail_nonfinite(int64_t step) const;
@@ -174,6 +175,7 @@ class Trainer {
   int64_t samples_since_log_ = 0, samples_this_process_ = 0;
   double data_wait_s_ = 0;  ///< time the step loop waited for the loader since the last log line
   int64_t last_eval_step_ = -1, last_saved_step_ = -1;
+  int64_t save_errors_ = 0;  ///< checkpoint writes that failed (checkpoint.on_error)
   nlohmann::json last_eval_;
 };
 
@@ -395,8 +397,24 @@ void Trainer::save(SaveReason why, bool sync) {
                               c_.placement.device, group_ ? &rngs : nullptr);
     copied = mono_now();
     fault::during("save");
-    writer_->save(std::move(snap));
-    if (sync) writer_->wait();
+    // With async writes, save() rethrows the failure of the previous (periodic) background
+    // write after queuing this one; wait() and a synchronous save() throw this one's.
+    bool failed = false;
+    try {
+      writer_->save(std::move(snap));
+    } catch (const Error& e) {
+      save_failed(e, cfg_.checkpoint.async ? SaveReason::kNone : why);  // kNone: an earlier periodic save
+      failed = !cfg_.checkpoint.async;
+    }
+    if (sync && !failed) {
+      try {
+        writer_->wait();
+      } catch (const Error& e) {
+        save_failed(e, why);
+        failed = true;
+      }
+    }
+    if (failed) return;  // this step is not saved; the next save (or the end) tries again
   }
   const double now = mono_now();
   last_save_mono_ = now;
@@ -409,6 +427,30 @@ void Trainer::save(SaveReason why, bool sync) {
   e.scalars = {{"copy_s", copied - t0}, {"stall_s", now - t0}};
   e.fields = {{"reason", name_of(why)}, {"path", dir_.checkpoints() + "/" + ckpt::dir_name(st_.step)}, {"async", !sync}};
   report_.report(std::move(e));
+}
+
+// A checkpoint that could not be written (a full disk, an I/O error, a read-only file system).
+// The commit removed its partial directory and every committed checkpoint is as it was. A
+// periodic save obeys checkpoint.on_error (continue: report and train on, the next save tries
+// again); the final save and a preemption save are the run's result, so their failure ends
+// the run (exit 1) whatever the policy.
+void Trainer::save_failed(const Error& e, SaveReason why) {
+  const bool periodic = why != SaveReason::kEnd && why != SaveReason::kPreemption;  // kNone: an earlier async save
+  ++save_errors_;
+  last_saved_step_ = -1;  // the failed write may have been the newest: the end and a stop save again
+  const std::string last = writer_->last().step >= 0 ? writer_->last().path : std::string("none");
+  metrics::Event ev{"checkpoint_error", st_.step};
+  ev.fields = {{"reason", periodic ? "periodic" : name_of(why)}, {"error", e.message()}, {"last_committed", last}};
+  ev.message = fmt::format("checkpoint could not be written: {}", e.message());
+  log::error("{} (the last committed checkpoint, {}, is intact)", ev.message, last);
+  report_.report(std::move(ev));
+  if (periodic && cfg_.checkpoint.on_error == RemoteErrorPolicy::kContinue) return;
+  throw Error(ExitCode::kRuntime,
+              fmt::format("the {} checkpoint could not be written: {} (the last committed checkpoint, {}, is intact)",
+                          periodic ? "periodic" : name_of(why), e.message(), last),
+              std::string("free space or fix the file system, then requeue: --resume auto continues from the last "
+                          "committed checkpoint") +
+                  (periodic ? "; checkpoint.on_error: continue trains on when a periodic save fails" : ""));
 }
 
 void Trainer::report_uploads() {
@@ -513,7 +555,13 @@ int Trainer::interrupted() {
     save(SaveReason::kPreemption, /*sync=*/true);
   } else {
     log0::info("{} received: step {} is already saved; exiting with code 75", reason, st_.step);
-    if (writer_) writer_->wait();
+    if (writer_) {
+      try {
+        writer_->wait();
+      } catch (const Error& e) {
+        save_failed(e, SaveReason::kPreemption);  // throws: nothing new is committed, so not 75
+      }
+    }
   }
   if (!leader()) return kInterrupted;  // rank 0 has committed the checkpoint (save() is collective)
   const double commit_time = wall_now();
@@ -579,7 +627,11 @@ int Trainer::finish() {
   if (final_eval_due(cfg_.train, st_.step, last_eval_step_) && !run_eval()) return interrupted();
   if (final_save_due(cfg_.checkpoint, st_.step, last_saved_step_)) save(SaveReason::kEnd, /*sync=*/true);
   if (!leader()) return 0;
-  writer_->wait();
+  try {
+    writer_->wait();
+  } catch (const Error& e) {
+    save_failed(e, SaveReason::kEnd);  // the last save was this step's: the run's result is not stored
+  }
   if (uploader_) {
     uploader_->wait(0, /*retention=*/true);  // the last checkpoint off the instance (retries are bounded)
     report_uploads();
@@ -639,6 +691,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
       {"checkpoint", checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(checkpoint)},
       {"params_sha256", fingerprint},
       {"skipped_steps", st_.skipped_steps},
+      {"checkpoint_errors", save_errors_},
       {"steps_lost", st_.steps_lost_total},
       {"goodput", computed > 0 ? useful / computed : 1.0},
       {"preemption", st_.preemption},

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <functional>
 
 #include "base/fault.h"
@@ -70,4 +71,34 @@ TEST_CASE("faults fire exactly where named", "[base][fault]") {
   }
   ScopedEnv e("DLRUN_FAULT", nullptr);
   CHECK(dies_by([] { fault::after_step(3); fault::at_checkpoint_point("rename"); }) == 0);
+}
+
+TEST_CASE("disk_error fails the writes of a checkpoint being written, from step N (to M)", "[base][fault]") {
+  const std::string in20 = "/run/checkpoints/step-00000020.tmp/model.pt";
+  const std::string in30 = "/run/checkpoints/step-00000030.tmp/model.pt";
+  const std::string in10 = "/run/checkpoints/step-00000010.tmp/model.pt";
+  {
+    ScopedEnv e("DLRUN_FAULT", "disk_error:ENOSPC:20");
+    CHECK(fault::write_error(in20) == ENOSPC);
+    CHECK(fault::write_error(in30) == ENOSPC);
+    CHECK(fault::write_error(in10) == 0);
+    CHECK(fault::write_error("/run/summary.json.tmp") == 0);           // not a checkpoint file
+    CHECK(fault::write_error("/run/checkpoints/LATEST.tmp") == 0);      // the commit's last step is not hit
+    CHECK(fault::write_error("/run/checkpoints/step-00000020/x") == 0);  // committed: never written again
+  }
+  {
+    ScopedEnv e("DLRUN_FAULT", "disk_error:EIO:20-25");
+    CHECK(fault::write_error(in20) == EIO);
+    CHECK(fault::write_error(in30) == 0);
+  }
+  {
+    ScopedEnv e("DLRUN_FAULT", "disk_error:EROFS");
+    CHECK(fault::write_error(in10) == EROFS);
+  }
+  {
+    ScopedEnv e("DLRUN_FAULT", "disk_error:EPERM");  // not one of the three: inert
+    CHECK(fault::write_error(in10) == 0);
+  }
+  ScopedEnv e("DLRUN_FAULT", nullptr);
+  CHECK(fault::write_error(in10) == 0);
 }

@@ -1,6 +1,8 @@
 // The durable-file primitives: atomic replacement, whole-file reads.
 #include <catch2/catch.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,8 @@
 
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "support/env.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "support/scratch_dir.h"
 
@@ -53,5 +57,29 @@ TEST_CASE("read_file and read_bytes return the whole file and name a missing one
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::kBadInput);
     CHECK(e.message().find("missing") != std::string::npos);
+  }
+}
+
+TEST_CASE("an injected disk error fails a durable write as the disk would", "[base][fsutil]") {
+  ScratchDir d;
+  fs::create_directories(d / "step-00000020.tmp");
+  const std::string path = d / "step-00000020.tmp/model.pt";
+  const std::string data(1000, 'x');
+  SECTION("ENOSPC: half the bytes reach the file, then the error naming it") {
+    dlrun::testing::ScopedEnv e("DLRUN_FAULT", "disk_error:ENOSPC");
+    dlrun::testing::require_error([&] { fsutil::write_file_durable(path, data); },
+                                  {path, "write failed", std::strerror(ENOSPC)}, ExitCode::kRuntime);
+    CHECK(fs::file_size(path) == 500);
+  }
+  SECTION("EROFS: the file is never created") {
+    dlrun::testing::ScopedEnv e("DLRUN_FAULT", "disk_error:EROFS");
+    dlrun::testing::require_error([&] { fsutil::write_file_durable(path, data); },
+                                  {path, "cannot create", std::strerror(EROFS)}, ExitCode::kRuntime);
+    CHECK_FALSE(fs::exists(path));
+  }
+  SECTION("other files are written normally") {
+    dlrun::testing::ScopedEnv e("DLRUN_FAULT", "disk_error:EIO");
+    fsutil::write_file_durable(d / "summary.json", data);
+    CHECK(fs::file_size(d / "summary.json") == 1000);
   }
 }

@@ -1,9 +1,15 @@
 // The job layout from torchrun, Slurm and Open MPI variables (src/dist/world.h).
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 
 #include "base/error.h"
+#include "dist/listen.h"
 #include "dist/world.h"
 
 using dlrun::dist::World;
@@ -97,4 +103,48 @@ TEST_CASE("bad launcher variables are exit 2 naming the variable", "[dist]") {
   CHECK_THROWS_WITH(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "70000"}}),
                     Catch::Contains("MASTER_PORT=70000"));
   CHECK(code({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}) == 2);
+}
+
+TEST_CASE("the rendezvous store listens on MASTER_ADDR only, where that is this host's", "[dist][listen]") {
+  auto bound = [](const dlrun::dist::Listener& l) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    REQUIRE(::getsockname(l.fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* a = ss.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr)
+                                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr);
+    ::inet_ntop(ss.ss_family, a, buf, sizeof(buf));
+    return std::string(buf);
+  };
+  SECTION("the single-host default: loopback only, never every interface") {
+    const auto l = dlrun::dist::bind_listener("127.0.0.1", 0);
+    REQUIRE(l.fd >= 0);
+    CHECK(bound(l) == "127.0.0.1");
+    CHECK(l.address == "127.0.0.1");
+    ::close(l.fd);
+    const auto h = dlrun::dist::bind_listener("localhost", 0);
+    REQUIRE(h.fd >= 0);
+    CHECK((bound(h) == "127.0.0.1" || bound(h) == "::1"));
+    ::close(h.fd);
+  }
+  SECTION("an address that is not this host's: every interface, and why") {
+    const auto l = dlrun::dist::bind_listener("192.0.2.1", 0);  // TEST-NET-1: documentation only, never local
+    CHECK(l.fd == -1);
+    CHECK_THAT(l.note, Catch::Contains("not an address of this host"));
+  }
+  SECTION("a port in use is an error naming it") {
+    const auto l = dlrun::dist::bind_listener("127.0.0.1", 0);
+    REQUIRE(l.fd >= 0);
+    sockaddr_in sa{};
+    socklen_t len = sizeof(sa);
+    ::getsockname(l.fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    const int port = ntohs(sa.sin_port);
+    try {
+      dlrun::dist::bind_listener("127.0.0.1", port);
+      FAIL("no error for a port in use");
+    } catch (const dlrun::Error& e) {
+      CHECK_THAT(e.message(), Catch::Contains(std::to_string(port)) && Catch::Contains("in use"));
+    }
+    ::close(l.fd);
+  }
 }

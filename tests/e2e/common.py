@@ -3,6 +3,7 @@
 The tests run the real `dlrun` binary (path in $DLRUN) on small configs under
 tests/e2e/data, each in a fresh temporary run directory that is removed afterwards.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -46,6 +47,18 @@ class RunDir:
     def step_losses(self):
         """step -> loss from metrics.jsonl (the last record of a step wins)."""
         return {m["step"]: m["loss"] for m in self.metrics() if "loss" in m and "event" not in m}
+
+
+def snapshot(path):
+    """Every file under `path` with its size, mtime and SHA-256: 'exactly as it was'."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.stat(p)
+            digest = hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.isfile(p) else "dir"
+            out[os.path.relpath(p, path)] = (st.st_size if os.path.isfile(p) else 0, st.st_mtime_ns, digest)
+    return out
 
 
 def dlrun(*args, env=None, check=None, timeout=600):

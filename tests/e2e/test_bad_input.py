@@ -1,12 +1,15 @@
 """Bad input stops with exit 2 and a message naming the file or the difference: corrupt
-data files, incompatible resumes, unsafe fresh starts, bad checkpoint paths."""
+data files, incompatible resumes, unsafe fresh starts, bad checkpoint paths, damaged or foreign
+checkpoints, hostile configs and data files - and the run directory stays exactly as it was."""
 import gzip
 import json
 import os
 import re
 import shutil
 
-from common import RunDir, cfg, dlrun, expect, main, train
+import struct
+
+from common import RunDir, cfg, dlrun, expect, main, snapshot, train
 
 TINY = cfg("tiny.yaml")
 FMNIST = "/usr/share/datasets/fashion-mnist"
@@ -129,7 +132,155 @@ def test_config_validate_refuses_what_train_refuses():
         dlrun("config", "validate", TINY, "run.device=cuda", check=0)
 
 
+def newest_checkpoint(r):
+    with open(r.file("checkpoints", "LATEST")) as f:
+        return r.file("checkpoints", f.read().strip())
+
+
+def test_damaged_checkpoints_are_refused_and_nothing_changes():
+    """--resume PATH and eval --checkpoint PATH on a damaged checkpoint: exit 2 naming the file and
+    the reason; the run directory is byte for byte as it was."""
+    damages = {
+        "truncated model.pt": lambda d: open(os.path.join(d, "model.pt"), "r+b").truncate(100),
+        "zero-length model.pt": lambda d: open(os.path.join(d, "model.pt"), "w").close(),
+        "missing optim.pt": lambda d: os.remove(os.path.join(d, "optim.pt")),
+        "bit-flipped state.json": lambda d: flip(os.path.join(d, "state.json"), 10),
+        "manifest lies about a size": lambda d: rewrite_manifest(d, lambda m: m["files"][0].update(bytes=m["files"][0]["bytes"] + 1)),
+        "manifest names ../": lambda d: rewrite_manifest(d, lambda m: m["files"][0].update(name="../model.pt")),
+        "manifest names an absolute path": lambda d: rewrite_manifest(d, lambda m: m["files"][0].update(name="/etc/passwd")),
+        "model.pt is a symlink": lambda d: relink(os.path.join(d, "model.pt")),
+        "model.pt is a directory": lambda d: (os.remove(os.path.join(d, "model.pt")), os.mkdir(os.path.join(d, "model.pt"))),
+        "manifest.json is a directory": lambda d: (os.remove(os.path.join(d, "manifest.json")), os.mkdir(os.path.join(d, "manifest.json"))),
+        "a newer format version": lambda d: rewrite_manifest(d, lambda m: m.update(format_version=99)),
+    }
+    reasons = {"truncated model.pt": "model.pt: size", "zero-length model.pt": "model.pt: size 0",
+               "missing optim.pt": "optim.pt: missing", "bit-flipped state.json": "SHA-256",
+               "manifest lies about a size": "size", "manifest names ../": "invalid file name",
+               "manifest names an absolute path": "invalid file name", "model.pt is a symlink": "symbolic link",
+               "model.pt is a directory": "a directory where a file is expected",
+               "manifest.json is a directory": "manifest.json", "a newer format version": "newer dlrun"}
+    for what, damage in damages.items():
+        with RunDir() as r:
+            train(TINY, r.path, "train.max_steps=10")
+            ck = newest_checkpoint(r)
+            damage(ck)
+            before = snapshot(r.path)
+            p = dlrun("train", TINY, "train.max_steps=20", "--resume", ck, "--run-dir", r.path, check=2)
+            expect(os.path.basename(ck) in p.stdout and reasons[what] in p.stdout, f"{what}: {p.stdout[-1200:]}")
+            p = dlrun("eval", TINY, "--checkpoint", ck, "--run-dir", r.path, check=2)
+            expect(reasons[what] in p.stdout, f"{what} (eval): {p.stdout[-1200:]}")
+            dlrun("ckpt", "verify", ck, check=2)
+            expect(snapshot(r.path) == before, f"{what}: the run directory changed")
+
+
+def flip(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
+def rewrite_manifest(ckpt_dir, change):
+    path = os.path.join(ckpt_dir, "manifest.json")
+    with open(path) as f:
+        m = json.load(f)
+    change(m)
+    with open(path, "w") as f:
+        json.dump(m, f)
+
+
+def relink(path):
+    """Replace `path` by a symbolic link to an identical copy outside the checkpoint."""
+    outside = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(path))), "outside-" + os.path.basename(path))
+    shutil.copy(path, outside)
+    os.remove(path)
+    os.symlink(outside, path)
+
+
+def test_resume_auto_refuses_a_checkpoint_from_a_newer_dlrun():
+    """Skipping it as if corrupt would start the run over beside it: exit 2, nothing changed."""
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=10")
+        rewrite_manifest(newest_checkpoint(r), lambda m: m.update(format_version=2))
+        before = snapshot(r.path)
+        p = dlrun("train", TINY, "train.max_steps=20", "--run-dir", r.path, check=2)
+        expect("newer dlrun" in p.stdout and "step-00000010" in p.stdout, p.stdout[-1200:])
+        expect(snapshot(r.path) == before, "the run directory changed")
+
+
+def test_another_models_checkpoint_is_refused_by_eval():
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=5")
+        p = dlrun("eval", TINY, "model.width=16", "--checkpoint", newest_checkpoint(r), check=2)
+        expect("step-00000005" in p.stdout and "has shape 8x1x3x3, the model expects 16x1x3x3" in p.stdout,
+               p.stdout[-1200:])
+        p = dlrun("eval", TINY, "model.name=mlp", "--checkpoint", newest_checkpoint(r), check=2)
+        expect("step-00000005" in p.stdout, p.stdout[-1200:])
+
+
+def test_hostile_configs_are_bad_input_naming_the_file():
+    with RunDir() as r:
+        cases = {
+            "binary garbage": bytes((i * 131 + 7) % 256 for i in range(4096)),
+            "an alias that contains itself": b"model: {name: mlp}\ndata: {name: synthetic}\nx: &a [*a]\n",
+            "deep nesting": b"model: {name: mlp}\ndata: " + b"[" * 5000 + b"]" * 5000 + b"\n",
+            "a 100000-digit number": b"model: {name: mlp}\ndata: {name: synthetic}\ntrain: {epochs: " + b"9" * 100000 + b"}\n",
+            "NUL bytes": b"model: {name: mlp}\0\0\0",
+        }
+        for what, text in cases.items():
+            path = r.file("exp.yaml")
+            with open(path, "wb") as f:
+                f.write(text)
+            for cmd in (("config", "validate", path), ("train", path, "--run-dir", r.file("run"))):
+                p = dlrun(*cmd, check=2)  # text mode: raw bytes in the output would not decode
+                expect("exp.yaml" in p.stdout and all(c >= " " or c in "\n\t" for c in p.stdout),
+                       f"{what}: {cmd[0]}: {p.stdout[-600:]!r}")
+            expect(not os.path.exists(r.file("run")), f"{what}: a run directory was made")
+        for huge in ("data.batch_size=4611686018427387904", "train.epochs=99999999999999999999",
+                     "optim.lr=1e400", "train.max_steps=-9223372036854775808"):
+            p = dlrun("config", "validate", TINY, huge, check=2)
+            expect(huge.split("=")[0] in p.stdout, f"{huge}: {p.stdout[-600:]}")
+        # A FIFO or a device as the config: refused at once, not read forever.
+        fifo = r.file("fifo.yaml")
+        os.mkfifo(fifo)
+        p = dlrun("config", "validate", fifo, check=2, timeout=60)
+        expect("not a regular file" in p.stdout, p.stdout[-600:])
+        p = dlrun("config", "validate", "/dev/zero", check=2, timeout=60)
+        expect("not a regular file" in p.stdout, p.stdout[-600:])
+        os.mkdir(r.file("dir.yaml"))
+        p = dlrun("config", "validate", r.file("dir.yaml"), check=2)
+        expect("is a directory" in p.stdout, p.stdout[-600:])
+
+
+def test_absurd_data_headers_and_directories_for_files():
+    with RunDir() as r:
+        root = r.file("data")
+        os.makedirs(root)
+        labels = struct.pack(">II", 0x801, 4) + bytes(4)
+        for what, images in {
+            "dimensions that overflow 64 bits": struct.pack(">IIII", 0x803, 4, 1 << 31, 1 << 31),
+            "counts far beyond the file": struct.pack(">IIII", 0x803, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF) + bytes(64),
+            "a zero dimension": struct.pack(">IIII", 0x803, 4, 0, 28),
+        }.items():
+            for split in ("train", "t10k"):
+                with open(os.path.join(root, f"{split}-images-idx3-ubyte"), "wb") as f:
+                    f.write(images)
+                with open(os.path.join(root, f"{split}-labels-idx1-ubyte"), "wb") as f:
+                    f.write(labels)
+            p = dlrun("train", TINY, "data.name=fashion_mnist", f"data.root={root}", "--run-dir", r.file("run"), check=2)
+            expect("images-idx3-ubyte" in p.stdout, f"{what}: {p.stdout[-800:]}")
+            expect(not os.path.exists(r.file("run", "checkpoints")), f"{what}: a checkpoint was written")
+        os.remove(os.path.join(root, "train-images-idx3-ubyte"))
+        os.mkdir(os.path.join(root, "train-images-idx3-ubyte"))
+        p = dlrun("train", TINY, "data.name=fashion_mnist", f"data.root={root}", "--run-dir", r.file("run"), check=2)
+        expect("train-images-idx3-ubyte" in p.stdout and "not a regular file" in p.stdout, p.stdout[-800:])
+
+
 if __name__ == "__main__":
     main([test_corrupt_idx_files, test_incompatible_resume_is_refused, test_fresh_start_does_not_mix_runs,
           test_bad_resume_path, test_undecodable_image_mid_run, test_nonfinite_loss_stops_the_run_naming_the_step,
-          test_nonfinite_steps_can_be_skipped_and_counted, test_config_validate_refuses_what_train_refuses])
+          test_nonfinite_steps_can_be_skipped_and_counted, test_config_validate_refuses_what_train_refuses,
+          test_damaged_checkpoints_are_refused_and_nothing_changes,
+          test_resume_auto_refuses_a_checkpoint_from_a_newer_dlrun, test_another_models_checkpoint_is_refused_by_eval,
+          test_hostile_configs_are_bad_input_naming_the_file, test_absurd_data_headers_and_directories_for_files])

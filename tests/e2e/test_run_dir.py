@@ -1,26 +1,13 @@
 """The run directory a user relies on: a refused or interrupted start leaves it exactly as it
 was; one trainer at a time; --force sets a whole earlier run aside; each segment's config is
 kept; a changed config is named at resume; notices for an earlier process are ignored."""
-import hashlib
 import os
 import subprocess
 import time
 
-from common import DLRUN, RunDir, cfg, dlrun, expect, main, train
+from common import DLRUN, RunDir, cfg, dlrun, expect, main, snapshot, train
 
 TINY = cfg("tiny.yaml")
-
-
-def snapshot(path):
-    """Every file under `path` with its size, mtime and SHA-256: 'exactly as it was'."""
-    out = {}
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            p = os.path.join(root, name)
-            st = os.stat(p)
-            digest = hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.isfile(p) else "dir"
-            out[os.path.relpath(p, path)] = (st.st_size if os.path.isfile(p) else 0, st.st_mtime_ns, digest)
-    return out
 
 
 def test_refusals_leave_the_run_directory_as_it_was():

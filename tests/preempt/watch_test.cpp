@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "preempt/preempt.h"
+#include "preempt/providers.h"
 #include "support/http_server.h"
 
 using namespace dlrun;
@@ -243,3 +244,36 @@ TEST_CASE("NoticeWatcher polls gcp over HTTP and requests a stop", "[preempt][wa
 }
 
 #endif  // DLRUN_HAVE_CURL
+
+TEST_CASE("metadata answers: what is a notice, what is an error, what is garbage", "[preempt][watch]") {
+  using preempt::parse_answer;
+  const std::string url = "http://127.0.0.1:1/x";
+  auto aws = [&](int status, const std::string& body) { return parse_answer(NoticeSource::kAws, status, body, url); };
+  auto azure = [&](int status, const std::string& body) {
+    return parse_answer(NoticeSource::kAzure, status, body, url);
+  };
+  CHECK(aws(200, R"({"action": "terminate", "time": "2026-11-23T10:00:00Z"})").notice);
+  CHECK(aws(200, R"({"action": "terminate"})").detail == "action=terminate time=?");
+  CHECK_FALSE(aws(404, "").notice);
+  CHECK(aws(404, "").error.empty());
+  CHECK(aws(500, "").error == url + ": HTTP 500");
+  CHECK(aws(200, "not json").error == url + ": HTTP 200 without an \"action\" field");
+  CHECK(parse_answer(NoticeSource::kGcp, 200, "TRUE\n", url).notice);
+  CHECK_FALSE(parse_answer(NoticeSource::kGcp, 200, "FALSE", url).notice);
+  CHECK(azure(200, R"({"Events": [{"EventType": "Reboot"}, {"EventType": "Preempt", "EventId": "e1"}]})").detail ==
+        "EventId=e1 NotBefore=?");
+  CHECK_FALSE(azure(200, R"({"Events": "x"})").notice);
+  CHECK(azure(200, "[").error == url + ": HTTP 200 (not JSON)");
+  // Nesting far deeper than any real answer is not built (nlohmann would copy it recursively).
+  std::string deep = R"({"action": )";
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  for (int i = 0; i < 100000; ++i) deep += "]";
+  deep += "}";
+  CHECK_NOTHROW(aws(200, deep));
+  std::string deep_events = R"({"Events": [)";
+  for (int i = 0; i < 100000; ++i) deep_events += "{\"a\":";
+  deep_events += "1";
+  for (int i = 0; i < 100000; ++i) deep_events += "}";
+  deep_events += "]}";
+  CHECK_FALSE(azure(200, deep_events).notice);
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets into fuzz/corpus/<target>/ (committed; run again
+only to change them). Each seed is a valid input, so the fuzzers start from deep inside the
+parsers: the shipped configs, real provider answers, small idx / CIFAR / JPEG / PNG files, and a
+real checkpoint written by dlrun (the checkpoint seed needs a built dlrun: --dlrun PATH).
+
+  python fuzz/make_corpus.py --dlrun build/dlrun     (the venv's Python: PIL comes with torchvision)
+"""
+import argparse
+import glob
+import gzip
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def config_seeds():
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "**", "*.yaml"), recursive=True)):
+        text = open(path, "rb").read()
+        if b"\nbase:" in b"\n" + text:
+            continue  # the target skips inheritance
+        put("config", os.path.relpath(path, ROOT).replace("/", "_"), text)
+    put("config", "overrides", b"model: {name: mlp, hidden: [16]}\ndata: {name: synthetic}\n#--\n"
+        b"optim.lr=0.1\ndata.augment=[flip,crop]\nrun.dir=null\ntrain.epochs=2\n")
+    put("config", "env", b"model: {name: convnet}\ndata: {name: fashion_mnist, root: ${env:DLRUN_FUZZ_ROOT}}\n"
+        b"optim: {lr: ${env:DLRUN_FUZZ_LR}, momentum: ${env:MISSING,0.9}}\nrun: {name: \"$${literal}\"}\n")
+    put("config", "anchors", b"common: &c {name: mlp}\nmodel: *c\ndata: {name: synthetic, synthetic_shape: [1, 8, 8]}\n")
+
+
+def notice_seeds():
+    put("notice", "aws", bytes([0]) + json.dumps({"action": "terminate", "time": "2026-11-23T10:00:00Z"}).encode())
+    put("notice", "gcp", bytes([1]) + b"TRUE\n")
+    put("notice", "azure", bytes([2]) + json.dumps({"DocumentIncarnation": 1, "Events": [
+        {"EventId": "e1", "EventType": "Preempt", "ResourceType": "VirtualMachine", "NotBefore": "Mon, 23 Nov 2026"}]}).encode())
+    put("notice", "aws404", bytes([3]) + b"")
+
+
+def idx(n, h, w):
+    images = struct.pack(">IIII", 0x803, n, h, w) + bytes((i * 7) % 256 for i in range(n * h * w))
+    labels = struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
+    return images, labels
+
+
+def idx_seeds():
+    images, labels = idx(3, 4, 4)
+    put("idx", "raw", images + b"IDXSPLIT" + labels)
+    put("idx", "gz", gzip.compress(images, mtime=0) + b"IDXSPLIT" + gzip.compress(labels, mtime=0))
+
+
+def cifar_seeds():
+    put("cifar", "cifar10", bytes([0]) + b"".join(bytes([i]) + bytes((i + j) % 256 for j in range(3072)) for i in range(2)))
+    put("cifar", "cifar100", bytes([1]) + b"".join(bytes([1, 50 + i]) + bytes(3072) for i in range(2)))
+
+
+def image_seeds():
+    from PIL import Image
+    for mode, ch in (("RGB", 1), ("L", 0)):
+        img = Image.new(mode, (7, 5), 90)
+        for fmt, kw in (("JPEG", {"quality": 80}), ("PNG", {})):
+            b = io.BytesIO()
+            img.save(b, fmt, **kw)
+            put("image", f"{fmt.lower()}-{mode}", bytes([ch]) + b.getvalue())
+    b = io.BytesIO()
+    Image.new("RGB", (9, 9), 30).save(b, "JPEG", progressive=True)
+    put("image", "jpeg-progressive", bytes([1]) + b.getvalue())
+    b = io.BytesIO()
+    Image.new("RGBA", (4, 4), (1, 2, 3, 4)).save(b, "PNG")
+    put("image", "png-rgba", bytes([1]) + b.getvalue())
+
+
+def checkpoint_seed(dlrun):
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([dlrun, "train", os.path.join(HERE, "seed_run.yaml"), "--run-dir", tmp, "log.progress=none"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ck = os.path.join(tmp, "checkpoints", open(os.path.join(tmp, "checkpoints", "LATEST")).read().strip())
+        parts = [open(os.path.join(ck, n), "rb").read() for n in ("manifest.json", "model.pt", "state.json")]
+        put("checkpoint", "committed", b"CKPTSPLIT".join(parts))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dlrun", help="a built dlrun, for the checkpoint seed")
+    args = ap.parse_args()
+    shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
+    config_seeds()
+    notice_seeds()
+    idx_seeds()
+    cifar_seeds()
+    image_seeds()
+    if args.dlrun:
+        checkpoint_seed(args.dlrun)
+
+
+if __name__ == "__main__":
+    main()

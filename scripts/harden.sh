@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# scripts/harden.sh — the sanitizer and fuzz checks (docs/reliability.md).
+#
+#   scripts/harden.sh asan          build (clang, ASan+UBSan) and run the parser and base tests
+#   scripts/harden.sh fuzz [SECS]   run every fuzz target SECS seconds (default 60) from its seeds
+#   scripts/harden.sh tsan          build with TSan and run the loader, writer and watcher tests
+#   scripts/harden.sh ci            asan, then fuzz 60 (what scripts/test.sh runs in CI)
+#
+# Builds go to build-harden/ (asan + fuzzers) and build-tsan/ beside build/; the venv and the
+# Debian packages come from scripts/setup.sh (run it first, or run scripts/test.sh).
+# Fuzz findings are written to build-harden/fuzz-findings/<target>/ and fail the run; the
+# corpus a run grows is kept in build-harden/fuzz-corpus/<target>/ (seeds: fuzz/corpus/).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/versions.sh
+source "$ROOT/scripts/versions.sh"
+VENV="${DLRUN_VENV:-$HOME/.cache/dlrun/venv-torch-$TORCH_VERSION}"
+say() { printf '[harden] %s\n' "$*"; }
+FUZZERS=(config notice idx cifar image checkpoint)
+
+configure_build() {  # DIR SANITIZERS
+  local dir=$1 san=$2
+  if [[ ! -f "$dir/build.ninja" ]]; then
+    say "configuring $dir (clang, $san)"
+    local torch_cmake
+    torch_cmake="$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+    CC=clang CXX=clang++ cmake -S "$ROOT" -B "$dir" -G Ninja -DDLRUN_HARDEN=ON \
+      -DDLRUN_SANITIZERS="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$torch_cmake" >/dev/null
+  fi
+  say "building $dir"
+  cmake --build "$dir" -- ${DLRUN_BUILD_JOBS:+-j$DLRUN_BUILD_JOBS}
+}
+
+run_asan() {
+  configure_build "$ROOT/build-harden" "address,undefined"
+  (cd "$ROOT/build-harden" && ctest --output-on-failure --no-tests=error -L asan -j "${DLRUN_TEST_JOBS:-2}" --timeout 600)
+}
+
+run_tsan() {
+  configure_build "$ROOT/build-tsan" "thread"
+  # The threaded parts: the data loader's workers, the background checkpoint writer, the notice
+  # watcher (and the HTTP transfers it and the uploader cancel).
+  (cd "$ROOT/build-tsan" && ctest --output-on-failure --no-tests=error -L tsan --timeout 900 \
+     -R 'loader|Loader|writer|Writer|watch|Watch|notice|cancel|abandon')
+}
+
+run_fuzz() {
+  local secs=${1:-60} dir="$ROOT/build-harden" failed=0
+  configure_build "$dir" "address,undefined"
+  local report="$dir/fuzz-report.txt"
+  : >"$report"
+  for name in "${FUZZERS[@]}"; do
+    local corpus="$dir/fuzz-corpus/$name" findings="$dir/fuzz-findings/$name" log="$dir/fuzz-$name.log"
+    mkdir -p "$corpus" "$findings"
+    say "fuzz_$name for $secs s"
+    # Torch-free targets check leaks too; the torch ones cannot (LibTorch's one-time allocations).
+    local leaks=1
+    case $name in idx|cifar|image|checkpoint) leaks=0 ;; esac
+    if ASAN_OPTIONS="detect_leaks=$leaks:halt_on_error=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+       "$dir/fuzz_$name" -max_total_time="$secs" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
+         -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/" \
+         "$corpus" "$ROOT/fuzz/corpus/$name" >"$log" 2>&1; then
+      :
+    else
+      failed=1
+      say "fuzz_$name FOUND A PROBLEM: $(grep -m1 -E 'ERROR|runtime error|deadly signal|Timeout|out-of-memory' "$log" || tail -1 "$log")"
+      ls "$findings" | sed 's/^/[harden]   finding: /'
+    fi
+    local runs cov secs_done
+    runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
+    cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1 || echo "cov: ?")
+    secs_done=$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | grep -oE 'in [0-9]+' | grep -oE '[0-9]+' || echo "$secs")
+    printf '%-11s %6s s  %10s runs  %s  corpus %s files\n' "$name" "$secs_done" "$runs" "$cov" \
+      "$(find "$corpus" -type f | wc -l)" | tee -a "$report"
+  done
+  return $failed
+}
+
+case "${1:-ci}" in
+  asan) run_asan ;;
+  tsan) run_tsan ;;
+  fuzz) run_fuzz "${2:-60}" ;;
+  ci) run_asan && run_fuzz "${2:-60}" ;;
+  *) echo "usage: scripts/harden.sh asan|tsan|fuzz [SECONDS]|ci" >&2; exit 2 ;;
+esac
