@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--max-delay", type=float, default=4.0, help="latest signal, seconds after start")
+    ap.add_argument("--max-minutes", type=float, default=0, help="stop starting new cycles after this long (0: no limit)")
     ap.add_argument("--report", help="append the summary line to this file")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
@@ -109,12 +110,13 @@ def main():
     counts = {k: 0 for k in ("SIGTERM", "SIGUSR1", "SIGKILL", "abort")}
     cycles = runs = failures = 0
     t0 = time.monotonic()
-    while cycles < args.cycles and failures == 0:
+    out_of_time = lambda: args.max_minutes > 0 and time.monotonic() - t0 > 60 * args.max_minutes
+    while cycles < args.cycles and failures == 0 and not out_of_time():
         run_dir = os.path.join(base, f"run-{runs}")
         runs += 1
         interrupts = 0
         while True:
-            kind = rng.choice(list(counts)) if cycles < args.cycles else None
+            kind = rng.choice(list(counts)) if cycles < args.cycles and not out_of_time() else None
             if kind is None:  # cycles done: finish this run without interrupting it
                 code, text = run_to_end(args.dlrun, run_dir)
                 why = None if code == 0 else f"final resume exited {code}"

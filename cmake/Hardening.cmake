@@ -59,17 +59,19 @@ target_compile_definitions(dlrun_test_support PUBLIC DLRUN_SOURCE_DIR="${CMAKE_S
 file(GLOB _base_tests CONFIGURE_DEPENDS ${_t}/base/*_test.cpp ${_t}/config/*_test.cpp ${_t}/metrics/*_test.cpp
      ${_t}/preempt/*_test.cpp ${_t}/remote/*_test.cpp)
 list(APPEND _base_tests ${_t}/train/triggers_test.cpp ${_t}/train/run_dir_test.cpp ${_t}/dist/world_test.cpp)
-add_executable(dlrun_base_tests ${_base_tests})
+# sanitizer_defaults.cpp as a source of each executable (in an archive nothing would pull it in).
+set(_defaults ${CMAKE_SOURCE_DIR}/fuzz/sanitizer_defaults.cpp)
+add_executable(dlrun_base_tests ${_base_tests} ${_defaults})
 target_link_libraries(dlrun_base_tests PRIVATE dlrun_test_support)
 file(GLOB _parser_tests CONFIGURE_DEPENDS ${_t}/data/*_test.cpp ${_t}/checkpoint/*_test.cpp)
-add_executable(dlrun_parser_tests ${_parser_tests})
+add_executable(dlrun_parser_tests ${_parser_tests} ${_defaults})
 target_link_libraries(dlrun_parser_tests PRIVATE dlrun_test_support dlrun_parsers)
 target_precompile_headers(dlrun_parser_tests REUSE_FROM dlrun_parsers)
 
 # Sanitizer settings for every test process: fail on the first report, no leak reports from
 # the uninstrumented libtorch's one-time allocations (leaks in dlrun code are found by the
 # fuzzers' own leak check on the torch-free targets).
-set(_env "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=0"
+set(_env "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
          "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
          "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${CMAKE_SOURCE_DIR}/fuzz/tsan.supp")
 # Unit tests that use LibTorch's thread pools (intra-op parallelism) stay out of TSan: the

@@ -8,6 +8,9 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <set>
 
 #include "base/error.h"
@@ -43,9 +46,96 @@ std::vector<char> tensors_to_bytes(const TensorDict& tensors) {
   return out;
 }
 
+namespace {
+
+// A walk over the pickle's opcodes before LibTorch's unpickler runs it. The unpickler trusts
+// the memo indices it is given: LONG_BINPUT with index 2^31 resizes its memo table to 2^31
+// entries (32 GB). An index cannot legitimately exceed the number of opcodes, and so the
+// pickle's size; every length must fit what is left. Unknown opcodes are refused (LibTorch
+// refuses them too). Throws std::runtime_error with what is wrong.
+void check_pickle(const unsigned char* p, size_t n) {
+  size_t i = 0;
+  auto need = [&](uint64_t k) {
+    if (k > n - i) throw std::runtime_error(fmt::format("pickle truncated at byte {} (needs {} more)", i, k));
+  };
+  auto le = [&](int k) {
+    need(static_cast<uint64_t>(k));
+    uint64_t v = 0;
+    for (int b = k - 1; b >= 0; --b) v = (v << 8) | p[i + static_cast<size_t>(b)];
+    i += static_cast<size_t>(k);
+    return v;
+  };
+  auto line = [&]() -> std::string {
+    const void* nl = std::memchr(p + i, '\n', n - i);
+    if (!nl) throw std::runtime_error("pickle truncated in a text argument");
+    const size_t len = static_cast<const unsigned char*>(nl) - (p + i);
+    std::string s(reinterpret_cast<const char*>(p + i), len);
+    i += len + 1;
+    return s;
+  };
+  auto memo = [&](uint64_t index) {
+    if (index > n) throw std::runtime_error(fmt::format("pickle memo index {} in a {}-byte pickle", index, n));
+  };
+  while (i < n) {
+    const unsigned char op = p[i++];
+    switch (op) {
+      case '.': return;  // STOP
+      case '(': case '0': case '1': case '2': case 'N': case 'R': case 'a': case 'b': case 'd': case '}':
+      case 'e': case 'l': case ']': case 'o': case 's': case 't': case ')': case 'u': case 'Q': case 0x81:
+      case 0x85: case 0x86: case 0x87: case 0x88: case 0x89: case 0x8f: case 0x90: case 0x91: case 0x92:
+      case 0x93: case 0x94:
+        break;
+      case 'F': case 'I': case 'L': case 'P': case 'S': case 'V': case 'g': line(); break;
+      case 'p': memo(std::strtoull(line().c_str(), nullptr, 10)); break;
+      case 'c': case 'i': line(); line(); break;
+      case 'K': case 'h': case 'q': case 0x80: case 0x82: le(1); break;
+      case 'U': case 'C': case 0x8a: case 0x8c: { const uint64_t k = le(1); need(k); i += k; break; }
+      case 'M': case 0x83: le(2); break;
+      case 'J': case 'j': case 0x84: le(4); break;
+      case 'r': memo(le(4)); break;
+      case 'T': case 'X': case 'B': case 0x8b: { const uint64_t k = le(4); need(k); i += k; break; }
+      case 'G': case 0x95: le(8); break;
+      case 0x8d: case 0x8e: { const uint64_t k = le(8); need(k); i += k; break; }
+      default: throw std::runtime_error(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, i - 1));
+    }
+  }
+  throw std::runtime_error("pickle without a STOP opcode");
+}
+
+/// In-memory archive reader whose reads stop at the end of the bytes. (LibTorch's own
+/// MemoryReadAdapter copies whatever range the zip reader asks for: a truncated archive made
+/// it read past the buffer -- found by fuzz/checkpoint_fuzz.cpp under ASan.)
+class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  BoundedReader(const char* data, size_t size) : data_(data), size_(size) {}
+  size_t size() const override { return size_; }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= size_) return 0;
+    n = std::min<uint64_t>(n, size_ - pos);
+    std::memcpy(buf, data_ + pos, n);
+    return n;
+  }
+
+ private:
+  const char* data_;
+  size_t size_;
+};
+
+}  // namespace
+
 TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string& what) {
   c10::IValue v;
   try {
+    // The archive and its pickle are checked with bounded reads before LibTorch's reader sees
+    // them: a record may not claim more bytes than the file has, and the pickle must walk.
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes.data(), bytes.size()));
+    if (!reader.hasRecord("data.pkl")) throw std::runtime_error("no data.pkl record in the archive");
+    for (const auto& name : reader.getAllRecords())  // torch.save stores records uncompressed
+      if (reader.getRecordSize(name) > bytes.size())
+        throw std::runtime_error(fmt::format("record {} claims {} bytes in a {}-byte file", name,
+                                             reader.getRecordSize(name), bytes.size()));
+    const auto [data, size] = reader.getRecord("data.pkl");
+    check_pickle(static_cast<const unsigned char*>(data.get()), size);
     v = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
     fail_input("{}: not a readable torch file: {}", what, e.what_without_backtrace());

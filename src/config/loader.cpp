@@ -219,7 +219,7 @@ bool parse_bool(const Tree& t, bool& out) {
 
 // Scanners for the number forms below, by hand rather than with std::regex: libstdc++'s
 // regex_match recurses once per character, so a long scalar (a few thousand digits) in a
-// config overflowed the stack (found by fuzzing, docs/reliability.md).
+// config overflowed the stack (found while writing the config fuzz target, docs/reliability.md).
 size_t scan_digits(const std::string& s, size_t i) {
   while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
   return i;
@@ -386,7 +386,8 @@ Config bind_tree(const Tree& root, const std::string& file) {
   const auto keys = all_keys();  // for "did you mean" across sections
 
   for (const auto& [name, value] : root.map) {
-    auto sec = std::find_if(sections.begin(), sections.end(), [&](const Section& s) { return s.name == name; });
+    const std::string& sname = name;  // (a structured binding cannot be captured before C++20)
+    auto sec = std::find_if(sections.begin(), sections.end(), [&](const Section& s) { return s.name == sname; });
     if (sec == sections.end()) {
       std::string close = did_you_mean(name, section_names);
       std::string all;
@@ -399,7 +400,8 @@ Config bind_tree(const Tree& root, const std::string& file) {
       bad(value->loc, name, "a section must be a mapping of keys, got " + describe_value(*value));
     for (const auto& [fname, fvalue] : value->map) {
       std::string dotted = name + "." + fname;
-      auto f = std::find_if(sec->fields.begin(), sec->fields.end(), [&](const Field& x) { return x.name == fname; });
+      const std::string& field_name = fname;
+      auto f = std::find_if(sec->fields.begin(), sec->fields.end(), [&](const Field& x) { return x.name == field_name; });
       if (f == sec->fields.end()) {
         std::vector<std::string> local;
         for (const auto& x : sec->fields) local.push_back(x.name);

@@ -1,6 +1,7 @@
 // YAML text -> Tree with locations (see tree.h).
 #include "config/tree.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -152,20 +153,49 @@ std::string yaml_hint(const std::string& text, int line0) {
   return "check the indentation and that every '[' and '{' is closed";
 }
 
+
+/// Counts documents, remembering where each starts; builds nothing.
+struct DocumentCounter : YAML::EventHandler {
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 }  // namespace
 
 std::shared_ptr<Tree> parse_yaml(const std::string& text, const std::string& file) {
-  std::vector<YAML::Node> docs;
+  // Not YAML::LoadAll: on a stray top-level ',' yaml-cpp 0.7's parser returns a document
+  // without consuming anything, and LoadAll loops forever (found by fuzz/config_fuzz.cpp with
+  // the config ","). Count documents with a handler that stops at the second, then load one.
+  YAML::Node doc;
   try {
-    docs = YAML::LoadAll(text);
+    std::stringstream in(text);
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    while (counter.starts.size() < 2 && parser.HandleNextDocument(counter)) {
+    }
+    if (counter.starts.size() > 1) {
+      const YAML::Mark& second = counter.starts[1];
+      if (second.pos == counter.starts[0].pos)
+        throw Error(ExitCode::kBadInput, loc_of(second, file), "", "malformed YAML: unexpected ','",
+                    "a ',' separates items only inside [ ] or { }");
+      throw Error(ExitCode::kBadInput, loc_of(second, file), "", "expected one YAML document, found 2 or more",
+                  "remove the '---' separator");
+    }
+    doc = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw Error(ExitCode::kBadInput, loc_of(e.mark, file), "", "malformed YAML: " + e.msg,
                 yaml_hint(text, e.mark.line));
   }
-  if (docs.size() > 1)
-    throw Error(ExitCode::kBadInput, loc_of(docs[1].Mark(), file), "",
-                "expected one YAML document, found " + std::to_string(docs.size()),
-                "remove the '---' separator");
+  std::vector<YAML::Node> docs;
+  if (doc.IsDefined()) docs.push_back(doc);
   if (docs.empty() || docs[0].IsNull()) {
     auto t = std::make_shared<Tree>();
     t->type = Tree::Type::kMap;

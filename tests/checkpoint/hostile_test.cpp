@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
 #include "base/fsutil.h"
@@ -186,4 +187,42 @@ TEST_CASE("an async write that fails is rethrown once, after the next snapshot i
   CHECK(ckpt::verify(tmp / "step-00000003").ok);
   CHECK_FALSE(dlrun::fsutil::path_exists(tmp / "step-00000002.tmp"));
   CHECK_FALSE(dlrun::fsutil::path_exists(tmp / "step-00000002"));
+}
+
+TEST_CASE("a pickle whose memo index would make LibTorch allocate gigabytes is refused first", "[ckpt][hostile]") {
+  // PROTO 2, EMPTY_DICT, LONG_BINPUT 2^31 - 1, STOP: LibTorch's unpickler would resize its memo
+  // table to 2^31 entries (32 GB) before noticing anything.
+  auto archive = [](const std::string& pickle) {
+    std::vector<char> out;
+    {
+      caffe2::serialize::PyTorchStreamWriter w([&](const void* p, size_t n) {
+        out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+        return n;
+      });
+      w.writeRecord("data.pkl", pickle.data(), pickle.size());
+    }
+    return out;
+  };
+  require_error([&] { ckpt::tensors_from_bytes(archive(std::string("\x80\x02}r\xff\xff\xff\x7f.", 9)), "model.pt"); },
+                {"model.pt", "memo index 2147483647"});
+  require_error([&] { ckpt::tensors_from_bytes(archive(std::string("\x80\x02}X\xff\xff\xff\x7f", 8)), "model.pt"); },
+                {"model.pt", "truncated"});
+  require_error([&] { ckpt::tensors_from_bytes(archive(std::string("\x80\x02\xf0.", 4)), "model.pt"); },
+                {"model.pt", "unsupported pickle opcode 0xf0"});
+  // A real tensor file passes the walk unchanged.
+  CHECK(ckpt::tensors_from_bytes(ckpt::tensors_to_bytes(sample_snapshot(1).tensor_files.at("model")), "model.pt")
+            .size() == sample_snapshot(1).tensor_files.at("model").size());
+}
+
+TEST_CASE("fuzz regression: an archive whose directory points past its end is read within bounds", "[ckpt][hostile]") {
+  // fuzz/corpus/checkpoint/regression-truncated-archive: manifest, model.pt and state.json
+  // separated by "CKPTSPLIT" (fuzz/checkpoint_fuzz.cpp). Its model.pt made LibTorch's in-memory
+  // zip reader copy 65535 bytes past the buffer (ASan: heap-buffer-overflow).
+  const std::string in = dlrun::testing::read_text(std::string(DLRUN_SOURCE_DIR) +
+                                                   "/fuzz/corpus/checkpoint/regression-truncated-archive");
+  const auto a = in.find("CKPTSPLIT"), b = in.find("CKPTSPLIT", a + 9);
+  REQUIRE(a != std::string::npos);
+  const std::string model = in.substr(a + 9, b == std::string::npos ? std::string::npos : b - a - 9);
+  require_error([&] { ckpt::tensors_from_bytes(std::vector<char>(model.begin(), model.end()), "model.pt"); },
+                {"model.pt", "not a readable torch file"});
 }

@@ -145,7 +145,7 @@ TEST_CASE("malformed YAML is an error with line and column", "[config][errors]")
       {"unclosed bracket", "model: {name: mlp}\ndata:\n  name: synthetic\n  augment: [flip, crop\n",
        {"", "", 5, 1, "end of sequence flow not found"}},
       {"tab indentation", "model:\n\tname: mlp\n", {"", "", 2, 6, "line 2 is indented with a tab"}},
-      {"two documents", "model: {name: mlp}\n---\ndata: {name: synthetic}\n", {"", "", 3, 1, "expected one YAML document, found 2"}},
+      {"two documents", "model: {name: mlp}\n---\ndata: {name: synthetic}\n", {"", "", 2, 1, "expected one YAML document, found 2"}},
       {"top level is a list", "- model\n- data\n", {"", "", 1, 1, "the top level of a config must be a mapping"}},
       {"top level is a scalar", "hello\n", {"", "", 1, 1, "must be a mapping of sections"}},
       {"non-scalar key", "model:\n  [a, b]: 1\n", {"model", "", 2, 3, "mapping keys must be plain names"}},

@@ -2,7 +2,7 @@
 // multiplying YAML aliases, numbers and strings thousands of characters long, deep nesting,
 // binary garbage, files that are not regular files. Each is a bad-input error (exit 2) naming
 // the file -- never a stack overflow, an endless read or an allocation without bound. The
-// first three were found by the config fuzz target (fuzz/config_fuzz.cpp).
+// first three were found while writing the config fuzz target (fuzz/config_fuzz.cpp).
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -118,4 +118,13 @@ TEST_CASE("a config path that is not a regular file is refused by name", "[confi
     dlrun::testing::write_text(big, std::string(17u << 20, '#'));
     require_error([&] { config::load(big); }, {"a config file is at most"});
   }
+}
+
+TEST_CASE("a stray top-level ',' is a YAML error, not an endless loop", "[config][hostile]") {
+  // yaml-cpp 0.7's LoadAll loops forever on these (found by fuzz/config_fuzz.cpp).
+  for (const char* yaml : {",", "model: {name: mlp}\n,\n", ",1\ndata.x=[a]\nrun: &c"}) {
+    INFO(yaml);
+    require_error([&] { load_mem(yaml); }, {});
+  }
+  require_error([&] { load_mem(","); }, {"unexpected ','"});
 }

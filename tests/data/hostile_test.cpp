@@ -2,7 +2,7 @@
 // are zero, images whose headers claim gigapixels, directories where files belong, empty
 // files. Each is a bad-input error naming the file, before anything large is allocated.
 // The idx overflow was undefined behaviour (signed overflow) found while writing the fuzz
-// targets (fuzz/idx_fuzz.cpp); the image limits came from fuzz/image_fuzz.cpp.
+// targets (fuzz/idx_fuzz.cpp), as were the image limits (fuzz/image_fuzz.cpp).
 #include <png.h>
 #include <turbojpeg.h>
 #include <zlib.h>
