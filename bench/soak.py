@@ -74,6 +74,11 @@ def check_start(kind, code, text):
     for bad in ("does not verify", "corrupt", "Traceback", "Segmentation", "AddressSanitizer"):
         if bad in text:
             return f"output mentions {bad!r}"
+    # A signal that arrives while the process is still loading LibTorch, before main() could
+    # install its handlers, ends it by the default action: nothing was written yet, and the
+    # next start begins where the last checkpoint left off. It prints nothing first.
+    if code in (-signal.SIGTERM, -signal.SIGUSR1) and kind.startswith("SIG") and not text.strip():
+        return None
     allowed = {
         "SIGTERM": {75, 0},
         "SIGUSR1": {75, 0},
@@ -90,7 +95,8 @@ def main():
     ap.add_argument("--dlrun", default=os.path.join(HERE, "..", "build", "dlrun"))
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--max-delay", type=float, default=4.0, help="latest signal, seconds after start")
+    ap.add_argument("--max-delay", type=float, default=0,
+                    help="latest signal, seconds after start (default: the uninterrupted run's wall time)")
     ap.add_argument("--max-minutes", type=float, default=0, help="stop starting new cycles after this long (0: no limit)")
     ap.add_argument("--report", help="append the summary line to this file")
     args = ap.parse_args()
@@ -100,15 +106,19 @@ def main():
 
     base = tempfile.mkdtemp(prefix="dlrun-soak-")
     ref_dir = os.path.join(base, "reference")
+    t_ref = time.monotonic()
     code, text = run_to_end(args.dlrun, ref_dir)
+    t_ref = time.monotonic() - t_ref
+    max_delay = args.max_delay or t_ref
     if code != 0:
         print(text)
         sys.exit(f"soak: the uninterrupted reference run failed (exit {code})")
     reference = summary(ref_dir)["params_sha256"]
-    print(f"soak: reference params_sha256 {reference[:16]}…", flush=True)
+    print(f"soak: reference params_sha256 {reference[:16]}…, {t_ref:.1f} s uninterrupted; signals within "
+          f"{max_delay:.1f} s of each start", flush=True)
 
     counts = {k: 0 for k in ("SIGTERM", "SIGUSR1", "SIGKILL", "abort")}
-    cycles = runs = failures = 0
+    cycles = runs = failures = early = 0
     t0 = time.monotonic()
     out_of_time = lambda: args.max_minutes > 0 and time.monotonic() - t0 > 60 * args.max_minutes
     while cycles < args.cycles and failures == 0 and not out_of_time():
@@ -121,11 +131,16 @@ def main():
                 code, text = run_to_end(args.dlrun, run_dir)
                 why = None if code == 0 else f"final resume exited {code}"
             else:
-                code, text = one_start(args.dlrun, run_dir, kind, rng, args.max_delay)
+                code, text = one_start(args.dlrun, run_dir, kind, rng, max_delay)
                 why = check_start(kind, code, text)
-                counts[kind] += 1
-                cycles += 1
-                interrupts += 1
+                # Only a start that was really interrupted counts (a signal that came after the
+                # run had finished, or an abort point no save reached, is just a run to the end).
+                if code != 0 and not text.strip():
+                    early += 1  # killed while loading, before main(): counted apart
+                if code != 0:
+                    counts[kind] += 1
+                    cycles += 1
+                    interrupts += 1
             if why:
                 failures += 1
                 print(f"soak: FAILURE in {run_dir} ({kind}): {why}\n{text[-3000:]}", flush=True)
@@ -141,8 +156,9 @@ def main():
                     shutil.rmtree(run_dir, ignore_errors=True)
                 break
 
-    line = (f"soak: {cycles} cycles in {runs} runs, {time.monotonic() - t0:.0f} s, interruptions "
-            + ", ".join(f"{k} {v}" for k, v in counts.items()) + f", failures {failures}, seed {seed}")
+    line = (f"soak: {cycles} interruptions and resumes in {runs} runs, {time.monotonic() - t0:.0f} s: "
+            + ", ".join(f"{k} {v}" for k, v in counts.items())
+            + f" ({early} of the signals before main()), failures {failures}, seed {seed}")
     print(line, flush=True)
     if args.report:
         with open(args.report, "a") as f:

@@ -27,6 +27,11 @@ inline void write_file(const fs::path& p, const std::vector<uint8_t>& bytes, boo
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
+/// Appends `v` big-endian (the idx format's integers).
+inline void be32(std::vector<uint8_t>& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+
 inline std::vector<uint8_t> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -19,10 +19,6 @@ using dlrun::testing::require_error;
 
 namespace {
 
-void be32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
-}
-
 std::vector<uint8_t> idx_images(uint32_t n, uint32_t h, uint32_t w, uint32_t magic = 0x803) {
   std::vector<uint8_t> b;
   be32(b, magic);

@@ -22,10 +22,6 @@ using dlrun::testing::ScratchDir;
 
 namespace {
 
-void be32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
-}
-
 std::vector<uint8_t> header(uint32_t magic, std::vector<uint32_t> dims) {
   std::vector<uint8_t> b;
   be32(b, magic);

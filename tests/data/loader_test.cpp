@@ -282,7 +282,8 @@ TEST_CASE("epoch permutations are permutations, seeded by (seed, epoch)", "[data
   CHECK(p != data::epoch_permutation(2, 0, 1000, true));
 }
 
-TEST_CASE("the synthetic set is deterministic and learnable", "[data]") {
+// [no-tsan]: torch math only (cdist, means), whose worker threads synchronise where TSan cannot see.
+TEST_CASE("the synthetic set is deterministic and learnable", "[data][no-tsan]") {
   DataOptions o = synth_opts();
   o.synthetic_shape = {1, 12, 12};
   o.synthetic_train_size = 2000;
