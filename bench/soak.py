@@ -10,7 +10,10 @@ skipped or corrupt checkpoint), and every run, once it completes, must end with 
 params_sha256 as the uninterrupted run of the same config. A run is restarted until it
 completes; then a fresh run directory starts. One cycle = one interruption and its resume.
 
-  bench/soak.py --dlrun build/dlrun --cycles 1000 [--seed S] [--report FILE]
+  bench/soak.py --dlrun build/dlrun --cycles 1000 [--nproc 2] [--seed S] [--report FILE]
+
+With --nproc 2 each run is two DDP processes on gloo started by scripts/dlrun-launch; signals
+go to the launcher (which forwards them), SIGKILL to the whole process group.
 
 Prints one line per completed run and a summary; exit 1 on any failure (the run directory of
 a failure is kept and named). docs/reliability.md has the figures.
@@ -21,6 +24,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,8 +35,22 @@ CONFIG = os.path.join(HERE, "soak.yaml")
 POINTS = ["file", "files", "manifest", "rename", "latest"]
 
 
+LAUNCH = os.path.join(HERE, "..", "scripts", "dlrun-launch")
+NPROC = 1  # --nproc: processes per run, started by scripts/dlrun-launch when above 1
+
+
+def command(dlrun, run_dir):
+    if NPROC == 1:
+        return [dlrun, "train", CONFIG, "--run-dir", run_dir]
+    with socket.socket() as s:  # a free port for this start's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [sys.executable, LAUNCH, "--nproc-per-node", str(NPROC), "--master-port", str(port), "--", dlrun, "train",
+            CONFIG, "dist.backend=gloo", "--run-dir", run_dir]
+
+
 def run_to_end(dlrun, run_dir, env=None):
-    p = subprocess.run([dlrun, "train", CONFIG, "--run-dir", run_dir], env=env,
+    p = subprocess.run(command(dlrun, run_dir), env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     return p.returncode, p.stdout
 
@@ -49,14 +67,17 @@ def one_start(dlrun, run_dir, kind, rng, max_delay):
     if kind == "abort":
         env["DLRUN_FAULT"] = "ckpt:" + rng.choice(POINTS)
     out = tempfile.TemporaryFile(mode="w+")
-    p = subprocess.Popen([dlrun, "train", CONFIG, "--run-dir", run_dir], env=env, stdout=out,
-                         stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(command(dlrun, run_dir), env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
     if kind in ("SIGTERM", "SIGUSR1", "SIGKILL"):
         deadline = time.monotonic() + rng.uniform(0.05, max_delay)
         while time.monotonic() < deadline and p.poll() is None:
             time.sleep(0.005)
         if p.poll() is None:
-            p.send_signal(getattr(signal, kind))
+            if kind == "SIGKILL":  # the machine goes away: every process of the run at once
+                os.killpg(p.pid, signal.SIGKILL)
+            else:
+                p.send_signal(getattr(signal, kind))
     try:
         code = p.wait(timeout=300)
     except subprocess.TimeoutExpired:
@@ -79,6 +100,10 @@ def check_start(kind, code, text):
     # next start begins where the last checkpoint left off. It prints nothing first.
     if code in (-signal.SIGTERM, -signal.SIGUSR1) and kind.startswith("SIG") and not text.strip():
         return None
+    if NPROC > 1 and kind in ("SIGTERM", "SIGUSR1") and code == 1 and f"failed (killed by {kind})" in text:
+        return None  # the same through the launcher: it forwarded the signal to a worker still loading
+    if NPROC > 1 and kind == "abort" and code != 0:
+        return None  # the launcher reports a worker's abort with its own exit code
     allowed = {
         "SIGTERM": {75, 0},
         "SIGUSR1": {75, 0},
@@ -98,8 +123,11 @@ def main():
     ap.add_argument("--max-delay", type=float, default=0,
                     help="latest signal, seconds after start (default: the uninterrupted run's wall time)")
     ap.add_argument("--max-minutes", type=float, default=0, help="stop starting new cycles after this long (0: no limit)")
+    ap.add_argument("--nproc", type=int, default=1, help="processes per run (scripts/dlrun-launch, gloo)")
     ap.add_argument("--report", help="append the summary line to this file")
     args = ap.parse_args()
+    global NPROC
+    NPROC = args.nproc
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"soak: seed {seed} (--seed {seed} repeats it), {args.cycles} cycles", flush=True)
@@ -135,7 +163,7 @@ def main():
                 why = check_start(kind, code, text)
                 # Only a start that was really interrupted counts (a signal that came after the
                 # run had finished, or an abort point no save reached, is just a run to the end).
-                if code != 0 and not text.strip():
+                if code != 0 and (not text.strip() or f"failed (killed by {kind})" in text):
                     early += 1  # killed while loading, before main(): counted apart
                 if code != 0:
                     counts[kind] += 1
