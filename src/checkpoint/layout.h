@@ -42,11 +42,12 @@ std::string file_mismatch(const nlohmann::json& entry, uint64_t size, const std:
 /// Why a checkpoint entry with this lstat() is not a regular file ("" when it is).
 std::string not_a_plain_file(const struct stat& st, const std::string& name);
 
-/// Why the manifest's "format" / "format_version" cannot be read by this dlrun ("" when fine).
-std::string format_problem(const nlohmann::json& manifest);
+/// Why the manifest's "format" / "format_version" cannot be read by this dlrun ("" when fine);
+/// `*newer` tells whether the reason is a version newer than this dlrun reads.
+std::string format_problem(const nlohmann::json& manifest, bool* newer = nullptr);
 
-/// nlohmann::json::parse with nesting capped (throws std::exception on bad or too deep JSON).
-nlohmann::json parse_json(const std::string& text);
+/// How deep a manifest or state.json may nest (base/json_limits.h).
+inline constexpr int kMaxJsonDepth = 64;
 
 /// verify(); with `hashes` false only presence and sizes are checked (no reading of data).
 VerifyResult verify_dir(const std::string& ckpt_dir, bool hashes);

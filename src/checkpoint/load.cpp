@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/json_limits.h"
 #include "base/sha256.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/layout.h"
@@ -65,7 +66,7 @@ Snapshot parse(const FileSet& set, const std::string& where) {
       snap.tensor_files[name.substr(0, name.size() - 3)] = tensors_from_bytes(bytes, what);
     } else if (name == detail::kState) {
       try {
-        snap.state = detail::parse_json(std::string(bytes.begin(), bytes.end()));
+        snap.state = parse_json_capped(std::string(bytes.begin(), bytes.end()), detail::kMaxJsonDepth);
       } catch (const std::exception& e) {
         fail_input("{}: not valid JSON: {}", what, e.what());
       }
@@ -90,15 +91,15 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
       if (tmp && on_skip) on_skip(it->path, "partial: never committed (interrupted writer); ignored, not deleted");
       continue;
     }
-    // A checkpoint this dlrun cannot read because a newer one wrote it is not damage: skipping
-    // it would start the run over beside it. Stop and say so.
-    if (const VerifyResult v = detail::read_manifest(it->path); v.newer_format)
-      throw Error(ExitCode::kBadInput, fmt::format("{}: {}", it->path, v.reason),
-                  "this run was continued by a newer dlrun: use that version (or start a new run with --run-dir)");
     try {
       return Loaded{it->path, load(it->path)};
     } catch (const Error& e) {
       if (e.code() != ExitCode::kBadInput) throw;
+      // A checkpoint this dlrun cannot read because a newer one wrote it is not damage:
+      // skipping it would start the run over beside it. Stop and say so.
+      if (const VerifyResult v = detail::read_manifest(it->path); v.newer_format)
+        throw Error(ExitCode::kBadInput, fmt::format("{}: {}", it->path, v.reason),
+                    "this run was continued by a newer dlrun: use that version (or start a new run with --run-dir)");
       if (on_skip) on_skip(it->path, e.message());
     }
   }

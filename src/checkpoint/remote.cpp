@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/fsutil.h"
+#include "base/json_limits.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "checkpoint/layout.h"
@@ -113,7 +114,7 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   FileSet set;
   set.name = name;
   try {
-    set.manifest = detail::parse_json(manifest_text);
+    set.manifest = parse_json_capped(manifest_text, detail::kMaxJsonDepth);
   } catch (const std::exception& e) {
     fail_verify(where, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/json_limits.h"
 #include "base/sha256.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/layout.h"
@@ -36,27 +37,19 @@ std::string not_a_plain_file(const struct stat& st, const std::string& name) {
   return "";
 }
 
-std::string format_problem(const nlohmann::json& m) {
+std::string format_problem(const nlohmann::json& m, bool* newer) {
   if (m.contains("format") && m["format"] != "dlrun-checkpoint")
     return fmt::format("manifest.json: format {} is not a dlrun checkpoint", m["format"].dump());
   if (!m.contains("format_version")) return "";  // written before the field existed: version 1
   const auto& v = m["format_version"];
   if (!v.is_number_integer() || v.get<int64_t>() < 1)
     return fmt::format("manifest.json: format_version {} is not a version number", v.dump());
+  if (newer) *newer = v.get<int64_t>() > kFormatVersion;
   if (v.get<int64_t>() > kFormatVersion)
     return fmt::format("manifest.json: format version {} was written by a newer dlrun (this one reads version {}); "
                        "upgrade dlrun to resume from it",
                        v.get<int64_t>(), kFormatVersion);
   return "";
-}
-
-nlohmann::json parse_json(const std::string& text) {
-  // nlohmann parses iteratively but copies and compares recursively: cap the nesting, so a
-  // hostile file cannot overflow the stack later (no dlrun file nests more than a few levels).
-  return nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    if (depth > 64) throw std::runtime_error("nested more than 64 levels deep");
-    return true;
-  });
 }
 
 VerifyResult read_manifest(const std::string& ckpt_dir) {
@@ -76,17 +69,14 @@ VerifyResult read_manifest(const std::string& ckpt_dir) {
 
   nlohmann::json m;
   try {
-    m = parse_json(fsutil::read_file(mpath));
+    m = parse_json_capped(fsutil::read_file(mpath), kMaxJsonDepth);
   } catch (const std::exception& e) {
     return fail(r, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }
   if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || !m.contains("step") ||
       !m["step"].is_number_integer())
     return fail(r, "manifest.json: malformed (needs 'step' and a 'files' list)");
-  if (const std::string why = format_problem(m); !why.empty()) {
-    r.newer_format = m["format_version"].is_number_integer() && m["format_version"].get<int64_t>() > kFormatVersion;
-    return fail(r, why);
-  }
+  if (const std::string why = format_problem(m, &r.newer_format); !why.empty()) return fail(r, why);
   r.manifest = m;
   r.step = m["step"].get<int64_t>();
   r.epoch = m.contains("epoch") && m["epoch"].is_number_integer() ? m["epoch"].get<int64_t>() : -1;

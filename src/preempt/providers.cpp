@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/http.h"
+#include "base/json_limits.h"
 #include "preempt/preempt.h"
 #include "preempt/providers.h"
 
@@ -66,12 +67,13 @@ bool answered(const http::Response& r, const std::string& url, PollResult* out) 
 // What a metadata service's answer means, apart from the transport (the fuzzed part).
 PollResult parse_answer(NoticeSource watch, int status, const std::string& body, const std::string& url) {
   PollResult out;
-  // Nested JSON deeper than any real answer is refused before nlohmann copies it recursively.
-  constexpr int kMaxDepth = 16;
-  auto parse = [&](const std::string& text) {
-    return nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-      return depth <= kMaxDepth;  // deeper values are dropped (not kept), so nothing deep is built
-    }, false);
+  // JSON nested deeper than any real answer counts as not JSON (base/json_limits.h).
+  auto parse = [](const std::string& text) {
+    try {
+      return parse_json_capped(text, 16);
+    } catch (const std::exception&) {
+      return nlohmann::json(nlohmann::json::value_t::discarded);
+    }
   };
   switch (watch) {
     case NoticeSource::kAws: {

@@ -9,10 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "config/options.h"
+#include "support/scratch_dir.h"
+
 
 namespace dlrun::testing::data {
 
 namespace fs = std::filesystem;
+using dlrun::testing::ScratchDir;
 
 inline void write_file(const fs::path& p, const std::vector<uint8_t>& bytes, bool gz = false) {
   fs::create_directories(p.parent_path());
@@ -30,6 +34,14 @@ inline void write_file(const fs::path& p, const std::vector<uint8_t>& bytes, boo
 /// Appends `v` big-endian (the idx format's integers).
 inline void be32(std::vector<uint8_t>& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+
+/// Options reading an idx dataset (MNIST's format) from the scratch directory `d`.
+inline DataOptions idx_opts(const ScratchDir& d) {
+  DataOptions o;
+  o.name = "mnist";
+  o.root = d.str();
+  return o;
 }
 
 inline std::vector<uint8_t> read_file(const fs::path& p) {

@@ -37,13 +37,6 @@ std::vector<uint8_t> idx_labels(const std::vector<uint8_t>& labels, uint32_t mag
   return b;
 }
 
-DataOptions idx_opts(const ScratchDir& d) {
-  DataOptions o;
-  o.name = "mnist";
-  o.root = d.str();
-  return o;
-}
-
 void write_idx_pair(const ScratchDir& d, const std::string& prefix, bool gz, uint32_t n = 5) {
   std::vector<uint8_t> labels;
   for (uint32_t i = 0; i < n; ++i) labels.push_back(static_cast<uint8_t>(i % 10));

@@ -29,13 +29,6 @@ std::vector<uint8_t> header(uint32_t magic, std::vector<uint32_t> dims) {
   return b;
 }
 
-DataOptions opts(const ScratchDir& d) {
-  DataOptions o;
-  o.name = "mnist";
-  o.root = d.str();
-  return o;
-}
-
 /// A small real JPEG, in memory.
 std::vector<uint8_t> jpeg(int w, int h) {
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3, 128);
@@ -82,17 +75,17 @@ TEST_CASE("idx headers whose dimensions overflow or are zero are refused by name
   write_file(d / "t10k-labels-idx1-ubyte", header(0x801, {4}));
   SECTION("2^31 x 2^31 x 4 wraps 64 bits to 0: the 16-byte file must not pass as complete") {
     write_file(d / "t10k-images-idx3-ubyte", header(0x803, {4, 0x80000000u, 0x80000000u}));
-    require_error([&] { data::open(opts(d), data::Split::kEval, 0); }, {"t10k-images-idx3-ubyte", "truncated"});
+    require_error([&] { data::open(idx_opts(d), data::Split::kEval, 0); }, {"t10k-images-idx3-ubyte", "truncated"});
   }
   SECTION("huge counts with a tiny file") {
     auto b = header(0x803, {0xffffffffu, 0xffffffffu, 0xffffffffu});
     b.resize(b.size() + 64, 1);
     write_file(d / "t10k-images-idx3-ubyte", b);
-    require_error([&] { data::open(opts(d), data::Split::kEval, 0); }, {"t10k-images-idx3-ubyte", "promises more data"});
+    require_error([&] { data::open(idx_opts(d), data::Split::kEval, 0); }, {"t10k-images-idx3-ubyte", "promises more data"});
   }
   SECTION("a zero dimension") {
     write_file(d / "t10k-images-idx3-ubyte", header(0x803, {4, 0, 28}));
-    require_error([&] { data::open(opts(d), data::Split::kEval, 0); }, {"t10k-images-idx3-ubyte", "is 0"});
+    require_error([&] { data::open(idx_opts(d), data::Split::kEval, 0); }, {"t10k-images-idx3-ubyte", "is 0"});
   }
 }
 
@@ -100,7 +93,7 @@ TEST_CASE("a directory where a data file belongs is named as such", "[data][host
   ScratchDir d;
   fs::create_directories(d / "t10k-images-idx3-ubyte");
   write_file(d / "t10k-labels-idx1-ubyte", header(0x801, {0}));
-  require_error([&] { data::open(opts(d), data::Split::kEval, 0); },
+  require_error([&] { data::open(idx_opts(d), data::Split::kEval, 0); },
                 {"t10k-images-idx3-ubyte", "not a regular file"});
 }
 
