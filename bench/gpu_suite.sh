@@ -12,15 +12,16 @@
 # $OUT/summary.md and the script goes on; its exit code is non-zero if any failed.
 #
 # The whole suite takes longer than one 10-minute device call: DLRUN_GPU_PARTS picks parts
-# (default all: "build tests ckpt throughput amp memory"); the build directory stays between
-# calls, so e.g. `DLRUN_GPU_PARTS="build tests"` then `DLRUN_GPU_PARTS="ckpt throughput"` then
-# `DLRUN_GPU_PARTS="amp memory"`.
+# (default all: "build tests ckpt throughput amp memory telemetry compare fast"); the build
+# directory stays between calls, so e.g. `DLRUN_GPU_PARTS="build tests"` then
+# `DLRUN_GPU_PARTS="ckpt throughput"` then `DLRUN_GPU_PARTS="amp memory"` then
+# `DLRUN_GPU_PARTS="telemetry compare fast"`.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-out}"
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build tests ckpt throughput amp memory} "
+PARTS=" ${DLRUN_GPU_PARTS:-build tests ckpt throughput amp memory telemetry compare fast} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 mkdir -p "$OUT"
 cd "$ROOT"
@@ -150,6 +151,67 @@ for mode in none blocks stages; do
     || fail "bench memory $mode"
 done
 [[ -f "$OUT/memory.jsonl" ]] && sed 's/^/    /' "$OUT/memory.jsonl" >> "$summary"
+fi
+
+# Issue 12: where the time goes on a GPU -- the per-phase step times (CUDA events), NVML
+# telemetry and the caching allocator's peak in the run's records, and a Kineto trace with
+# CUDA kernels in it.
+if want telemetry; then
+step "telemetry: phase times, NVML, peak memory, a profiler trace with CUDA kernels"
+run="$OUT/run-telemetry"
+rm -rf "$run"
+if "$DLRUN" train configs/synthetic/resnet50.yaml --run-dir "$run" run.device=cuda train.max_steps=40 \
+     data.batch_size=128 data.device_resident=true amp.enabled=true amp.dtype=bf16 model.channels_last=true \
+     log.every_steps=10 log.progress=none train.eval_at_end=false train.eval_every_epochs=0 checkpoint.at_end=false \
+     profile.steps=3 profile.start_step=20 > "$OUT/train-telemetry.log" 2>&1; then
+  python3 - "$run" >> "$summary" 2>&1 <<'PY' || fail "telemetry records"
+import glob, json, sys
+run = sys.argv[1]
+rows = [json.loads(l) for l in open(run + "/metrics.jsonl") if '"samples_per_s"' in l]
+last = rows[-1]
+s = json.load(open(run + "/summary.json"))
+trace = json.load(open(glob.glob(run + "/profile/*.pt.trace.json")[0]))
+kernels = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
+print(f"    last record: " + ", ".join(f"{k}={last.get(k)}" for k in (
+    "samples_per_s", "data_wait_s", "forward_s", "backward_s", "optimizer_s", "gpu_util_pct", "gpu_mem_used_mb",
+    "gpu_power_w", "gpu_temp_c")))
+print(f"    summary time_s={s['time_s']} peak_cuda_memory_mb={s['peak_cuda_memory_mb']}; trace: {kernels} CUDA kernels")
+assert last.get("forward_s", 0) > 0 and s["peak_cuda_memory_mb"]["allocated"] > 0 and kernels > 0
+PY
+else
+  fail "train telemetry"
+fi
+rm -rf "$run/checkpoints"
+fi
+
+# Issue 12: the side-by-side harness on the GPU workloads (resnet18 28x28 batch 512, resnet50
+# 224 bf16 channels_last, resnet50 on a generated JPEG folder), then the input pipeline alone.
+if want compare; then
+step "benchmark: bench/compare.py --workloads gpu,pipeline"
+python3 bench/compare.py --dlrun "$DLRUN" --workloads gpu,pipeline --reps 2 --steps 80 --out "$OUT/compare-logs" \
+  > "$OUT/compare.md" 2>&1 || fail "bench/compare.py gpu"
+sed 's/^/    /' "$OUT/compare.md" | tail -30 >> "$summary"
+fi
+
+# Issue 12: time to accuracy on one GPU (configs/fashion_mnist/fast.yaml, target >= 95.0 % in
+# <= 60 s of wall time, end to end). Needs Debian's dataset-fashion-mnist files (carried in .devdeps).
+if want fast; then
+step "time to accuracy: configs/fashion_mnist/fast.yaml"
+run="$OUT/run-fast"
+rm -rf "$run"
+start=$(date +%s.%N)
+if "$DLRUN" train configs/fashion_mnist/fast.yaml --run-dir "$run" log.progress=lines > "$OUT/train-fast.log" 2>&1; then
+  end=$(date +%s.%N)
+  python3 - "$run" "$start" "$end" >> "$summary" <<'PY' || fail "fast.yaml summary"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+print(f"    fast.yaml: accuracy {s['eval']['accuracy']:.4f} after {s['steps']} steps; training {s['wall_time_s']:.1f} s, "
+      f"end to end {float(sys.argv[3]) - float(sys.argv[2]):.1f} s; time_s {s['time_s']}")
+PY
+else
+  fail "train fast.yaml"
+fi
+rm -rf "$run/checkpoints"
 fi
 
 echo >> "$summary"

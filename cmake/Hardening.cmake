@@ -63,6 +63,7 @@ list(APPEND _base_tests ${_t}/train/triggers_test.cpp ${_t}/train/run_dir_test.c
 set(_defaults ${CMAKE_SOURCE_DIR}/fuzz/sanitizer_defaults.cpp)
 add_executable(dlrun_base_tests ${_base_tests} ${_defaults})
 target_link_libraries(dlrun_base_tests PRIVATE dlrun_test_support)
+dlrun_fake_nvml(dlrun_base_tests)
 file(GLOB _parser_tests CONFIGURE_DEPENDS ${_t}/data/*_test.cpp ${_t}/checkpoint/*_test.cpp)
 add_executable(dlrun_parser_tests ${_parser_tests} ${_defaults})
 target_link_libraries(dlrun_parser_tests PRIVATE dlrun_test_support dlrun_parsers)

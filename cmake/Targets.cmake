@@ -30,12 +30,27 @@ set(DLRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initia
 add_library(dlrun_base STATIC ${DLRUN_BASE_SOURCES} ${CMAKE_BINARY_DIR}/generated/build_info.cpp)
 target_include_directories(dlrun_base PUBLIC ${_src} ${CMAKE_BINARY_DIR}/generated)
 target_link_libraries(dlrun_base PUBLIC fmt::fmt yaml-cpp nlohmann_json::nlohmann_json
-                      ZLIB::ZLIB Threads::Threads OpenSSL::Crypto)
+                      ZLIB::ZLIB Threads::Threads OpenSSL::Crypto ${CMAKE_DL_LIBS})
 target_compile_options(dlrun_base PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARNINGS}>)
 if(DLRUN_HAVE_CURL)
   target_link_libraries(dlrun_base PUBLIC CURL::libcurl)
   target_compile_definitions(dlrun_base PUBLIC DLRUN_HAVE_CURL=1)
 endif()
+# A stand-in for the driver's NVML library, which tests/metrics/nvml_test.cpp loads by
+# path (the base tests of both builds).
+function(dlrun_fake_nvml target)
+  if(NOT TARGET dlrun_fake_nvml)
+    add_library(dlrun_fake_nvml SHARED ${CMAKE_SOURCE_DIR}/tests/metrics/fake_nvml.cpp)
+    # Not instrumented, as the driver's library is not: UBSan's function-type check would
+    # compare its own structs with dlrun's declarations of the same layout.
+    if(DLRUN_HARDEN)
+      target_compile_options(dlrun_fake_nvml PRIVATE -fno-sanitize=all)
+    endif()
+  endif()
+  add_dependencies(${target} dlrun_fake_nvml)
+  target_compile_definitions(${target} PRIVATE DLRUN_FAKE_NVML="$<TARGET_FILE:dlrun_fake_nvml>")
+endfunction()
+
 if(DLRUN_HARDEN)
   return()  # the sanitizer build (cmake/Hardening.cmake) takes dlrun_base and the source lists only
 endif()

@@ -16,6 +16,7 @@ void setup_config(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_eval(CLI::App& app);
 void setup_bench(CLI::App& app);
+void setup_bench_data(CLI::App* bench);  ///< `dlrun bench data` (cmd_bench_data.cpp)
 void setup_ckpt(CLI::App& app);
 void setup_export(CLI::App& app);
 

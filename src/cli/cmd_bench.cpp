@@ -390,6 +390,7 @@ void setup_bench(CLI::App& app) {
   mem->add_flag("--max-batch", m->max_batch, "CUDA: also search the largest batch that fits");
   mem->add_flag("--json", m->json, "print JSON (one line)");
   mem->callback([m] { bench_memory(*m); });
+  setup_bench_data(cmd);
 }
 
 }  // namespace dlrun::cli

@@ -211,6 +211,16 @@ struct LogOptions {
   ProgressMode progress = ProgressMode::kAuto;
 };
 
+/// A Kineto trace of a few steps (profile.steps > 0): CPU operators, and CUDA kernels on a GPU.
+struct ProfileOptions {
+  int64_t start_step = 20;  ///< the trace begins when this many steps are done (after warm-up)
+  int64_t steps = 0;        ///< steps traced (0: off)
+  std::string path;         ///< "" : RUN_DIR/profile/
+  bool record_shapes = false;
+  bool memory = false;
+  bool with_stack = false;
+};
+
 /// A whole experiment: every section, plus where each value came from.
 struct Config {
   RunOptions run;
@@ -224,6 +234,7 @@ struct Config {
   CheckpointOptions checkpoint;
   PreemptionOptions preemption;
   LogOptions log;
+  ProfileOptions profile;
 
   /// The top-level file the config was loaded from ("" for a default-constructed one).
   std::string source_file;

@@ -261,6 +261,19 @@ std::vector<Section> describe(Config& c) {
       En("progress", o.progress, "terminal display: auto (a bar on a TTY, else lines), bar, lines or none"),
     }});
   }
+  {
+    auto& o = c.profile;
+    s.push_back({"profile", "a Chrome/Perfetto trace of a few steps (LibTorch's Kineto profiler; off by default)", {
+      I("steps", o.steps, 0, 1e6, "optimizer steps to trace (0: off); the trace is written when they are done"),
+      I("start_step", o.start_step, 0, 1e12, "begin tracing once this many steps are done (skip the warm-up)"),
+      Snull("path", o.path,
+            "directory for the trace files (empty: RUN_DIR/profile); one file per rank, "
+            "rank<R>.step<N>.pt.trace.json"),
+      B("record_shapes", o.record_shapes, "record each operator's input shapes"),
+      B("memory", o.memory, "record tensor allocations and frees (memory timeline)"),
+      B("with_stack", o.with_stack, "record C++ call stacks of the operators (large traces)"),
+    }});
+  }
   return s;
 }
 

@@ -38,4 +38,13 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
+std::string pci_bus_id(int index) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), index) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return id;
+}
+
 }  // namespace dlrun::cuda

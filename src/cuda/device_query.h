@@ -24,5 +24,7 @@ std::string driver_version();
 std::string runtime_version();
 /// Visible devices; empty without a driver or GPU (never throws).
 std::vector<DeviceInfo> devices();
+/// The PCI bus id of CUDA device `index` as NVML takes it ("0000:3B:00.0"); "" when unknown.
+std::string pci_bus_id(int index);
 
 }  // namespace dlrun::cuda

@@ -7,5 +7,6 @@ bool cuda_compiled() { return false; }
 std::string driver_version() { return {}; }
 std::string runtime_version() { return {}; }
 std::vector<DeviceInfo> devices() { return {}; }
+std::string pci_bus_id(int) { return {}; }
 }  // namespace dlrun::cuda
 #endif

@@ -6,6 +6,8 @@
 #include "dist/group.h"
 #include "train/optim.h"
 
+#include <ATen/record_function.h>
+
 #ifdef DLRUN_TORCH_HAS_CUDA
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -63,7 +65,8 @@ StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models:
       device_(device),
       autocast_(amp.enabled),
       autocast_dtype_(amp.dtype == AmpDtype::kBf16 ? torch::kBFloat16 : torch::kHalf),
-      scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf, device) {
+      scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf, device),
+      timer_(device) {
   DLRUN_CHECK_INPUT(!autocast_ || device.is_cuda() || autocast_dtype_ == torch::kBFloat16,
                     "amp.dtype: fp16 autocast needs a CUDA device; on {} use amp.dtype: bf16", device.str());
   for (auto& p : model.parameters())
@@ -91,6 +94,9 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
 }
 
 StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
+  // Phases are timed (step_timer.h) and named for the profiler's trace (profile.*); neither
+  // costs anything when off. A step being captured into a CUDA graph is not timed.
+  timer_.start();
   optim_.zero_grad(true);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   auto loss_sum = torch::zeros({}, f64);
@@ -100,6 +106,7 @@ StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
     const auto& b = micro[i];
     torch::Tensor loss;
     {
+      RECORD_USER_SCOPE("dlrun::forward");
       AutocastScope ac(autocast_, autocast_dtype_, device_.type());
       auto logits = model_.forward(b.x);  // (b, classes)
       loss = torch::nn::functional::cross_entropy(
@@ -108,9 +115,15 @@ StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
     }
     loss_sum += loss.detach().to(torch::kFloat64);
     auto scaled = scaler_.scale(loss / n);
-    if (sync_ && i + 1 == micro.size()) sync_->prepare(scaled);  // this backward all-reduces
-    scaled.backward();
+    timer_.end_of(Phase::kForward);
+    {
+      RECORD_USER_SCOPE("dlrun::backward");
+      if (sync_ && i + 1 == micro.size()) sync_->prepare(scaled);  // this backward all-reduces
+      scaled.backward();
+    }
+    timer_.end_of(Phase::kBackward);
   }
+  RECORD_USER_SCOPE("dlrun::optimizer");
 
   // Unscale (by 1 without fp16 scaling) and look for inf/NaN in one pass over the gradients.
   std::vector<torch::Tensor> grads;
@@ -138,6 +151,7 @@ StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
   optimizer_step(optim_, skip);
   scaler_.update(found_inf);
   if (skip.defined()) r.skipped = skip.gt(0);
+  timer_.end_of(Phase::kOptimizer);
   return r;
 }
 
@@ -207,10 +221,13 @@ StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) {
   try {
     c10::cuda::CUDAStreamGuard on_side(side);
     at::autocast::set_autocast_cache_enabled(false);
+    timer_.set_enabled(false);  // no timing events inside a graph
     g.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     g.out = body({sb});
     g.graph.capture_end();
+    timer_.set_enabled(true);
   } catch (const std::exception& e) {
+    timer_.set_enabled(true);
     at::autocast::set_autocast_cache_enabled(cache);
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));

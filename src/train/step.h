@@ -25,6 +25,7 @@
 #include "data/loader.h"
 #include "models/model.h"
 #include "train/amp.h"
+#include "train/step_timer.h"
 
 namespace dlrun::dist {
 class GradSync;
@@ -66,6 +67,10 @@ class StepRunner {
   void distribute(dist::GradSync* sync, std::function<void()> before_step);
   /// Why a step whose `skipped` is true was skipped (fixed by the configuration).
   std::string skip_reason() const;
+  /// Seconds of forward, backward and optimizer over the eager steps since the last call
+  /// (steps replayed from a CUDA graph are not split: zeros for them). CUDA: call it after a
+  /// result of the last step was read (it waits for that step's events).
+  PhaseTimes take_phase_times() { return timer_.take(); }
   GradScaler& scaler() { return scaler_; }
   const GradScaler& scaler() const { return scaler_; }
 
@@ -86,6 +91,7 @@ class StepRunner {
   std::vector<torch::Tensor> params_;  ///< trainable parameters
   dist::GradSync* sync_ = nullptr;
   std::function<void()> before_step_;
+  StepTimer timer_;
 };
 
 }  // namespace dlrun::train

@@ -9,9 +9,12 @@
 //   then the final evaluation and save, and summary.json.
 #include "train/trainer.h"
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <thread>
 
 #include "base/build_info.h"
 #include "base/clock.h"
@@ -21,19 +24,26 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/remote.h"
 #include "config/loader.h"
+#include "cuda/device_query.h"
 #include "dist/group.h"
 #include "dist/sync_bn.h"
+#include "metrics/nvml.h"
 #include "metrics/sink.h"
 #include "preempt/preempt.h"
 #include "train/collective.h"
 #include "train/components.h"
 #include "train/evaluate.h"
 #include "train/fingerprint.h"
+#include "train/profiler.h"
 #include "train/resume.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/step.h"
 #include "train/triggers.h"
+
+#ifdef DLRUN_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace dlrun::train {
 namespace {
@@ -64,7 +74,9 @@ class Trainer {
         dir_(std::move(dir)),
         group_(group),
         c_(build_components(cfg_, placement, Purpose::kTrain)),
-        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device) {
+        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device),
+        profiler_(cfg_.profile, c_.placement.device,
+                  cfg_.profile.path.empty() ? dir_.path() + "/profile" : cfg_.profile.path, c_.placement.rank) {
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, group_ != nullptr);
       if (why.empty()) runner_.use_cuda_graphs();
@@ -135,6 +147,8 @@ class Trainer {
   std::optional<int> at_boundary(bool epoch_end);
   bool stop_agreed() const;
   void log_step();
+  void add_gpu_telemetry(metrics::Event& e) const;
+  void warn_if_loader_bound(double wait_frac);
   bool run_eval();
   void save(SaveReason why, bool sync);
   void check_finite();
@@ -156,6 +170,8 @@ class Trainer {
   dist::Group* group_;  ///< null: one process
   Components c_;
   StepRunner runner_;
+  StepProfiler profiler_;
+  std::unique_ptr<metrics::Nvml> nvml_;  ///< GPU telemetry (leader on CUDA, when NVML loads)
   std::unique_ptr<dist::GradSync> grad_sync_;
   std::string resumed_from_;  ///< the checkpoint this process resumed from ("" for a fresh start)
   std::optional<ckpt::FileSet> fetched_;  ///< a downloaded checkpoint, kept locally at begin()
@@ -174,6 +190,10 @@ class Trainer {
   double final_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t samples_since_log_ = 0, samples_this_process_ = 0;
   double data_wait_s_ = 0;  ///< time the step loop waited for the loader since the last log line
+  double data_wait_total_s_ = 0;
+  PhaseTimes phase_total_s_{};  ///< forward, backward, optimizer over the run (this process)
+  int64_t logs_ = 0;            ///< train records written (the first one includes the warm-up)
+  bool told_loader_bound_ = false;
   int64_t last_eval_step_ = -1, last_saved_step_ = -1;
   int64_t save_errors_ = 0;  ///< checkpoint writes that failed (checkpoint.on_error)
   nlohmann::json last_eval_;
@@ -188,13 +208,23 @@ int Trainer::run() {
     bool epoch_done = true;  // false: the run ended in the middle of the epoch
     while (true) {
       const double asked = mono_now();
-      auto b = c_.train_loader->next();
-      fault::slow_batch();
+      std::optional<data::Batch> b;
+      {
+        RECORD_USER_SCOPE("dlrun::data_wait");
+        b = c_.train_loader->next();
+        fault::slow_batch();
+      }
       data_wait_s_ += mono_now() - asked;
       if (!b) break;
       micro.push_back(std::move(*b));
       if (static_cast<int64_t>(micro.size()) < cfg_.train.grad_accum) continue;
-      step(micro);
+      profiler_.before_step(st_.step);
+      {
+        const std::string name = "ProfilerStep#" + std::to_string(st_.step + 1);
+        RECORD_USER_SCOPE(name);
+        step(micro);
+      }
+      profiler_.after_step(st_.step);
       micro.clear();
       if (auto code = at_boundary(false)) return *code;
       if (st_.step >= c_.total_steps) {
@@ -256,6 +286,13 @@ void Trainer::begin() {
   report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
+  if (c_.placement.device.is_cuda()) {  // telemetry of the GPU this process trains on
+    const int index = c_.placement.device.has_index() ? c_.placement.device.index() : 0;
+    std::string why;
+    nvml_ = metrics::Nvml::open(cuda::pci_bus_id(index), static_cast<unsigned>(index), &why);
+    if (nvml_) log0::info("GPU telemetry from NVML: {} (gpu_* in metrics.jsonl)", nvml_->name());
+    else log0::info("no GPU telemetry: {}", why);
+  }
   if (fetched_) {  // a checkpoint downloaded from remote storage is kept beside the others
     resumed_from_ = ckpt::commit_files(*fetched_, dir_.checkpoints());
     log0::info("the downloaded checkpoint is kept as {}", resumed_from_);
@@ -342,21 +379,67 @@ void Trainer::log_step() {
   final_loss_ = host[0].item<double>();
   const double now = mono_now();
   const double wait = host[3].item<double>();
+  const double wait_frac = wait / std::max(1e-9, now - last_log_mono_);
   metrics::Event e{"train", st_.step};
   e.scalars = {{"loss", final_loss_},
                {"loss_avg", loss_.steps > loss_.skipped ? host[1].item<double>() / static_cast<double>(loss_.steps - loss_.skipped) : NAN},
                {"lr", last_lr_},
                {"samples_per_s", samples_per_s(now)},
                {"data_wait_s", wait},
-               {"data_wait_frac", wait / std::max(1e-9, now - last_log_mono_)}};
+               {"data_wait_frac", wait_frac}};
+  // Where this rank's steps spent their time (the loss read above waited for them on a GPU).
+  const PhaseTimes phases = runner_.take_phase_times();
+  if (phases[0] + phases[1] + phases[2] > 0) {  // steps replayed from a CUDA graph are not split
+    e.scalars.push_back({"forward_s", phases[0]});
+    e.scalars.push_back({"backward_s", phases[1]});
+    e.scalars.push_back({"optimizer_s", phases[2]});
+  }
+  for (int i = 0; i < kPhases; ++i) phase_total_s_[i] += phases[i];
+  data_wait_total_s_ += data_wait_s_;
+  if (nvml_) add_gpu_telemetry(e);
   e.fields = {{"epoch", st_.epoch}};
   report_.report(std::move(e));
+  warn_if_loader_bound(wait_frac);
+  ++logs_;
   loss_.sum.zero_();
   loss_.steps = 0;
   loss_.skipped = 0;
   samples_since_log_ = 0;
   data_wait_s_ = 0;
   last_log_mono_ = now;
+}
+
+// GPU utilisation, memory, power and temperature of the leader's GPU (NVML), and what the
+// caching allocator holds; a sensor the board lacks is left out.
+void Trainer::add_gpu_telemetry(metrics::Event& e) const {
+  const auto g = nvml_->sample();
+  if (!g) return;
+  for (const auto& [name, v] : {std::pair<const char*, double>{"gpu_util_pct", g->util_pct},
+                                {"gpu_mem_util_pct", g->mem_util_pct},
+                                {"gpu_mem_used_mb", g->mem_used_mb},
+                                {"gpu_power_w", g->power_w},
+                                {"gpu_temp_c", g->temp_c}})
+    if (std::isfinite(v)) e.scalars.push_back({name, v});
+}
+
+// One warning per run when the step loop spends a large share of its time waiting for data
+// (the first log interval is left out: it includes the loader's start and the warm-up).
+void Trainer::warn_if_loader_bound(double wait_frac) {
+  constexpr double kLoaderBound = 0.25;
+  if (told_loader_bound_ || logs_ == 0 || wait_frac < kLoaderBound || !leader()) return;
+  told_loader_bound_ = true;
+  std::string knob;
+  if (cfg_.data.workers == 0)
+    knob = "set data.workers (decoding and augmentation run inline in the step loop now)";
+  else
+    knob = fmt::format("raise data.workers (now {}; this host has {} cores){}", cfg_.data.workers,
+                       std::thread::hardware_concurrency(),
+                       c_.placement.device.is_cuda() && !cfg_.data.device_resident
+                           ? ", or keep an in-memory dataset on the GPU (data.device_resident: true)"
+                           : "");
+  log0::warn("the data loader is the bottleneck: the step loop waited for batches {:.0f}% of the time in the last "
+             "{} steps; {} (data_wait_frac in metrics.jsonl)",
+             100 * wait_frac, cfg_.log.every_steps, knob);
 }
 
 bool Trainer::run_eval() {
@@ -563,6 +646,7 @@ int Trainer::interrupted() {
       }
     }
   }
+  profiler_.finish(st_.step);  // the steps traced so far, after the checkpoint
   if (!leader()) return kInterrupted;  // rank 0 has committed the checkpoint (save() is collective)
   const double commit_time = wall_now();
   log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
@@ -623,6 +707,7 @@ int Trainer::interrupted() {
 }
 
 int Trainer::finish() {
+  profiler_.finish(st_.step);
   check_finite();  // also counts the last skipped steps
   if (final_eval_due(cfg_.train, st_.step, last_eval_step_) && !run_eval()) return interrupted();
   if (final_save_due(cfg_.checkpoint, st_.step, last_saved_step_)) save(SaveReason::kEnd, /*sync=*/true);
@@ -680,6 +765,15 @@ nlohmann::json Trainer::summary(const std::string& status) {
   } catch (const std::exception& e) {
     log::warn("params_sha256 could not be computed: {}", e.what());
   }
+  nlohmann::json peak_cuda = nullptr;
+#ifdef DLRUN_TORCH_HAS_CUDA
+  if (c_.placement.device.is_cuda()) {  // the caching allocator's high-water marks on this device
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c_.placement.device.has_index() ? c_.placement.device.index() : 0);
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    peak_cuda = nlohmann::json{{"allocated", static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 20)},
+                               {"reserved", static_cast<double>(stats.reserved_bytes[agg].peak) / (1 << 20)}};
+  }
+#endif
   return {
       {"status", status},
       {"steps", st_.step},
@@ -688,6 +782,12 @@ nlohmann::json Trainer::summary(const std::string& status) {
       {"eval", last_eval_.is_null() ? nlohmann::json(nullptr) : last_eval_},
       {"wall_time_s", wall},
       {"samples_per_s", static_cast<double>(samples_this_process_) / std::max(1e-9, wall)},
+      // Up to the last log line: data wait, forward, backward, optimizer (metrics.jsonl has each interval).
+      {"time_s", {{"data_wait", data_wait_total_s_}, {"forward", phase_total_s_[0]}, {"backward", phase_total_s_[1]},
+                  {"optimizer", phase_total_s_[2]}}},
+      {"peak_cuda_memory_mb", peak_cuda},
+      {"profile_trace", profiler_.written().empty() || profiler_.written() == "-" ? nlohmann::json(nullptr)
+                                                                               : nlohmann::json(profiler_.written())},
       {"checkpoint", checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(checkpoint)},
       {"params_sha256", fingerprint},
       {"skipped_steps", st_.skipped_steps},

@@ -113,3 +113,10 @@ add_test(NAME cli:config_docs_current
          COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/config_docs_current.sh $<TARGET_FILE:dlrun> ${CMAKE_SOURCE_DIR}/docs/configuration.md)
 set_tests_properties(cli:config_docs_current PROPERTIES LABELS cli)
 dlrun_cli_expect(config_docs 0 MATCH "^\\| `train.nonfinite` \\| choice \\| `stop` \\|" ARGS config docs)
+# dlrun bench data: the input pipeline alone, on the tiny synthetic set; a bad override is exit 2.
+dlrun_cli_test(bench_data 0 "^synthetic, 2 worker thread\\(s\\), batch 32: [0-9]+ images/s \\([0-9]+ per worker\\) over 20 batches"
+               bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml --batches 20 --warmup 4)
+dlrun_cli_test(bench_data_json 0 "\"images_per_s\":[0-9.e+]+.*\"workers\":0"
+               bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml data.workers=0 --batches 5 --json)
+dlrun_cli_test(bench_data_bad_override 2 "data.workers: value -1 is out of range"
+               bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml data.workers=-1)

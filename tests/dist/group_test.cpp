@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -48,16 +49,32 @@ std::vector<R> on_ranks(int n, F f, double timeout_s = 60) {
   std::vector<R> out(n);
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
+  // No rank closes its group while another may still be inside a collective: gloo returns
+  // from an operation once this rank has what it needs, possibly with its own last send to a
+  // peer still queued. Separate processes end that way too, but in one process a group torn
+  // down under a peer's running all-reduce took the whole test binary down (a rare SIGSEGV in
+  // CI). Every rank waits here for all others to finish before its group is destroyed.
+  std::mutex m;
+  std::condition_variable cv;
+  int finished = 0;
+  auto all_finished = [&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (++finished == n) cv.notify_all();
+    cv.wait(lock, [&] { return finished >= n; });
+  };
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
+      std::unique_ptr<Group> g;
       try {
         dlrun::DistOptions o;
         o.timeout_s = timeout_s;
-        auto g = Group::connect(world(r, n, port), o, torch::kCPU);
+        g = Group::connect(world(r, n, port), o, torch::kCPU);
         out[r] = f(*g);
       } catch (...) {
         errors[r] = std::current_exception();
       }
+      all_finished();
+      g.reset();
     });
   for (auto& t : threads) t.join();
   for (auto& e : errors)

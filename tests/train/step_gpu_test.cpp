@@ -51,6 +51,10 @@ TEST_CASE("a CUDA step computes the CPU step's loss", "[gpu][train][step]") {
     const auto out = runner.run({batch(d)}, 0.1);
     CHECK(out.loss.device() == d);
     losses[i++] = out.loss.item<double>();
+    // Each phase timed: host clock on the CPU, CUDA events on the GPU; take() empties.
+    const auto phases = runner.take_phase_times();
+    for (double t : phases) CHECK(t > 0);
+    for (double t : runner.take_phase_times()) CHECK(t == 0);
   }
   CHECK(losses[1] == Approx(losses[0]).epsilon(1e-4));
 }

@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""dlrun next to the same training in PyTorch (Python, eager), on identical work, side by side.
+
+Each workload is trained by `dlrun train` and by a PyTorch program (this file, --side torch:
+the same network, batch, optimizer, dtype, memory format and thread count; torch's DataLoader
+over the same files where dlrun uses its loader). Runs alternate (dlrun, PyTorch, dlrun, ...),
+each in a fresh process; the table gives the median images/s of the repetitions, the ratio,
+where a step's time goes (data wait, forward, backward, optimizer: ms per step, medians) and
+the peak memory (resident set on the CPU; the CUDA caching allocator's peak on a GPU).
+
+Workloads (--workloads, comma-separated; `cpu` and `gpu` name the groups):
+  cpu-convnet        quickstart convnet (width 32), Fashion-MNIST files, batch 128, flip, loaders on
+  cpu-convnet-step   the same with the data resident in memory on both sides (the step alone)
+  cpu-resnet18       torchvision's resnet18 (1 channel), 28x28 Fashion-MNIST, batch 128, loaders on
+  cpu-resnet18-step  the same, data resident
+  pipeline           the input pipeline alone on generated JPEGs (random-resized crop 224, flip):
+                     `dlrun bench data` vs torchvision ImageFolder + DataLoader (PIL), 1..N workers
+  gpu-resnet18       resnet18 28x28 batch 512, bf16, channels_last, data on the GPU (+ CUDA graphs)
+  gpu-resnet50       resnet50 224x224 synthetic batch 256, bf16, channels_last, data on the GPU
+  gpu-resnet50-jpeg  resnet50 on the generated JPEG folder, loaders on (input pipeline included)
+
+  bench/compare.py --dlrun build/dlrun --workloads cpu [--reps 3] [--steps 150]
+                   [--append docs/benchmarks.md]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FMNIST = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # dlrun's Fashion-MNIST normalisation
+
+# name: what both sides train. data: fmnist (the idx files), fmnist-resident (all of it in
+# memory, batches gathered by index), synthetic (random, on the device), jpeg (an image folder).
+WORKLOADS = {
+    "cpu-convnet": dict(model="convnet", batch=128, data="fmnist", device="cpu", augment=["flip"]),
+    "cpu-convnet-step": dict(model="convnet", batch=128, data="fmnist-resident", device="cpu", augment=[]),
+    "cpu-resnet18": dict(model="resnet18", batch=128, data="fmnist", device="cpu", augment=["flip"]),
+    "cpu-resnet18-step": dict(model="resnet18", batch=128, data="fmnist-resident", device="cpu", augment=[]),
+    "gpu-resnet18": dict(model="resnet18", batch=512, data="fmnist-resident", device="cuda", augment=[],
+                         amp="bf16", channels_last=True, graphs=True),
+    "gpu-resnet50": dict(model="resnet50", batch=256, data="synthetic", side=224, channels=3, device="cuda",
+                         augment=[], amp="bf16", channels_last=True),
+    "gpu-resnet50-jpeg": dict(model="resnet50", batch=256, data="jpeg", side=224, channels=3, device="cuda",
+                              augment=["resized_crop", "flip"], amp="bf16", channels_last=True),
+}
+GROUPS = {"cpu": [k for k in WORKLOADS if k.startswith("cpu-")] + ["pipeline"],
+          "gpu": [k for k in WORKLOADS if k.startswith("gpu-")]}
+
+
+# ---------------------------------------------------------------- the dlrun side
+
+def dlrun_cmd(a, w, run_dir, steps, jpeg_root):
+    model = ["model.name=" + w["model"], "model.num_classes=10",
+             f"model.in_channels={w.get('channels', 1)}", "model.stem=imagenet"]
+    if w["model"] == "convnet":
+        model = ["model.name=convnet", "model.width=32", "model.in_channels=1", "model.num_classes=10"]
+    if w["data"] in ("fmnist", "fmnist-resident"):
+        data = ["data.name=fashion_mnist", f"data.workers={a.workers}",
+                f"data.device_resident={'true' if w['data'] == 'fmnist-resident' else 'false'}"]
+    elif w["data"] == "synthetic":
+        c, s = w["channels"], w["side"]
+        data = ["data.name=synthetic", f"data.synthetic_shape=[{c},{s},{s}]",
+                f"data.synthetic_train_size={w['batch'] * 8}", "data.device_resident=true"]
+    else:
+        data = ["data.name=image_folder", f"data.root={jpeg_root}", f"data.image_size={w['side']}",
+                f"data.workers={a.gpu_workers}", "data.normalize=true"]
+    aug = "[" + ",".join(w["augment"]) + "]"
+    amp = ["amp.enabled=false"] if not w.get("amp") else ["amp.enabled=true", f"amp.dtype={w['amp']}"]
+    return [a.dlrun, "train", os.path.join(ROOT, "configs", "quickstart.yaml"), "--run-dir", run_dir,
+            f"run.device={w['device']}", f"run.threads={a.threads}", *model, *data, f"data.augment={aug}",
+            f"data.batch_size={w['batch']}", "optim.name=sgd", "optim.lr=0.05", "optim.momentum=0.9",
+            "optim.nesterov=false", "optim.weight_decay=0", "sched.name=constant", f"train.max_steps={steps}",
+            "train.eval_every_epochs=0", "train.eval_at_end=false", "checkpoint.every_minutes=0",
+            "checkpoint.at_end=false", "log.every_steps=10", "log.progress=none", "log.tensorboard=false",
+            f"model.channels_last={'true' if w.get('channels_last') else 'false'}",
+            f"train.cuda_graphs={'true' if w.get('graphs') else 'false'}", *amp]
+
+
+def run_measured(cmd, log_path, env=None):
+    """Run `cmd`; return (exit code, peak resident set in MiB) -- the child's own, from wait4."""
+    with open(log_path, "w") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, usage.ru_maxrss / 1024.0
+
+
+def dlrun_side(a, w, steps, warm, jpeg_root, log_path):
+    with tempfile.TemporaryDirectory(prefix="dlrun-compare-") as tmp:
+        run_dir = os.path.join(tmp, "run")
+        rc, rss = run_measured(dlrun_cmd(a, w, run_dir, steps, jpeg_root), log_path)
+        if rc != 0:
+            raise SystemExit(f"dlrun failed ({rc}); see {log_path}")
+        recs = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"samples_per_s"' in l]
+        recs = [r for r in recs if "event" not in r and r["step"] > warm]
+        summary = json.load(open(os.path.join(run_dir, "summary.json")))
+        n = recs[-1]["step"] - warm
+        ms = {k: 1000 * sum(r.get(k + "_s", 0.0) for r in recs) / n
+              for k in ("data_wait", "forward", "backward", "optimizer")}
+        t = [r["time"] for r in recs]
+        ips = (recs[-1]["step"] - recs[0]["step"]) * w["batch"] / (t[-1] - t[0])
+        peak = summary["peak_cuda_memory_mb"]["allocated"] if summary.get("peak_cuda_memory_mb") else rss
+        return {"ips": ips, "ms": ms, "peak_mb": peak}
+
+
+# ---------------------------------------------------------------- the PyTorch side
+
+def torch_side_main(args):
+    """The PyTorch program: train `w` for `steps` steps and print one JSON line."""
+    import numpy as np
+    import torch
+    w = json.loads(args.workload)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    dev = torch.device("cuda" if w["device"] == "cuda" else "cpu")
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
+    if w["model"] == "convnet":
+        from parity import convnet
+        model = convnet(32)
+    elif w["model"] == "resnet18" and w.get("channels", 1) == 1:
+        from parity import resnet18
+        model = resnet18()
+    else:
+        sys.path.insert(0, HERE)
+        from gpu_amp import resnet
+        model = resnet(w["model"], w.get("channels", 1))
+    fmt = torch.channels_last if w.get("channels_last") else torch.contiguous_format
+    model = model.to(dev).to(memory_format=fmt).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, **({"fused": True} if cuda else {}))
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(w.get("amp") or "")
+    batch = w["batch"]
+
+    def batches():
+        if w["data"] in ("fmnist", "fmnist-resident"):
+            from parity import read_idx
+            x = torch.from_numpy(read_idx(os.path.join(FMNIST, "train-images-idx3-ubyte.gz")).copy())
+            y = torch.from_numpy(read_idx(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz")).astype(np.int64))
+            if w["data"] == "fmnist-resident":  # the whole set normalised in memory, gathered by index
+                xs = ((x.float() / 255 - MEAN) / STD).unsqueeze(1).to(dev)
+                ys = y.to(dev)
+                while True:
+                    perm = torch.randperm(len(ys), device=dev)
+                    for i in range(0, len(ys) - batch + 1, batch):
+                        idx = perm[i:i + batch]
+                        yield xs[idx], ys[idx]
+
+            class FMNIST(torch.utils.data.Dataset):
+                def __len__(self):
+                    return len(y)
+
+                def __getitem__(self, i):
+                    img = (x[i].float() / 255 - MEAN) / STD
+                    if "flip" in w["augment"] and torch.rand(()) < 0.5:
+                        img = img.flip(-1)
+                    return img.unsqueeze(0), y[i]
+            ds = FMNIST()
+        elif w["data"] == "synthetic":
+            xb = torch.randn(batch, w["channels"], w["side"], w["side"], device=dev)
+            yb = torch.randint(0, 10, (batch,), device=dev)
+            while True:
+                yield xb, yb
+        else:
+            import torchvision.transforms as T
+            from torchvision.datasets import ImageFolder
+            ds = ImageFolder(os.path.join(args.jpeg_root, "train"), T.Compose([
+                T.RandomResizedCrop(w["side"]), T.RandomHorizontalFlip(), T.ToTensor(),
+                T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
+        workers = args.workers if w["device"] == "cpu" else args.gpu_workers
+        dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, drop_last=True, num_workers=workers,
+                                         pin_memory=cuda, persistent_workers=workers > 0,
+                                         prefetch_factor=2 if workers > 0 else None)
+        while True:
+            for xb, yb in dl:
+                yield xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
+
+    def clock():
+        if cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def elapsed(a0, b0):
+        return a0.elapsed_time(b0) / 1000 if cuda else b0 - a0
+
+    it = batches()
+    phases = {"data_wait": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    marks = []
+    for i in range(args.steps):
+        if i == args.warm:
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            marks = []
+        t0 = time.perf_counter()
+        xb, yb = next(it)
+        wait = time.perf_counter() - t0
+        xb = xb.to(memory_format=fmt)
+        c0 = clock()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+            loss = torch.nn.functional.cross_entropy(model(xb).float(), yb)
+        c1 = clock()
+        loss.backward()
+        c2 = clock()
+        opt.step()
+        c3 = clock()
+        marks.append((wait, c0, c1, c2, c3))
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    for wait, c0, c1, c2, c3 in marks:
+        phases["data_wait"] += wait
+        phases["forward"] += elapsed(c0, c1)
+        phases["backward"] += elapsed(c1, c2)
+        phases["optimizer"] += elapsed(c2, c3)
+    n = len(marks)
+    out = {"ips": n * batch / seconds, "ms": {k: 1000 * v / n for k, v in phases.items()},
+           "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    print(json.dumps(out))
+
+
+def torch_side(a, w, steps, warm, jpeg_root, log_path):
+    cmd = [sys.executable, os.path.abspath(__file__), "--side", "torch", "--workload", json.dumps(w),
+           "--steps", str(steps), "--warm", str(warm), "--threads", str(a.threads), "--workers", str(a.workers),
+           "--gpu-workers", str(a.gpu_workers), "--jpeg-root", jpeg_root or ""]
+    rc, rss = run_measured(cmd, log_path)
+    lines = open(log_path).read().strip().splitlines()
+    if rc != 0 or not lines:
+        raise SystemExit(f"the PyTorch side failed ({rc}); see {log_path}")
+    r = json.loads(lines[-1])
+    if r["peak_mb"] is None:
+        r["peak_mb"] = rss
+    return r
+
+
+# ---------------------------------------------------------------- the input pipeline alone
+
+def make_jpegs(root, n, side=320):
+    """`n` random-content JPEGs of side x side in 10 class folders (kept between runs)."""
+    import numpy as np
+    from PIL import Image
+    done = os.path.join(root, f".made-{n}-{side}")
+    if os.path.exists(done):
+        return root
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        d = os.path.join(root, "train", f"class{i % 10}")
+        os.makedirs(d, exist_ok=True)
+        # Smooth gradients plus noise: compresses like a photograph rather than like noise.
+        yy, xx = np.mgrid[0:side, 0:side]
+        base = np.stack([(xx * (c + 1) + yy * (3 - c) + i * 7) % 256 for c in range(3)], -1)
+        img = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(img).save(os.path.join(d, f"{i:05d}.jpg"), quality=90)
+    for split in ("val",):  # an eval split, which dlrun opens too
+        d = os.path.join(root, split, "class0")
+        os.makedirs(d, exist_ok=True)
+        Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(os.path.join(d, "0.jpg"))
+    open(done, "w").close()
+    return root
+
+
+def pipeline_rows(a, jpeg_root, log_dir):
+    import torch
+    import torchvision.transforms as T
+    from torchvision.datasets import ImageFolder
+    rows = []
+    for workers in sorted({1, a.workers, os.cpu_count() or 1}):
+        cmd = [a.dlrun, "bench", "data", os.path.join(ROOT, "configs", "quickstart.yaml"), "data.name=image_folder",
+               f"data.root={jpeg_root}", "data.image_size=224", "data.augment=[resized_crop,flip]",
+               f"data.workers={workers}", "data.batch_size=64", "model.in_channels=3", "--batches", "30",
+               "--warmup", "3", "--json"]
+        ours_runs, theirs_runs = [], []
+        for _ in range(a.reps):  # alternating
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"dlrun bench data failed:\n{p.stdout}")
+            ours_runs.append(json.loads(p.stdout.strip().splitlines()[-1])["images_per_s"])
+            ds = ImageFolder(os.path.join(jpeg_root, "train"), T.Compose([
+                T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
+            dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
+                                             persistent_workers=True, drop_last=True)
+            it = iter(dl)
+            for _ in range(3):
+                next(it)
+            start, n = time.perf_counter(), 0
+            for _ in range(30):
+                n += next(it)[0].shape[0]
+            theirs_runs.append(n / (time.perf_counter() - start))
+            del it, dl
+        ours, theirs = statistics.median(ours_runs), statistics.median(theirs_runs)
+        rows.append((workers, ours, theirs))
+        print(f"pipeline, {workers} worker(s): dlrun {ours:.0f} img/s, torchvision {theirs:.0f} img/s", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- the report
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}"
+
+
+def fmt_ms(ms):
+    return " / ".join(f"{ms[k]:.1f}" for k in ("data_wait", "forward", "backward", "optimizer"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--side", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--workload", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--warm", type=int, default=20, help=argparse.SUPPRESS)
+    ap.add_argument("--jpeg-root", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--dlrun", default=os.path.join(ROOT, "build", "dlrun"))
+    ap.add_argument("--workloads", default="cpu")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=150, help="steps per run (the first 20 are warm-up)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads, both sides")
+    ap.add_argument("--workers", type=int, default=2, help="loader workers on the CPU workloads, both sides")
+    ap.add_argument("--gpu-workers", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--jpegs", type=int, default=2560, help="images in the generated JPEG folder")
+    ap.add_argument("--out", default="", help="directory for the logs (default: a temporary one)")
+    ap.add_argument("--append", default="", help="append the report to this Markdown file")
+    a = ap.parse_args()
+    if a.side == "torch":
+        return torch_side_main(a)
+
+    names = []
+    for n in a.workloads.split(","):
+        names += GROUPS.get(n, [n])
+    for n in names:
+        if n not in WORKLOADS and n != "pipeline":
+            raise SystemExit(f"unknown workload {n}; known: {', '.join(list(WORKLOADS) + ['pipeline'])}")
+    log_dir = a.out or tempfile.mkdtemp(prefix="dlrun-compare-logs-")
+    os.makedirs(log_dir, exist_ok=True)
+    jpeg_root = ""
+    if any(n == "pipeline" or WORKLOADS[n]["data"] == "jpeg" for n in names):
+        jpeg_root = make_jpegs(os.path.join(tempfile.gettempdir(), "dlrun-compare-jpegs"), a.jpegs)
+    warm = 20
+    rows, pipeline = [], []
+    for n in names:
+        if n == "pipeline":
+            pipeline = pipeline_rows(a, jpeg_root, log_dir)
+            continue
+        w = WORKLOADS[n]
+        root = jpeg_root if w["data"] == "jpeg" else ""
+        ours, theirs = [], []
+        for r in range(a.reps):  # alternating
+            ours.append(dlrun_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
+            theirs.append(torch_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-torch-{r}.log")))
+            print(f"{n} rep {r + 1}: dlrun {ours[-1]['ips']:.0f} img/s, PyTorch {theirs[-1]['ips']:.0f} img/s",
+                  flush=True)
+
+        def med(runs):
+            return {"ips": statistics.median(x["ips"] for x in runs),
+                    "ms": {k: statistics.median(x["ms"][k] for x in runs) for k in runs[0]["ms"]},
+                    "peak_mb": statistics.median(x["peak_mb"] for x in runs)}
+        rows.append((n, med(ours), med(theirs)))
+
+    import torch
+    version = subprocess.run([a.dlrun, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    cmd = "bench/compare.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    lines = [f"### {datetime.date.today().isoformat()}: `{cmd}`", "",
+             f"Machine: {machine()}; torch {torch.__version__}; {version}; {a.reps} alternating runs of "
+             f"{a.steps} steps each (first {warm} not counted), {a.threads} intra-op threads, medians.", ""]
+    if rows:
+        lines += ["| workload | dlrun img/s | PyTorch img/s | ratio | dlrun ms/step: data / fwd / bwd / opt "
+                  "| PyTorch ms/step: data / fwd / bwd / opt | peak MiB dlrun / PyTorch |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for n, o, t in rows:
+            lines.append(f"| {n} | {o['ips']:.0f} | {t['ips']:.0f} | **{o['ips'] / t['ips']:.2f}** | {fmt_ms(o['ms'])} "
+                         f"| {fmt_ms(t['ms'])} | {o['peak_mb']:.0f} / {t['peak_mb']:.0f} |")
+        lines.append("")
+    if pipeline:
+        lines += ["Input pipeline alone (generated 320x320 JPEGs, random-resized crop 224 + flip, batch 64): "
+                  "`dlrun bench data` vs torchvision `ImageFolder` + `DataLoader` (PIL).", "",
+                  "| workers | dlrun img/s | per worker | torchvision img/s | per worker | ratio |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for workers, o, t in pipeline:
+            lines.append(f"| {workers} | {o:.0f} | {o / workers:.0f} | {t:.0f} | {t / workers:.0f} | **{o / t:.2f}** |")
+        lines.append("")
+    report = "\n".join(lines)
+    print(report)
+    if a.append:
+        with open(a.append, "a") as f:
+            f.write("\n" + report)
+    print(f"logs in {log_dir}")
+
+
+if __name__ == "__main__":
+    main()

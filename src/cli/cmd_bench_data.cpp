@@ -1,0 +1,84 @@
+// `dlrun bench data CONFIG.yaml [key=value ...] [--batches N] [--warmup N] [--json]`
+// The input pipeline alone: the training loader of the configured dataset (reading, decoding,
+// augmentation, normalisation, collation, in data.workers threads) with no model behind it,
+// delivering batches to host memory. Prints images/s and images/s per worker, the figure
+// bench/compare.py puts next to torchvision's ImageFolder + DataLoader on the same files.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "base/clock.h"
+#include "cli/app.h"
+#include "cli/config_args.h"
+#include "data/loader.h"
+#include "train/components.h"
+#include "train/device.h"
+
+namespace dlrun::cli {
+namespace {
+
+struct BenchDataOptions {
+  ConfigArgs config;
+  int64_t batches = 100;
+  int64_t warmup = 10;
+  bool json = false;
+};
+
+void bench_data(const BenchDataOptions& o) {
+  Config cfg = load_validated(o.config);
+  cfg.run.device = "cpu";  // the host pipeline; copies to a GPU are not part of it
+  train::place(cfg);  // threads and seed as a run sets them
+  const auto datasets = train::open_datasets(cfg, train::Purpose::kTrain);
+  data::LoaderSpec spec;
+  spec.seed = cfg.run.seed;
+  data::Loader loader(datasets.train, cfg.data, spec);
+  int64_t epoch = 0, images = 0, got = 0;
+  double start = 0;
+  loader.start_epoch(epoch);
+  while (got < o.warmup + o.batches) {
+    auto b = loader.next();
+    if (!b) {
+      loader.start_epoch(++epoch);
+      continue;
+    }
+    if (++got == o.warmup) start = mono_now();
+    if (got > o.warmup) images += b->x.size(0);
+  }
+  const double seconds = mono_now() - start;
+  const double ips = static_cast<double>(images) / std::max(1e-9, seconds);
+  const int64_t threads = std::max<int64_t>(1, cfg.data.workers);
+  nlohmann::json j = {{"dataset", cfg.data.name},
+                      {"workers", cfg.data.workers},
+                      {"batch", cfg.data.batch_size},
+                      {"augment", cfg.data.augment},
+                      {"batches", o.batches},
+                      {"seconds", seconds},
+                      {"images_per_s", ips},
+                      {"images_per_s_per_worker", ips / static_cast<double>(threads)},
+                      {"host_cores", std::thread::hardware_concurrency()}};
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s, %lld worker thread(s), batch %lld: %.0f images/s (%.0f per worker) over %lld batches\n",
+                cfg.data.name.c_str(), static_cast<long long>(cfg.data.workers),
+                static_cast<long long>(cfg.data.batch_size), ips, ips / static_cast<double>(threads),
+                static_cast<long long>(o.batches));
+  }
+}
+
+}  // namespace
+
+void setup_bench_data(CLI::App* bench) {
+  auto o = std::make_shared<BenchDataOptions>();
+  auto* cmd = bench->add_subcommand("data", "input pipeline throughput: the training loader with no model behind it");
+  add_config_args(cmd, o->config);
+  cmd->add_option("--batches", o->batches, "batches timed")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--warmup", o->warmup, "batches read before timing (workers start, caches fill)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_flag("--json", o->json, "print JSON (one line)");
+  cmd->callback([o] { bench_data(*o); });
+}
+
+}  // namespace dlrun::cli

@@ -1,0 +1,41 @@
+// profile.*: LibTorch's Kineto profiler around a window of optimizer steps, written as a
+// Chrome trace (open it at https://ui.perfetto.dev or chrome://tracing, or point TensorBoard's
+// profiler plugin at the directory). CPU operators always; CUDA kernels and memcpys when the
+// run trains on a GPU. Each step is a "ProfilerStep#N" range and its phases "dlrun::forward",
+// "dlrun::backward", "dlrun::optimizer"; the wait for the loader is "dlrun::data_wait".
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "config/options.h"
+
+namespace dlrun::train {
+
+class StepProfiler {
+ public:
+  /// `dir`: where the trace goes; `rank`: part of its name.
+  StepProfiler(const ProfileOptions& o, const torch::Device& device, std::string dir, int rank);
+  ~StepProfiler();
+  /// Before the step that will make `done + 1` steps: starts tracing at profile.start_step.
+  void before_step(int64_t done);
+  /// After a step, `done` steps now: stops and writes the trace when the window is full.
+  void after_step(int64_t done);
+  /// The run ends (or is interrupted) while tracing: writes the steps traced so far.
+  void finish(int64_t done);
+  /// The trace written, "" before.
+  const std::string& written() const { return written_; }
+
+ private:
+  void stop(int64_t done);
+  ProfileOptions o_;
+  bool cuda_;
+  std::string dir_;
+  int rank_;
+  bool active_ = false;
+  int64_t first_ = 0;
+  std::string written_;
+};
+
+}  // namespace dlrun::train
