@@ -159,7 +159,7 @@ def torch_side_main(args):
                         idx = perm[i:i + batch]
                         yield xs[idx], ys[idx]
 
-            class FMNIST(torch.utils.data.Dataset):
+            class FmnistSet(torch.utils.data.Dataset):
                 def __len__(self):
                     return len(y)
 
@@ -168,7 +168,7 @@ def torch_side_main(args):
                     if "flip" in w["augment"] and torch.rand(()) < 0.5:
                         img = img.flip(-1)
                     return img.unsqueeze(0), y[i]
-            ds = FMNIST()
+            ds = FmnistSet()
         elif w["data"] == "synthetic":
             xb = torch.randn(batch, w["channels"], w["side"], w["side"], device=dev)
             yb = torch.randint(0, 10, (batch,), device=dev)
@@ -297,7 +297,10 @@ def pipeline_rows(a, jpeg_root, log_dir):
                 T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
             dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
                                              persistent_workers=True, drop_last=True)
-            it = iter(dl)
+            def endless():  # epochs back to back, as dlrun's loader runs them
+                while True:
+                    yield from dl
+            it = endless()
             for _ in range(3):
                 next(it)
             start, n = time.perf_counter(), 0
