@@ -23,6 +23,7 @@ StepProfiler::StepProfiler(const ProfileOptions& o, const torch::Device& device,
     : o_(o), cuda_(device.is_cuda()), dir_(std::move(dir)), rank_(rank) {}
 
 StepProfiler::~StepProfiler() {
+  step_range_.reset();
   if (!active_) return;
   try {  // unwinding from a failure: stop the profiler, keep nothing
     torch::autograd::profiler::disableProfiler();
@@ -31,7 +32,13 @@ StepProfiler::~StepProfiler() {
 }
 
 void StepProfiler::before_step(int64_t done) {
-  if (o_.steps <= 0 || active_ || !written_.empty() || done != o_.start_step) return;
+  if (active_) {
+    step_name_ = "ProfilerStep#" + std::to_string(done + 1);
+    step_range_.emplace(at::RecordScope::USER_SCOPE);
+    if (step_range_->isActive()) step_range_->before(step_name_, c10::ArrayRef<const c10::IValue>{});
+    return;
+  }
+  if (o_.steps <= 0 || done_ || done != o_.start_step) return;
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO, o_.record_shapes, o_.memory, o_.with_stack);
   try {
     torch::autograd::profiler::prepareProfiler(config, activities(cuda_));
@@ -39,15 +46,17 @@ void StepProfiler::before_step(int64_t done) {
   } catch (const std::exception& e) {
     log::warn("profile: the profiler could not start ({}); training goes on without a trace",
               std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
-    written_ = "-";  // do not try again
+    done_ = true;  // do not try again
     return;
   }
   active_ = true;
   first_ = done;
   log0::info("profile: tracing steps {}..{}", done + 1, done + o_.steps);
+  before_step(done);  // the first step's range
 }
 
 void StepProfiler::after_step(int64_t done) {
+  step_range_.reset();  // ends the step's range
   if (active_ && done - first_ >= o_.steps) stop(done);
 }
 
@@ -56,7 +65,9 @@ void StepProfiler::finish(int64_t done) {
 }
 
 void StepProfiler::stop(int64_t done) {
+  step_range_.reset();
   active_ = false;
+  done_ = true;
   auto result = torch::autograd::profiler::disableProfiler();
   fsutil::make_dirs(dir_);
   const std::string path = fmt::format("{}/rank{}.step{}.pt.trace.json", dir_, rank_, first_ + 1);

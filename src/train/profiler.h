@@ -5,8 +5,10 @@
 // "dlrun::backward", "dlrun::optimizer"; the wait for the loader is "dlrun::data_wait".
 #pragma once
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 #include "config/options.h"
@@ -18,9 +20,11 @@ class StepProfiler {
   /// `dir`: where the trace goes; `rank`: part of its name.
   StepProfiler(const ProfileOptions& o, const torch::Device& device, std::string dir, int rank);
   ~StepProfiler();
-  /// Before the step that will make `done + 1` steps: starts tracing at profile.start_step.
+  /// Before the step that will make `done + 1` steps: starts tracing at profile.start_step;
+  /// while tracing, opens the step's "ProfilerStep#N" range.
   void before_step(int64_t done);
-  /// After a step, `done` steps now: stops and writes the trace when the window is full.
+  /// After a step, `done` steps now: closes its range; stops and writes the trace when the
+  /// window is full.
   void after_step(int64_t done);
   /// The run ends (or is interrupted) while tracing: writes the steps traced so far.
   void finish(int64_t done);
@@ -29,11 +33,14 @@ class StepProfiler {
 
  private:
   void stop(int64_t done);
+  std::string step_name_;                       ///< the open range's name (RecordFunction keeps a view)
+  std::optional<at::RecordFunction> step_range_;
   ProfileOptions o_;
   bool cuda_;
   std::string dir_;
   int rank_;
   bool active_ = false;
+  bool done_ = false;  ///< traced, or the profiler could not start: once per run
   int64_t first_ = 0;
   std::string written_;
 };

@@ -219,11 +219,7 @@ int Trainer::run() {
       micro.push_back(std::move(*b));
       if (static_cast<int64_t>(micro.size()) < cfg_.train.grad_accum) continue;
       profiler_.before_step(st_.step);
-      {
-        const std::string name = "ProfilerStep#" + std::to_string(st_.step + 1);
-        RECORD_USER_SCOPE(name);
-        step(micro);
-      }
+      step(micro);
       profiler_.after_step(st_.step);
       micro.clear();
       if (auto code = at_boundary(false)) return *code;
@@ -786,8 +782,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
       {"time_s", {{"data_wait", data_wait_total_s_}, {"forward", phase_total_s_[0]}, {"backward", phase_total_s_[1]},
                   {"optimizer", phase_total_s_[2]}}},
       {"peak_cuda_memory_mb", peak_cuda},
-      {"profile_trace", profiler_.written().empty() || profiler_.written() == "-" ? nlohmann::json(nullptr)
-                                                                               : nlohmann::json(profiler_.written())},
+      {"profile_trace", profiler_.written().empty() ? nlohmann::json(nullptr) : nlohmann::json(profiler_.written())},
       {"checkpoint", checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(checkpoint)},
       {"params_sha256", fingerprint},
       {"skipped_steps", st_.skipped_steps},
