@@ -95,13 +95,12 @@ def check_start(kind, code, text):
     for bad in ("does not verify", "corrupt", "Traceback", "Segmentation", "AddressSanitizer"):
         if bad in text:
             return f"output mentions {bad!r}"
-    # A signal that arrives while the process is still loading LibTorch, before main() could
-    # install its handlers, ends it by the default action: nothing was written yet, and the
-    # next start begins where the last checkpoint left off. It prints nothing first.
+    # dlrun catches the signals from its first instruction (an ELF preinit entry, before LibTorch
+    # loads); one that arrives while the executable is still being mapped ends it by the default
+    # action: nothing was written yet, and the next start begins where the last checkpoint left
+    # off. It prints nothing first. (Through the launcher such a start exits 75.)
     if code in (-signal.SIGTERM, -signal.SIGUSR1) and kind.startswith("SIG") and not text.strip():
         return None
-    if NPROC > 1 and kind in ("SIGTERM", "SIGUSR1") and code == 1 and f"failed (killed by {kind})" in text:
-        return None  # the same through the launcher: it forwarded the signal to a worker still loading
     if NPROC > 1 and kind == "abort" and code != 0:
         return None  # the launcher reports a worker's abort with its own exit code
     allowed = {
@@ -163,8 +162,8 @@ def main():
                 why = check_start(kind, code, text)
                 # Only a start that was really interrupted counts (a signal that came after the
                 # run had finished, or an abort point no save reached, is just a run to the end).
-                if code != 0 and (not text.strip() or f"failed (killed by {kind})" in text):
-                    early += 1  # killed while loading, before main(): counted apart
+                if code != 0 and (not text.strip() or "while still loading" in text):
+                    early += 1  # killed while the executable was being mapped: counted apart
                 if code != 0:
                     counts[kind] += 1
                     cycles += 1
@@ -186,7 +185,7 @@ def main():
 
     line = (f"soak: {cycles} interruptions and resumes in {runs} runs, {time.monotonic() - t0:.0f} s: "
             + ", ".join(f"{k} {v}" for k, v in counts.items())
-            + f" ({early} of the signals before main()), failures {failures}, seed {seed}")
+            + f" ({early} of the signals before dlrun could catch them), failures {failures}, seed {seed}")
     print(line, flush=True)
     if args.report:
         with open(args.report, "a") as f:

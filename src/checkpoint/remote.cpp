@@ -106,7 +106,12 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   const std::string where = url_.str(name);
   std::string manifest_text;
   try {
-    manifest_text = client_.get_bytes(url_.key(name + "/" + detail::kManifest));
+    client_.get(url_.key(name + "/" + detail::kManifest), [&](const char* p, size_t n) {
+      if (manifest_text.size() + n > size_t(detail::kMaxManifestBytes))  // the local reader's cap
+        fail_verify(where, fmt::format("manifest.json: larger than {} bytes, not a dlrun manifest",
+                                       detail::kMaxManifestBytes));
+      manifest_text.append(p, n);
+    });
   } catch (const remote::S3Error& e) {
     if (e.status() == 404) fail_verify(where, "missing manifest.json (an upload cut short?)");
     throw;
@@ -123,7 +128,14 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   for (const char* key : {"step", "epoch"})
     if (set.manifest.contains(key) && !set.manifest[key].is_number_integer())
       fail_verify(where, fmt::format("manifest.json: '{}' is not an integer", key));
-  if (const std::string why = detail::format_problem(set.manifest); !why.empty()) fail_verify(where, why);
+  bool newer = false;
+  if (const std::string why = detail::format_problem(set.manifest, &newer); !why.empty()) {
+    if (newer)
+      throw NewerFormatError(ExitCode::kBadInput, fmt::format("{}: {}", where, why),
+                             "this run was continued by a newer dlrun: use that version (or start a new run with "
+                             "--run-dir and another checkpoint.remote prefix)");
+    fail_verify(where, why);
+  }
   for (const auto& f : set.manifest["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())

@@ -26,6 +26,13 @@
 
 namespace dlrun::ckpt {
 
+/// A remote checkpoint written by a newer dlrun (a format version this one cannot read): not
+/// damage, so `--resume auto` stops on it (exit 2) instead of skipping to an older one.
+class NewerFormatError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct RemoteEntry {
   std::string name;       ///< "step-00001200"
   int64_t step = -1;

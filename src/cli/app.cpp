@@ -10,6 +10,7 @@
 #include "base/build_info.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "preempt/preempt.h"
 #include "remote/s3.h"
 
 namespace dlrun::cli {
@@ -45,6 +46,10 @@ bool report_unknown_subcommand(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The executable caught SIGTERM/SIGUSR1/SIGINT from its first instruction (src/main.cpp); only
+  // `dlrun train` acts on them. Every other command gets the default actions back (and ends by
+  // a signal that came while it was loading).
+  if (argc < 2 || std::string(argv[1]) != "train") preempt::release_early_signal_handlers();
   log::init_from_env();
   CLI::App app{"dlrun — train image models from a YAML experiment file (LibTorch)", "dlrun"};
   app.set_version_flag("--version", build::version_line());

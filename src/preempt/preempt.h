@@ -18,6 +18,15 @@ namespace dlrun::preempt {
 void install_signal_handlers();
 /// Restore default dispositions (tests).
 void uninstall_signal_handlers();
+/// The dlrun executable calls this before any shared library's initialisers run (an
+/// .preinit_array entry, src/main.cpp): LibTorch takes about a second to load, and a SIGTERM
+/// that arrives then must still mean "stop and exit 75", not death by the default action. It
+/// also unblocks the three signals, in case the parent started dlrun with them blocked.
+void install_early_signal_handlers();
+/// For every command other than `dlrun train`, which never polls the flag: restore the default
+/// dispositions and, if a signal already arrived while loading, re-raise it so that the process
+/// ends by it as it would have without the early handlers.
+void release_early_signal_handlers();
 
 /// True once a signal or a notice asked the run to stop.
 bool stop_requested();

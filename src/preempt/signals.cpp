@@ -69,6 +69,20 @@ void uninstall_signal_handlers() {
   for (int s : kSignals) ::sigaction(s, &sa, nullptr);
 }
 
+void install_early_signal_handlers() {
+  sigset_t ours;
+  sigemptyset(&ours);
+  for (int s : kSignals) sigaddset(&ours, s);
+  ::sigprocmask(SIG_UNBLOCK, &ours, nullptr);  // one thread yet: the process mask
+  install_signal_handlers();
+}
+
+void release_early_signal_handlers() {
+  uninstall_signal_handlers();
+  const int first = g_first.load();
+  if (first > 0) ::raise(first);  // the default action: the process ends by that signal
+}
+
 bool stop_requested() { return g_stop.load(); }
 
 void request_stop(const std::string& reason) {

@@ -204,6 +204,8 @@ void newest_remote(ckpt::RemoteStore& remote, int64_t local_step, ResumePlan& pl
       plan.from = ckpt::Loaded{where, std::move(snap)};
       plan.fetched = std::move(set);
       return;
+    } catch (const ckpt::NewerFormatError&) {
+      throw;  // not damage: skipping it would continue from an older step beside it
     } catch (const Error& e) {
       if (e.code() != ExitCode::kBadInput) throw;
       skip_report(where, e.message());

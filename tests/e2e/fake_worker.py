@@ -14,6 +14,7 @@ list of modes, one per global rank (the last one applies to the ranks beyond the
                         $FAKE_SAVE_S seconds (default 0: the checkpoint save)
   fail_on_signal        wait for a signal, then exit 3
   ignore_term           record the signals but never exit (only SIGKILL ends it)
+  default_signals       no handlers (a process still loading): the first signal ends it
 
 Output: FAKE_LINES (default 3) lines on stdout and on stderr, then a last stdout line without
 a newline ("tail of rank R").
@@ -51,7 +52,7 @@ def on_signal(signum, _frame):
 
 
 for sig in HANDLED:
-    signal.signal(sig, on_signal)
+    signal.signal(sig, signal.SIG_DFL if mode == "default_signals" else on_signal)
 save()  # after the handlers are in place: a test that sees the file can signal the worker
 
 for i in range(int(os.environ.get("FAKE_LINES", "3"))):
@@ -79,7 +80,7 @@ if mode in ("wait_for_signal", "fail_on_signal"):
         sys.exit(3)
     time.sleep(float(os.environ.get("FAKE_SAVE_S", "0")))
     sys.exit(75)
-if mode == "ignore_term":
+if mode in ("ignore_term", "default_signals"):
     while True:
         time.sleep(1)
 sys.exit(f"fake_worker: unknown FAKE_MODE {mode!r}")

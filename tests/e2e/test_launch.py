@@ -207,6 +207,27 @@ def test_signals_are_forwarded_once():
                 expect(got == [sig.name], f"{sig.name}: rank {rank} received {got}")
 
 
+def test_a_worker_ended_by_the_forwarded_signal_was_interrupted():
+    """A worker that the forwarded signal ends by its default action had not started dlrun's
+    main() yet: nothing was trained or lost, so the job was interrupted (75), not failed."""
+    for modes in ("wait_for_signal,default_signals", "default_signals"):
+        with Job("--nproc-per-node", "2", "--max-restarts", "1", mode=modes) as j:
+            j.start()
+            j.wait_for_workers(2)
+            j.proc.send_signal(signal.SIGTERM)
+            code = j.finish()
+            expect(code == 75, f"{modes}: exit {code}{j.log()}")
+            expect("rank 1 ended by the forwarded SIGTERM while still loading" in j.err, j.log())
+            expect("failed" not in j.err, j.log())
+            expect(sorted(j.records()) == [(0, 0), (1, 0)], f"restarted after a signal: {sorted(j.records())}")
+    with Job("--nproc-per-node", "1", mode="default_signals") as j:  # a worker's own death by SIGTERM is a failure
+        j.start()
+        j.wait_for_workers(1)
+        os.kill(j.records()[0, 0]["pid"], signal.SIGTERM)
+        expect(j.finish() == 1, j.log())
+        expect("rank 0 failed (killed by SIGTERM)" in j.err, j.log())
+
+
 def test_a_failure_while_stopping_sends_no_second_signal():
     """After a forwarded signal the workers are saving: a failing rank must not cut that short,
     and the launcher, asked to stop, does not restart."""
@@ -355,6 +376,7 @@ def test_help():
 if __name__ == "__main__":
     main([test_env_of_every_worker, test_env_on_the_second_node, test_output_is_prefixed_line_by_line,
           test_exit_status_is_combined, test_a_failure_stops_the_other_workers, test_signals_are_forwarded_once,
+          test_a_worker_ended_by_the_forwarded_signal_was_interrupted,
           test_a_failure_while_stopping_sends_no_second_signal,
           test_a_worker_ignoring_sigterm_is_killed_after_the_timeout, test_a_restart_resumes_a_train_command,
           test_a_worker_failing_every_time_ends_the_restarts, test_a_bare_subcommand_runs_dlrun, test_gpu_counts,

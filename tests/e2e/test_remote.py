@@ -169,6 +169,33 @@ def test_a_corrupt_remote_object_is_detected_and_skipped():
             expect(fresh.summary()["params_sha256"] == ref, "params differ after skipping a corrupt remote checkpoint")
 
 
+def test_a_remote_manifest_too_large_is_skipped_and_a_newer_format_stops():
+    """A manifest.json over the local reader's 1 MiB cap is not read whole: the checkpoint does
+    not verify and resume auto skips it. One written by a newer dlrun is not damage: resume auto
+    stops on it (exit 2) rather than continue from an older step."""
+    with S3Server() as s3:
+        remote = s3.overrides("exp4b", "checkpoint.keep_last=3")
+        with RunDir() as vm:
+            run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:17"}, check=75)
+        key = "exp4b/step-00000017/manifest.json"
+        manifest = json.loads(s3.read(key))
+        older = sorted({k.split("/")[0] for k in s3.keys("exp4b") if k.endswith("/manifest.json")})[:-1]
+        expect(older, "only one checkpoint was uploaded")
+        s3.write(key, json.dumps(dict(manifest, format_version=2)).encode())
+        with RunDir() as fresh:
+            p = run(s3, fresh, *remote, check=2)
+            expect("newer dlrun" in p.stdout and "step-00000017" in p.stdout, p.stdout[-1200:])
+            expect(not os.path.exists(fresh.file("checkpoints")), "a refused resume wrote checkpoints")
+        s3.write(key, json.dumps(dict(manifest, padding="x" * (2 << 20))).encode())
+        p = dlrun("ckpt", "verify", s3.url("exp4b/step-00000017"), "--remote-endpoint", s3.endpoint, env=s3.env,
+                  check=2)
+        expect("manifest.json: larger than 1048576 bytes" in p.stdout, p.stdout)
+        with RunDir() as fresh:
+            p = run(s3, fresh, *remote)
+            expect("skipping checkpoint s3://" in p.stdout and "larger than 1048576" in p.stdout, p.stdout[-2000:])
+            expect(fresh.summary()["resumed_from_step"] == int(older[-1][5:]), (older, fresh.summary()))
+
+
 def test_training_goes_on_while_the_service_is_down():
     with S3Server() as s3, RunDir() as r:
         s3.down()
@@ -298,6 +325,7 @@ def test_every_minutes_auto_uses_the_measured_save_cost():
 if __name__ == "__main__":
     main([test_upload_list_verify_export, test_a_fresh_vm_continues_the_run_exactly,
           test_a_kill_during_an_upload_leaves_latest_complete, test_a_corrupt_remote_object_is_detected_and_skipped,
+          test_a_remote_manifest_too_large_is_skipped_and_a_newer_format_stops,
           test_training_goes_on_while_the_service_is_down,
           test_an_upload_refused_for_good_stops_the_run_only_with_on_error_stop,
           test_wrong_credentials_are_refused_naming_the_bucket,

@@ -2,6 +2,7 @@
 was; one trainer at a time; --force sets a whole earlier run aside; each segment's config is
 kept; a changed config is named at resume; notices for an earlier process are ignored."""
 import os
+import signal
 import subprocess
 import time
 
@@ -43,6 +44,25 @@ def test_a_signal_during_startup_exits_75_and_touches_nothing():
         expect("during start-up" in p.stdout, p.stdout[-1000:])
         expect(snapshot(r.path) == before, "the run directory changed")
         train(TINY, r.path, "train.max_steps=30")  # the requeued run continues normally
+        expect(r.summary()["steps"] == 30 and r.summary()["resumed_from_step"] == 10, r.summary())
+
+
+def test_a_signal_while_libtorch_loads_exits_75_and_touches_nothing():
+    """dlrun catches SIGTERM and SIGUSR1 from its first instruction (src/main.cpp): one raised by a
+    shared library's initialiser, before main() and while LibTorch loads, still means "stop and
+    requeue me" for `dlrun train`; other commands end by the signal as they always did."""
+    lib = os.environ["DLRUN_RAISE_AT_LOAD_LIB"]
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=10")
+        before = snapshot(r.path)
+        for sig in ("SIGTERM", "SIGUSR1"):
+            env = {"LD_PRELOAD": lib, "DLRUN_RAISE_AT_LOAD": sig}
+            p = train(TINY, r.path, "train.max_steps=30", env=env, check=75)
+            expect("during start-up" in p.stdout and sig in p.stdout, p.stdout[-1000:])
+            expect(snapshot(r.path) == before, f"{sig}: the run directory changed")
+            p = dlrun("config", "validate", TINY, env=env)
+            expect(p.returncode == -getattr(signal, sig), f"config validate after {sig}: exit {p.returncode}")
+        train(TINY, r.path, "train.max_steps=30")
         expect(r.summary()["steps"] == 30 and r.summary()["resumed_from_step"] == 10, r.summary())
 
 
@@ -113,6 +133,7 @@ def test_a_notice_file_from_an_earlier_process_is_ignored():
 
 if __name__ == "__main__":
     main([test_refusals_leave_the_run_directory_as_it_was, test_a_signal_during_startup_exits_75_and_touches_nothing,
+          test_a_signal_while_libtorch_loads_exits_75_and_touches_nothing,
           test_a_second_trainer_is_refused_while_the_first_runs, test_force_sets_the_whole_earlier_run_aside,
           test_resume_with_a_changed_config_names_the_keys_and_keeps_each_segment,
           test_a_notice_file_from_an_earlier_process_is_ignored])

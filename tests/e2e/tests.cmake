@@ -1,8 +1,10 @@
 # End-to-end tests: the real dlrun binary on small configs (Python drivers, no pytest needed).
+# A preloadable library whose initialiser raises a signal before dlrun's main() (test_run_dir.py).
+add_library(dlrun_raise_at_load SHARED ${CMAKE_SOURCE_DIR}/tests/e2e/raise_at_load.cpp)
 function(dlrun_e2e_test name script)
   add_test(NAME e2e:${name} COMMAND ${DLRUN_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/${script} ${ARGN})
   set_tests_properties(e2e:${name} PROPERTIES LABELS e2e TIMEOUT 900
-    ENVIRONMENT "DLRUN=$<TARGET_FILE:dlrun>;DLRUN_SOURCE_DIR=${CMAKE_SOURCE_DIR};PYTHONUNBUFFERED=1")
+    ENVIRONMENT "DLRUN=$<TARGET_FILE:dlrun>;DLRUN_SOURCE_DIR=${CMAKE_SOURCE_DIR};PYTHONUNBUFFERED=1;DLRUN_RAISE_AT_LOAD_LIB=$<TARGET_FILE:dlrun_raise_at_load>")
 endfunction()
 if(DLRUN_PYTHON)
   dlrun_e2e_test(train test_train.py)
