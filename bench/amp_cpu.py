@@ -30,7 +30,8 @@ def main():
     cfg = os.path.join(ROOT, "configs", "quickstart.yaml")
     common = [f"train.max_steps={a.steps}", "log.every_steps=10", "log.progress=none", "train.eval_at_end=false",
               "train.eval_every_epochs=0", "checkpoint.at_end=false", "checkpoint.every_minutes=0",
-              "checkpoint.every_steps=0", "run.device=cpu"]
+              "checkpoint.every_steps=0", "run.device=cpu",
+              "model.width=32", "model.channels_last=false", "data.workers=2"]  # the convnet of the recorded figures
     models = {"convnet": [], "resnet18": ["model.name=resnet18"]}
     precisions = {"fp32": ["amp.enabled=false"], "bf16": ["amp.enabled=true", "amp.dtype=bf16"]}
     res = {f"{m}/{p}": [] for m in models for p in precisions}

@@ -48,7 +48,8 @@ def main():
     cfg = os.path.join(ROOT, "configs", "quickstart.yaml")
     common = [f"train.max_steps={a.steps}", "log.every_steps=10", "log.progress=none", "train.eval_at_end=false",
               "train.eval_every_epochs=0", "checkpoint.at_end=false", "checkpoint.every_minutes=0",
-              "checkpoint.every_steps=0", "data.workers=1"]
+              "checkpoint.every_steps=0", "data.workers=1",
+              "model.width=32", "model.channels_last=false"]  # the width-32 NCHW convnet these figures were taken with
     warm = a.steps // 4
     res = {"A": [], "B": [], "C": [], "D": [], "E": []}
     env = dict(os.environ)

@@ -49,7 +49,7 @@ class ConvNet : public Model {
                       "convnet needs (N, C, H, W) images of at least 4x4, got shape {}",
                       fmt::join(x.sizes(), "x"));
     x = as_input(x);
-    if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    if (channels_last_) x = channels_last(x);
     // Module by module; each conv-BN-ReLU unit in one call (the fused operator when
     // use_fused_conv_bn_relu), a segment of its own under activation checkpointing.
     for (size_t i = 0, u = 0; i < features_->size();) {

@@ -65,9 +65,9 @@ void initialize(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
 void to_channels_last(torch::nn::Module& m) {
   torch::NoGradGuard no_grad;
   for (auto& p : m.parameters())
-    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+    if (p.dim() == 4) p.set_data(channels_last(p.data()));
   for (auto& b : m.buffers())
-    if (b.dim() == 4) b.set_data(b.contiguous(torch::MemoryFormat::ChannelsLast));
+    if (b.dim() == 4) b.set_data(channels_last(b));
 }
 
 }  // namespace dlrun::models::detail

@@ -47,6 +47,20 @@ class Model : public torch::nn::Module {
   torch::ScalarType dtype_ = torch::kFloat32;
 };
 
+/// `x` stored NHWC with channels_last's exact strides. Tensor::contiguous(ChannelsLast) returns
+/// an NCHW tensor unchanged when a size-1 dimension makes it count as both formats — a batch of
+/// one-channel images, a first convolution's [out, 1, k, k] weight — and oneDNN then chooses
+/// NCHW for that layer's output: the next layer converts it, and the backward pass runs
+/// mixed-format elementwise kernels (both visible in a profile of the Fashion-MNIST convnet).
+/// Such a tensor is copied into the exact layout.
+inline torch::Tensor channels_last(const torch::Tensor& x) {
+  if (x.dim() != 4) return x;
+  torch::Tensor y = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  const auto want = c10::get_channels_last_strides_2d(y.sizes());
+  if (y.strides() == c10::IntArrayRef(want)) return y;
+  return torch::empty(y.sizes(), y.options().memory_format(torch::MemoryFormat::ChannelsLast)).copy_(y);
+}
+
 /// Build the model named by opts.name. Parameters are initialized deterministically from
 /// `seed` (the same seed gives bitwise-identical weights on every machine), using
 /// torchvision's init for ResNets (kaiming_normal fan_out for convs, BN weight 1 bias 0,

@@ -120,7 +120,7 @@ class ResNet : public Model {
     DLRUN_CHECK_INPUT(x.dim() == 4, "resnet needs (N, C, H, W) images, got shape {}",
                       fmt::join(x.sizes(), "x"));
     x = as_input(x);
-    if (channels_last_) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    if (channels_last_) x = channels_last(x);
     x = conv_bn_relu(conv1_, bn1_, x, fused_);
     if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
     for (auto& layer : layers_) {

@@ -230,6 +230,37 @@ TEST_CASE("channels_last models give the contiguous model's outputs", "[models]"
   }
 }
 
+TEST_CASE("one-channel images and weights get channels_last's exact strides", "[models]") {
+  // [N, 1, H, W] counts as channels_last-contiguous with NCHW strides; oneDNN and cuDNN read the
+  // strides, so such a tensor would make the first convolution's output NCHW.
+  const auto x = torch::randn({4, 1, 5, 6});
+  REQUIRE(x.contiguous(torch::MemoryFormat::ChannelsLast).strides() == x.strides());  // what contiguous() keeps
+  const auto y = models::channels_last(x);
+  REQUIRE(y.strides() == c10::IntArrayRef(c10::get_channels_last_strides_2d(x.sizes())));
+  REQUIRE(y.suggest_memory_format() == torch::MemoryFormat::ChannelsLast);
+  REQUIRE(torch::equal(y, x));
+  const auto z = torch::randn({2, 3, 4, 4}).contiguous(torch::MemoryFormat::ChannelsLast);
+  REQUIRE(models::channels_last(z).data_ptr() == z.data_ptr());  // already exact: no copy
+  one_thread();
+  for (const std::string name : {"convnet", "resnet18"}) {
+    INFO(name);
+    auto opts = opts_for(name, 1, 10);
+    opts.channels_last = true;
+    auto m = models::build(opts, 9);
+    const auto conv1 = models::state_dict(*m)[0].second;
+    REQUIRE(conv1.size(1) == 1);
+    REQUIRE(conv1.suggest_memory_format() == torch::MemoryFormat::ChannelsLast);
+    auto plain_opts = opts;
+    plain_opts.channels_last = false;
+    auto plain = models::build(plain_opts, 9);
+    m->eval();
+    plain->eval();
+    torch::NoGradGuard no_grad;
+    const auto in = torch::randn({2, 1, 28, 28});
+    REQUIRE(torch::allclose(m->forward(in), plain->forward(in), 1e-4, 1e-4));
+  }
+}
+
 TEST_CASE("model.dtype float64: the float32 model's initial values, float64 parameters and outputs", "[models]") {
   one_thread();
   for (const std::string name : {"mlp", "convnet", "resnet18"}) {
