@@ -13,7 +13,7 @@ completes; then a fresh run directory starts. One cycle = one interruption and i
   bench/soak.py --dlrun build/dlrun --cycles 1000 [--nproc 2] [--seed S] [--report FILE]
 
 With --nproc 2 each run is two DDP processes on gloo started by scripts/dlrun-launch; signals
-go to the launcher (which forwards them), SIGKILL to the whole process group.
+go to the launcher (which forwards them), SIGKILL to the launcher and every process below it.
 
 Prints one line per completed run and a summary; exit 1 on any failure (the run directory of
 a failure is kept and named). docs/reliability.md has the figures.
@@ -60,6 +60,36 @@ def summary(run_dir):
         return json.load(f)
 
 
+def descendants(pid):
+    """The pids of every process below `pid` (from /proc: the launcher starts its workers in
+    sessions of their own, so the launcher's process group does not hold them)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(pid):
+    """SIGKILL `pid` and everything below it, as a machine that goes away does."""
+    for p in [pid] + descendants(pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def one_start(dlrun, run_dir, kind, rng, max_delay):
     """Start training in run_dir, interrupt it as `kind` says; return (exit code, output)."""
     env = dict(os.environ)
@@ -75,7 +105,7 @@ def one_start(dlrun, run_dir, kind, rng, max_delay):
             time.sleep(0.005)
         if p.poll() is None:
             if kind == "SIGKILL":  # the machine goes away: every process of the run at once
-                os.killpg(p.pid, signal.SIGKILL)
+                kill_tree(p.pid)
             else:
                 p.send_signal(getattr(signal, kind))
     try:

@@ -14,4 +14,7 @@ void early_signals(int, char**, char**) { dlrun::preempt::install_early_signal_h
 __attribute__((section(".preinit_array"), used)) static void (*const dlrun_preinit)(int, char**, char**) =
     early_signals;
 
-int main(int argc, char** argv) { return dlrun::cli::main(argc, argv); }
+int main(int argc, char** argv) {
+  dlrun::preempt::die_with_launcher();  // a worker of scripts/dlrun-launch dies with it (docs/distributed.md)
+  return dlrun::cli::main(argc, argv);
+}

@@ -21,4 +21,10 @@ TORCH_LIBRARY(dlrun, m) {
       "conv_bn_relu(Tensor input, Tensor conv_weight, Tensor bn_weight, Tensor bn_bias, Tensor(a!) running_mean, "
       "Tensor(b!) running_var, bool training, float momentum, float eps, int[2] stride, int[2] padding, "
       "int[2] dilation, int groups) -> Tensor");
+  // Inference: convolution with a bias, then ReLU — a conv-BN-ReLU whose BatchNorm was folded
+  // into the convolution's weight and bias. One cuDNN call on CUDA (cuDNN's fused
+  // conv-bias-activation); no autograd (evaluation only).
+  m.def(
+      "conv_bias_relu(Tensor input, Tensor weight, Tensor bias, int[2] stride, int[2] padding, int[2] dilation, "
+      "int groups) -> Tensor");
 }

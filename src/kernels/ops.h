@@ -14,6 +14,11 @@
 //   conv_bn_relu(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training,
 //                momentum, eps, stride, padding, dilation, groups) -> out
 //     conv2d without bias (ATen, cuDNN on CUDA), then bn_relu.
+//   conv_bias_relu(x, weight, bias, stride, padding, dilation, groups) -> out
+//     relu(conv2d(x, weight, bias)): a conv-BN-ReLU with the BatchNorm folded into the
+//     convolution (models/batchnorm.h, fold_batchnorm), for evaluation. The reference composes
+//     ATen ops; on CUDA it is one cuDNN fused convolution-bias-activation call. Not
+//     differentiable: call it with gradients off.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -39,6 +44,14 @@ inline at::Tensor conv_bn_relu(const at::Tensor& x, const at::Tensor& conv_weigh
       c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::conv_bn_relu", "").typed<decltype(conv_bn_relu)>();
   return op.call(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps, stride,
                  padding, dilation, groups);
+}
+
+inline at::Tensor conv_bias_relu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                 c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                 int64_t groups) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::conv_bias_relu", "").typed<decltype(conv_bias_relu)>();
+  return op.call(x, weight, bias, stride, padding, dilation, groups);
 }
 
 }  // namespace dlrun::kernels

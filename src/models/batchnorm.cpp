@@ -15,8 +15,54 @@ int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNorm
   return n;
 }
 
-torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused) {
+namespace {
+
+/// The convolution's explicit padding, or null (a string padding such as "same", or a padding
+/// mode other than zeros, which the dlrun operators do not take).
+const torch::ExpandingArray<2>* plain_padding(const torch::nn::Conv2d& conv) {
   const auto& co = conv->options;
+  const auto* padding = std::get_if<torch::ExpandingArray<2>>(&co.padding());
+  return co.padding_mode().index() != 0 /* zeros */ ? nullptr : padding;
+}
+
+/// Whether this call is an evaluation pass whose BatchNorm can be folded.
+bool foldable(const torch::nn::Conv2d& conv, const BatchNorm2d& bn, bool folded) {
+  return folded && !bn->is_training() && !torch::GradMode::is_enabled() && bn->options.track_running_stats() &&
+         plain_padding(conv) != nullptr;
+}
+
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& conv, const BatchNorm2d& bn) {
+  if (!bn->options.track_running_stats()) return {};
+  torch::NoGradGuard no_grad;
+  const auto w = conv->weight;
+  const auto acc = w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const auto mean = bn->running_mean.to(acc), var = bn->running_var.to(acc);
+  auto scale = (var + bn->options.eps()).rsqrt();
+  if (bn->options.affine()) scale = scale * bn->weight.to(acc);
+  auto bias = conv->bias.defined() ? conv->bias.to(acc) - mean : -mean;
+  bias = bias * scale;
+  if (bn->options.affine()) bias = bias + bn->bias.to(acc);
+  // Broadcasting keeps the weight's memory format (channels_last stays channels_last).
+  auto folded_w = (w.to(acc) * scale.view({-1, 1, 1, 1})).to(w.scalar_type());
+  return {folded_w, bias.to(w.scalar_type())};
+}
+
+torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool folded) {
+  if (!foldable(conv, bn, folded)) return bn->forward(conv->forward(x));
+  const auto [w, b] = fold_batchnorm(conv, bn);
+  const auto& co = conv->options;
+  return torch::conv2d(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
+}
+
+torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused,
+                           bool folded) {
+  const auto& co = conv->options;
+  if (foldable(conv, bn, folded)) {
+    const auto [w, b] = fold_batchnorm(conv, bn);
+    return kernels::conv_bias_relu(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
+  }
   const auto* padding = std::get_if<torch::ExpandingArray<2>>(&co.padding());
   if (!fused || bn->sync || !bn->options.track_running_stats() || !bn->options.affine() || conv->bias.defined() ||
       padding == nullptr || co.padding_mode().index() != 0 /* zeros */)

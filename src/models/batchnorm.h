@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <utility>
 
 namespace dlrun::models {
 
@@ -37,6 +38,22 @@ int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNorm
 /// relu(bn(conv(x))): through the fused dlrun::conv_bn_relu operator when `fused` (and `bn` is
 /// not synchronised across ranks), else the three modules. Both update the running statistics
 /// and num_batches_tracked alike.
-torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused);
+///
+/// `folded`: in an evaluation pass (bn in eval mode, gradients off) the BatchNorm is folded into
+/// the convolution instead (fold_batchnorm) and the pair runs as one dlrun::conv_bias_relu —
+/// one cuDNN conv-bias-ReLU call on CUDA. Anything else runs as without it.
+torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused,
+                           bool folded = false);
+
+/// bn(conv(x)) (a ResNet block's last conv-BN and its projection shortcut); with `folded`, in an
+/// evaluation pass, one convolution with the folded weight and bias.
+torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool folded);
+
+/// The weight and bias of one convolution equal to bn(conv(x)) in eval mode: with
+/// s = gamma / sqrt(running_var + eps), weight' = weight * s (per output channel) and
+/// bias' = beta + (conv_bias - running_mean) * s, computed in float32 (float64 for float64
+/// weights) and returned in the weight's dtype and memory format. Empty tensors when the
+/// BatchNorm has no running statistics (it normalises with the batch's, which cannot be folded).
+std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& conv, const BatchNorm2d& bn);
 
 }  // namespace dlrun::models

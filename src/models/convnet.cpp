@@ -57,8 +57,8 @@ class ConvNet : public Model {
         ++u;
         torch::nn::Conv2d conv(features_->ptr<torch::nn::Conv2dImpl>(i));
         BatchNorm2d bn(features_->ptr<BatchNorm2dImpl>(i + 1));
-        SegmentFn unit = [conv, bn, fused = fused_](const torch::Tensor& t) mutable {
-          return conv_bn_relu(conv, bn, t, fused);
+        SegmentFn unit = [conv, bn, fused = fused_, folded = folded_](const torch::Tensor& t) mutable {
+          return conv_bn_relu(conv, bn, t, fused, folded);
         };
         x = recompute_ ? checkpoint(unit, x, {features_->ptr(i), features_->ptr(i + 1)}) : unit(x);
         i += 3;

@@ -34,6 +34,14 @@ class Model : public torch::nn::Module {
   /// (mlp) ignore it.
   void use_fused_conv_bn_relu(bool on) { fused_ = on; }
   bool fused_conv_bn_relu() const { return fused_; }
+  /// In evaluation passes (eval mode, gradients off), fold every BatchNorm that follows a
+  /// convolution into it (models/batchnorm.h, fold_batchnorm): conv-BN-ReLU becomes one
+  /// dlrun::conv_bias_relu (one cuDNN call on CUDA), conv-BN one biased convolution. The
+  /// parameters and buffers are not touched: the folded weights are computed per pass. Same
+  /// outputs within float rounding (`dlrun eval --fold-batchnorm`). Models without
+  /// BatchNorm (mlp) ignore it.
+  void use_folded_batchnorm(bool on) { folded_ = on; }
+  bool folded_batchnorm() const { return folded_; }
 
  protected:
   /// x in the model's dtype (unchanged when it already is, or is not floating, or autocast
@@ -42,6 +50,7 @@ class Model : public torch::nn::Module {
     return x.is_floating_point() && x.scalar_type() != dtype_ && dtype_ == torch::kFloat64 ? x.to(dtype_) : x;
   }
   bool fused_ = false;
+  bool folded_ = false;
 
  private:
   torch::ScalarType dtype_ = torch::kFloat32;

@@ -25,8 +25,19 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad)
 class Block : public nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
-  const bool* fused = nullptr;  ///< the model's use_fused_conv_bn_relu flag
+  const bool* fused = nullptr;   ///< the model's use_fused_conv_bn_relu flag
+  const bool* folded = nullptr;  ///< the model's use_folded_batchnorm flag
   bool use_fused() const { return fused != nullptr && *fused; }
+  bool use_folded() const { return folded != nullptr && *folded; }
+
+ protected:
+  /// The projection shortcut (downsample: 0 conv, 1 bn) of x, or x itself.
+  torch::Tensor shortcut(nn::Sequential& downsample, const torch::Tensor& x) const {
+    if (!downsample) return x;
+    nn::Conv2d c(downsample->ptr<nn::Conv2dImpl>(0));
+    BatchNorm2d b(downsample->ptr<BatchNorm2dImpl>(1));
+    return conv_bn(c, b, x, use_folded());
+  }
 };
 
 // conv1x1 + BN projection of the shortcut, registered as "downsample" (0: conv, 1: bn).
@@ -47,9 +58,9 @@ class BasicBlock : public Block {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused());
-    out = bn2_->forward(conv2_->forward(out));
+    torch::Tensor identity = shortcut(downsample_, x);
+    torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused(), use_folded());
+    out = conv_bn(conv2_, bn2_, out, use_folded());
     return out.add_(identity).relu_();
   }
 
@@ -75,10 +86,10 @@ class Bottleneck : public Block {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused());
-    out = conv_bn_relu(conv2_, bn2_, out, use_fused());
-    out = bn3_->forward(conv3_->forward(out));
+    torch::Tensor identity = shortcut(downsample_, x);
+    torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused(), use_folded());
+    out = conv_bn_relu(conv2_, bn2_, out, use_fused(), use_folded());
+    out = conv_bn(conv3_, bn3_, out, use_folded());
     return out.add_(identity).relu_();
   }
 
@@ -107,6 +118,7 @@ class ResNet : public Model {
         const int64_t stride = (i > 0 && b == 0) ? 2 : 1;
         auto block = std::make_shared<B>(in, planes[i], stride);
         block->fused = &fused_;
+        block->folded = &folded_;
         layer->push_back(block);
         in = planes[i] * B::kExpansion;
       }
@@ -121,7 +133,7 @@ class ResNet : public Model {
                       fmt::join(x.sizes(), "x"));
     x = as_input(x);
     if (channels_last_) x = channels_last(x);
-    x = conv_bn_relu(conv1_, bn1_, x, fused_);
+    x = conv_bn_relu(conv1_, bn1_, x, fused_, folded_);
     if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
     for (auto& layer : layers_) {
       if (recompute_ == ActivationCheckpointing::kBlocks) {

@@ -28,6 +28,13 @@ void install_early_signal_handlers();
 /// ends by it as it would have without the early handlers.
 void release_early_signal_handlers();
 
+/// Under scripts/dlrun-launch (DLRUN_LAUNCHER_PID set to the launcher's pid): ask the kernel to
+/// SIGKILL this process when its parent dies (PR_SET_PDEATHSIG), and end it now if the launcher
+/// is already gone. A worker whose launcher was killed has nobody to forward a stop and nowhere
+/// to write, and would hold the run directory's lock against the requeued job. A malformed value
+/// is ignored. Returns whether the death signal was set.
+bool die_with_launcher();
+
 /// True once a signal or a notice asked the run to stop.
 bool stop_requested();
 /// Ask to stop (used by notice watchers and tests). `reason` like "aws spot notice".

@@ -4,11 +4,14 @@
 #include "preempt/preempt.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 
 namespace dlrun::preempt {
@@ -81,6 +84,17 @@ void release_early_signal_handlers() {
   uninstall_signal_handlers();
   const int first = g_first.load();
   if (first > 0) ::raise(first);  // the default action: the process ends by that signal
+}
+
+bool die_with_launcher() {
+  const char* v = std::getenv("DLRUN_LAUNCHER_PID");
+  if (v == nullptr || *v == '\0') return false;
+  char* end = nullptr;
+  const long launcher = std::strtol(v, &end, 10);
+  if (*end != '\0' || launcher <= 1) return false;
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return false;
+  if (::getppid() != static_cast<pid_t>(launcher)) ::raise(SIGKILL);  // the launcher died before prctl
+  return true;
 }
 
 bool stop_requested() { return g_stop.load(); }

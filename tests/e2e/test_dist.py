@@ -252,6 +252,65 @@ def test_launcher_two_workers_finish():
         expect(r.summary()["world_size"] == 2, r.summary())
 
 
+def children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_launcher_takes_its_workers_with_it():
+    """kill -9 of the launcher (its workers run in sessions of their own): the dlrun workers die
+    with it (PR_SET_PDEATHSIG via DLRUN_LAUNCHER_PID) instead of training on orphaned, holding the
+    run directory's lock against the requeued job; and a worker whose launcher is already gone
+    when it starts ends at once."""
+    with RunDir() as r:
+        e = dict(os.environ)
+        e.pop("DLRUN_FAULT", None)
+        cmd = [sys.executable, LAUNCH, "--nproc-per-node", "2", "--master-port", str(free_port()), "--", DLRUN,
+               "train", TINY, *SAME, *MLP, "train.max_steps=100000", "train.epochs=100000", "--run-dir", r.path]
+        p = subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        workers = []
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not os.path.exists(r.file("metrics.jsonl")):
+                time.sleep(0.2)
+            workers = children(p.pid)
+            expect(len(workers) == 2, f"launcher children: {workers}")
+            p.kill()
+            p.wait()
+            deadline = time.time() + 20
+            while time.time() < deadline and any(alive(w) for w in workers):
+                time.sleep(0.1)
+            expect(not any(alive(w) for w in workers), f"workers {workers} outlived their launcher")
+        finally:
+            for w in workers:
+                try:
+                    os.kill(w, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    orphan = subprocess.run([DLRUN, "--version"], env=dict(e, DLRUN_LAUNCHER_PID=str(2 ** 22 + 7)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    expect(orphan.returncode == -signal.SIGKILL, f"a worker of a launcher that is gone exited {orphan.returncode}")
+    ok = subprocess.run([DLRUN, "--version"], env=dict(e, DLRUN_LAUNCHER_PID="not-a-pid"), stdout=subprocess.PIPE,
+                        timeout=60)
+    expect(ok.returncode == 0, f"a malformed DLRUN_LAUNCHER_PID is ignored: exit {ok.returncode}")
+
+
 def test_launcher_sigterm_saves_one_step_exits_75_and_relaunch_finishes():
     with RunDir() as ref, RunDir() as r:
         train(TINY, ref.path, *SAME, *MLP)
@@ -349,6 +408,7 @@ if __name__ == "__main__":
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
           test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,
           test_a_rank_that_never_arrives_is_named, test_launcher_two_workers_finish,
+          test_a_killed_launcher_takes_its_workers_with_it,
           test_launcher_sigterm_saves_one_step_exits_75_and_relaunch_finishes,
           test_launcher_restarts_a_killed_group_and_it_resumes, test_launcher_gives_up_after_max_restarts,
           test_two_hosts_on_one_machine, test_real_torchrun])

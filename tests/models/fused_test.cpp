@@ -8,6 +8,7 @@
 
 #include <atomic>
 
+#include "models/batchnorm.h"
 #include "models/model.h"
 #include "models/recompute.h"
 
@@ -128,4 +129,92 @@ TEST_CASE("fused conv-BN-ReLU under activation checkpointing: the same gradients
   CHECK(torch::equal(fused.out, both.out));
   for (size_t i = 0; i < fused.grads.size(); ++i) CHECK(torch::equal(fused.grads[i], both.grads[i]));
   for (size_t i = 0; i < fused.buffers.size(); ++i) CHECK(torch::equal(fused.buffers[i], both.buffers[i]));
+}
+
+namespace {
+
+// Eval-mode outputs of a model whose BatchNorms hold non-trivial running statistics (a few
+// training passes first) and affine parameters, with use_folded_batchnorm on or off.
+struct EvalPass {
+  torch::Tensor out;
+  int folded_calls = 0;
+};
+
+EvalPass eval_pass(ModelOptions o, int64_t side, bool folded, bool grad, torch::ScalarType dtype) {
+  if (dtype == torch::kFloat64) o.dtype = ModelDtype::kFloat64;
+  auto model = models::build(o, 4, side);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters())
+      if (p.key().find("bn") != std::string::npos || p.key().find("downsample.1") != std::string::npos ||
+          p.value().dim() == 1)
+        p.value().uniform_(0.5, 1.5, gen);  // BatchNorm gammas and betas away from 1 and 0
+    model->train();
+    for (int i = 0; i < 3; ++i) model->forward(torch::randn({8, o.in_channels, side, side}, gen).to(dtype) * 2 + 1);
+  }
+  model->use_folded_batchnorm(folded);
+  model->eval();
+  const auto x = torch::randn({4, o.in_channels, side, side}, gen).to(dtype);
+  EvalPass p;
+  OpCounter counter("dlrun::conv_bias_relu");
+  if (grad) {
+    p.out = model->forward(x);
+  } else {
+    torch::NoGradGuard no_grad;
+    p.out = model->forward(x);
+  }
+  p.folded_calls = counter.count();
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("folded BatchNorm: the unfolded model's eval outputs, through dlrun::conv_bias_relu", "[models][kernels]") {
+  ModelOptions convnet;
+  convnet.name = "convnet";
+  convnet.width = 8;
+  struct Case {
+    ModelOptions opts;
+    int64_t side;
+    int triples;
+  };
+  for (auto [opts, side, triples] : {Case{resnet("resnet18"), 12, 1 + 8}, Case{resnet("resnet50"), 16, 1 + 16 * 2},
+                                      Case{convnet, 12, 4}}) {
+    for (const bool channels_last : {false, true}) {
+      opts.channels_last = channels_last;
+      INFO(opts.name << (channels_last ? " NHWC" : " NCHW"));
+      const auto plain = eval_pass(opts, side, false, false, torch::kFloat64);
+      const auto folded = eval_pass(opts, side, true, false, torch::kFloat64);
+      CHECK(plain.folded_calls == 0);
+      CHECK(folded.folded_calls == triples);
+      CHECK(torch::allclose(folded.out, plain.out, 1e-9, 1e-10));
+      const auto plain32 = eval_pass(opts, side, false, false, torch::kFloat32);
+      const auto folded32 = eval_pass(opts, side, true, false, torch::kFloat32);
+      CHECK(torch::allclose(folded32.out, plain32.out, 1e-4, 1e-4));
+      // With gradients on (or in training) nothing is folded: the op has no backward.
+      CHECK(eval_pass(opts, side, true, true, torch::kFloat64).folded_calls == 0);
+    }
+  }
+}
+
+TEST_CASE("fold_batchnorm: weight and bias of the equivalent convolution", "[models][kernels]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 5, 3).padding(1).bias(true));
+  models::BatchNorm2d bn(5);
+  {
+    torch::NoGradGuard no_grad;
+    bn->running_mean.normal_(0, 1, gen);
+    bn->running_var.uniform_(0.2, 3, gen);
+    bn->weight.uniform_(0.5, 2, gen);
+    bn->bias.normal_(0, 1, gen);
+  }
+  conv->eval();
+  bn->eval();
+  const auto [w, b] = models::fold_batchnorm(conv, bn);
+  const auto x = torch::randn({2, 3, 7, 7}, gen);
+  torch::NoGradGuard no_grad;
+  CHECK(torch::allclose(torch::conv2d(x, w, b, 1, 1), bn->forward(conv->forward(x)), 1e-5, 1e-5));
+  models::BatchNorm2d batch_stats(torch::nn::BatchNorm2dOptions(5).track_running_stats(false));
+  CHECK_FALSE(models::fold_batchnorm(conv, batch_stats).first.defined());
 }
