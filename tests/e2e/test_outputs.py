@@ -33,6 +33,21 @@ def test_outputs():
         import json
         ej = json.loads(e.stdout.strip().splitlines()[-1])
         expect(abs(ej["accuracy"] - s["eval"]["accuracy"]) < 1e-9, f"eval {ej} vs summary {s['eval']}")
+        expect(ej["fold_batchnorm"] is False, ej)
+        # --fold-batchnorm: BatchNorm folded into the convolutions, the same results within rounding.
+        for model in ((), ("model.name=resnet18", "model.stem=cifar")):
+            with RunDir() as m:
+                if model:
+                    train(TINY, m.path, "train.max_steps=6", *model)
+                run = r.path if not model else m.path
+                plain = json.loads(dlrun("eval", TINY, "--checkpoint", "auto", "--run-dir", run, "--json",
+                                         "train.epochs=1", *model, check=0).stdout.strip().splitlines()[-1])
+                f = dlrun("eval", TINY, "--checkpoint", "auto", "--run-dir", run, "--json", "--fold-batchnorm",
+                          "train.epochs=1", *model, check=0)
+                folded = json.loads(f.stdout.strip().splitlines()[-1])
+                expect(folded["fold_batchnorm"] is True, folded)
+                expect(abs(folded["loss"] - plain["loss"]) < 1e-4 * max(1.0, abs(plain["loss"])) and
+                       abs(folded["accuracy"] - plain["accuracy"]) <= 1 / plain["samples"], f"{model}: {folded} vs {plain}")
 
         # Weights load in Python: checkpoint model.pt, exported safetensors and torch files.
         ck = s["checkpoint"]
