@@ -92,19 +92,23 @@ ModelOptions resnet(const char* name) {
   return o;
 }
 
-}  // namespace
+struct ModelCase {
+  ModelOptions opts;
+  int64_t side;
+  int triples;  ///< its conv-BN-ReLU triples
+};
 
-TEST_CASE("fused conv-BN-ReLU: the unfused model's outputs, gradients and statistics", "[models][kernels]") {
+std::vector<ModelCase> model_cases() {
   ModelOptions convnet;
   convnet.name = "convnet";
   convnet.width = 8;
-  struct Case {
-    ModelOptions opts;
-    int64_t side;
-    int triples;
-  };
-  for (auto [opts, side, triples] : {Case{resnet("resnet18"), 12, 1 + 8}, Case{resnet("resnet50"), 16, 1 + 16 * 2},
-                                      Case{convnet, 12, 4}}) {
+  return {{resnet("resnet18"), 12, 1 + 8}, {resnet("resnet50"), 16, 1 + 16 * 2}, {convnet, 12, 4}};
+}
+
+}  // namespace
+
+TEST_CASE("fused conv-BN-ReLU: the unfused model's outputs, gradients and statistics", "[models][kernels]") {
+  for (auto [opts, side, triples] : model_cases()) {
     for (const bool channels_last : {false, true}) {
       opts.channels_last = channels_last;
       for (const bool training : {true, false}) {
@@ -171,16 +175,7 @@ EvalPass eval_pass(ModelOptions o, int64_t side, bool folded, bool grad, torch::
 }  // namespace
 
 TEST_CASE("folded BatchNorm: the unfolded model's eval outputs, through dlrun::conv_bias_relu", "[models][kernels]") {
-  ModelOptions convnet;
-  convnet.name = "convnet";
-  convnet.width = 8;
-  struct Case {
-    ModelOptions opts;
-    int64_t side;
-    int triples;
-  };
-  for (auto [opts, side, triples] : {Case{resnet("resnet18"), 12, 1 + 8}, Case{resnet("resnet50"), 16, 1 + 16 * 2},
-                                      Case{convnet, 12, 4}}) {
+  for (auto [opts, side, triples] : model_cases()) {
     for (const bool channels_last : {false, true}) {
       opts.channels_last = channels_last;
       INFO(opts.name << (channels_last ? " NHWC" : " NCHW"));
