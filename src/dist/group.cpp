@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "base/error.h"
 #include "dist/listen.h"
 #include "base/log.h"
+#include "preempt/preempt.h"
 
 namespace dlrun::dist {
 
@@ -87,6 +89,9 @@ void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
   for (int r = 0; r < w.size; ++r) keys.push_back("arrived/" + std::to_string(r));
   const double deadline = mono_now() + timeout_s;
   while (!store.check(keys)) {
+    if (preempt::stop_requested())
+      throw StoppedDuringRendezvous(fmt::format("{} received while waiting for the other ranks at {}:{}",
+                                                preempt::stop_reason(), w.master_addr, w.master_port));
     if (mono_now() > deadline) {
       std::vector<int> missing;
       for (int r = 0; r < w.size; ++r)
@@ -139,7 +144,29 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
         log::info("rendezvous store on every interface, port {}: {}", world.master_port, l.note);
       }
     }
-    tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, so);
+    if (so.isServer) {
+      tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, so);
+    } else {
+      // Connect in attempts of at most a second, so that a stop request is seen while rank 0's
+      // store is not up yet (rank 0 may have been stopped by the same request before hosting it).
+      const double deadline = mono_now() + opts.timeout_s;
+      for (;;) {
+        so.timeout = std::chrono::milliseconds(
+            std::max<int64_t>(50, std::min<int64_t>(1000, static_cast<int64_t>((deadline - mono_now()) * 1000))));
+        try {
+          tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, so);
+          break;
+        } catch (const std::exception&) {
+          if (preempt::stop_requested())
+            throw StoppedDuringRendezvous(fmt::format("{} received while connecting to the rendezvous store at {}:{}",
+                                                      preempt::stop_reason(), world.master_addr, world.master_port));
+          if (mono_now() >= deadline) throw;
+        }
+      }
+      tcp->setTimeout(impl->timeout);
+    }
+  } catch (const StoppedDuringRendezvous&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error(ExitCode::kRuntime,
                 so.isServer ? fmt::format("rank 0 could not host the rendezvous store on port {}: {}", world.master_port,

@@ -18,6 +18,14 @@ namespace dlrun::dist {
 
 enum class Reduce { kSum, kMax, kMin };
 
+/// Thrown by Group::connect when a stop request (SIGTERM, SIGUSR1, a notice) arrives while this
+/// rank waits for the rendezvous store or for the other ranks: nothing has been trained, and a
+/// peer stopped by the same request would never arrive. `dlrun train` exits 75.
+class StoppedDuringRendezvous : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Group {
  public:
   /// Meet the other ranks at world.master_addr:master_port (rank 0 hosts the store unless

@@ -868,7 +868,12 @@ int run(const TrainArgs& args) {
   // Reducer and the collectives cost, measured against the plain run; docs/distributed.md).
   const bool one_rank_group = world.launcher != "none" && args.cfg.dist.backend != DistBackend::kAuto;
   if (world.distributed() || one_rank_group) {
-    group = dist::Group::connect(world, args.cfg.dist, placement.device);
+    try {
+      group = dist::Group::connect(world, args.cfg.dist, placement.device);
+    } catch (const dist::StoppedDuringRendezvous& e) {
+      log::warn("{}: nothing trained yet, the run directory is unchanged; exiting with code 75", e.what());
+      return kInterrupted;
+    }
     log0::info("{}", group->describe());
   }
   try {

@@ -235,6 +235,28 @@ def test_a_rank_that_never_arrives_is_named():
         expect(not os.path.exists(r.file("metrics.jsonl")), "a run that never started wrote metrics")
 
 
+def test_a_stop_request_during_the_rendezvous_exits_75_promptly():
+    """SIGTERM while a rank waits for its peers (rank 0 hosting the store, the others for rank 0
+    and for each other): they would never arrive if the same request stopped them first, so the
+    rank exits 75 at once (nothing trained) instead of waiting out dist.timeout_s."""
+    for ranks, what in (([0], "while waiting for the other ranks"), ([1], "while connecting to the rendezvous store")):
+        with RunDir() as r:
+            with Ranks(2, ["train", TINY, "--run-dir", r.path, "dist.timeout_s=120", "log.progress=none"],
+                       ranks=ranks) as rs:
+                p = rs.procs[0]
+                time.sleep(5)  # LibTorch and the config load in about a second; then it waits
+                expect(p.poll() is None, f"rank {ranks[0]} exited early ({p.returncode})")
+                start = time.time()
+                p.send_signal(signal.SIGTERM)
+                codes, outs = rs.wait(timeout=60)
+                took = time.time() - start
+            text = outs[0]
+            expect(codes == [75], f"rank {ranks[0]}: exit {codes}:\n{text[-2000:]}")
+            expect(what in text and "SIGTERM" in text, text[-2000:])
+            expect(took < 10, f"rank {ranks[0]} took {took:.1f} s to stop")
+            expect(not os.path.exists(r.file("metrics.jsonl")), "a run that never started wrote metrics")
+
+
 def launch(run_dir, *launcher_args, overrides=(), env=None, timeout=300):
     e = dict(os.environ)
     e.pop("DLRUN_FAULT", None)
@@ -407,7 +429,8 @@ if __name__ == "__main__":
           test_a_world_of_one_with_a_named_backend_runs_the_distributed_path, test_only_rank_0_writes_and_metrics_aggregate,
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
           test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,
-          test_a_rank_that_never_arrives_is_named, test_launcher_two_workers_finish,
+          test_a_rank_that_never_arrives_is_named, test_a_stop_request_during_the_rendezvous_exits_75_promptly,
+          test_launcher_two_workers_finish,
           test_a_killed_launcher_takes_its_workers_with_it,
           test_launcher_sigterm_saves_one_step_exits_75_and_relaunch_finishes,
           test_launcher_restarts_a_killed_group_and_it_resumes, test_launcher_gives_up_after_max_restarts,
