@@ -266,6 +266,30 @@ TEST_CASE("transforms: shapes, exact geometry and determinism", "[data]") {
     data::apply_transforms(src, 10, 20, p, a, out.data_ptr<float>());
     CHECK(torch::isfinite(out).all().item<bool>());
   }
+  SECTION("a resized crop reads its box: offset exactly at scale 1, the triangle filter on downscaling") {
+    o.augment = {"resized_crop"};
+    o.image_size = 8;
+    auto p = data::make_pipeline(o, info, true);
+    data::SampleParams sp;
+    sp.box_x = 3;
+    sp.box_y = 1;
+    sp.box_w = 8;
+    sp.box_h = 8;
+    torch::Tensor out = torch::full({1, 8, 8}, std::nanf(""));
+    data::apply_transforms(src, 10, 20, p, sp, out.data_ptr<float>());
+    CHECK(torch::equal(out, img.narrow(1, 1, 8).narrow(2, 3, 8).to(torch::kFloat).div(255.0f)));
+    sp.box_x = 0;
+    sp.box_y = 2;
+    sp.box_w = 16;  // 2x narrower, rows at scale 1
+    data::apply_transforms(src, 10, 20, p, sp, out.data_ptr<float>());
+    const auto px = img.to(torch::kFloat).div(255.0f);
+    for (int64_t y : {0, 4, 7}) {
+      // output column 3: center 7 in the source, taps at 5..8 with weights 1, 3, 3, 1 (/8)
+      const float want = (px[0][y + 2][5].item<float>() + 3 * px[0][y + 2][6].item<float>() +
+                          3 * px[0][y + 2][7].item<float>() + px[0][y + 2][8].item<float>()) / 8;
+      CHECK(out[0][y][3].item<float>() == Approx(want).epsilon(1e-6));
+    }
+  }
   SECTION("unknown augment names are errors") {
     o.augment = {"mixup"};
     require_error([&] { data::make_pipeline(o, info, true); }, {"mixup"});
