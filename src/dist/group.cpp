@@ -81,28 +81,77 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-/// Every rank writes "arrived/<rank>" and waits for the others' keys until the deadline;
-/// those missing then are named.
-void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
-  store.set("arrived/" + std::to_string(w.rank), fmt::format("{} (pid {})", hostname(), getpid()));
+/// keys[i] for every rank i: "<what>/<i>".
+std::vector<std::string> rank_keys(const char* what, int size) {
   std::vector<std::string> keys;
-  for (int r = 0; r < w.size; ++r) keys.push_back("arrived/" + std::to_string(r));
+  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", what, r));
+  return keys;
+}
+
+/// The rendezvous, in two rounds on the store, so that a stop request (SIGTERM, a notice) that
+/// arrives meanwhile ends every rank's start-up with exit 75 instead of leaving some waiting:
+///
+/// 1. Arrival: every rank writes "arrived/<rank>" and waits for the others' keys until the
+///    deadline (those missing then are named, exit 1). A rank asked to stop meanwhile writes
+///    "stop/<rank>" and leaves.
+/// 2. Agreement: every rank that got through writes "go/<rank>" — or "stop/<rank>" if a stop
+///    request came in the meantime — once, and proceeds to open the backend only when every
+///    rank wrote "go". One "stop" makes every rank leave: none is left waiting in the backend's
+///    own connection set-up, which cannot be interrupted. A stop request after a rank's "go" is
+///    seen by the start-up checks that follow (every rank together).
+///
+/// A store that stops answering while this rank has a stop request of its own (rank 0, which
+/// hosts it, left for the same reason) also counts as a stop.
+void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
+  const std::string me = std::to_string(w.rank);
+  const auto stopped = [&](const std::string& why) {
+    return StoppedDuringRendezvous(fmt::format("{} {} at {}:{}", why, "during the rendezvous", w.master_addr,
+                                               w.master_port));
+  };
+  const auto leave = [&]() {
+    const std::string reason = preempt::stop_reason() + " received";
+    try {
+      store.set("stop/" + me, "1");
+    } catch (const std::exception&) {
+    }
+    return stopped(reason);
+  };
+  const auto ask = [&](const std::vector<std::string>& keys) {
+    try {
+      return store.check(keys);
+    } catch (const std::exception&) {
+      if (preempt::stop_requested()) throw leave();
+      throw;
+    }
+  };
   const double deadline = mono_now() + timeout_s;
-  while (!store.check(keys)) {
-    if (preempt::stop_requested())
-      throw StoppedDuringRendezvous(fmt::format("{} received while waiting for the other ranks at {}:{}",
-                                                preempt::stop_reason(), w.master_addr, w.master_port));
+  const auto wait_a_little = [&](const std::vector<std::string>& keys, const char* round) {
     if (mono_now() > deadline) {
       std::vector<int> missing;
       for (int r = 0; r < w.size; ++r)
-        if (!store.check({keys[r]})) missing.push_back(r);
+        if (!ask({keys[r]})) missing.push_back(r);
       throw Error(ExitCode::kRuntime,
-                  fmt::format("rendezvous at {}:{}: rank(s) {} of {} did not arrive within dist.timeout_s={} s",
-                              w.master_addr, w.master_port, fmt::join(missing, ", "), w.size, timeout_s),
+                  fmt::format("rendezvous at {}:{}: rank(s) {} of {} did not {} within dist.timeout_s={} s",
+                              w.master_addr, w.master_port, fmt::join(missing, ", "), w.size, round, timeout_s),
                   "start every rank (torchrun / scripts/dlrun-launch with the same --nnodes, --master-addr and "
                   "--master-port on each host), or raise dist.timeout_s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
+
+  store.set("arrived/" + me, fmt::format("{} (pid {})", hostname(), getpid()));
+  const auto arrived = rank_keys("arrived", w.size);
+  while (!ask(arrived)) {
+    if (preempt::stop_requested()) throw leave();
+    wait_a_little(arrived, "arrive");
+  }
+  if (preempt::stop_requested()) throw leave();
+  store.set("go/" + me, "1");
+  const auto go = rank_keys("go", w.size), stop = rank_keys("stop", w.size);
+  while (!ask(go)) {
+    for (int r = 0; r < w.size; ++r)
+      if (ask({stop[r]})) throw stopped(fmt::format("rank {} received a stop request", r));
+    wait_a_little(go, "agree to start");
   }
 }
 

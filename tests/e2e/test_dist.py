@@ -239,7 +239,7 @@ def test_a_stop_request_during_the_rendezvous_exits_75_promptly():
     """SIGTERM while a rank waits for its peers (rank 0 hosting the store, the others for rank 0
     and for each other): they would never arrive if the same request stopped them first, so the
     rank exits 75 at once (nothing trained) instead of waiting out dist.timeout_s."""
-    for ranks, what in (([0], "while waiting for the other ranks"), ([1], "while connecting to the rendezvous store")):
+    for ranks, what in (([0], "received during the rendezvous"), ([1], "while connecting to the rendezvous store")):
         with RunDir() as r:
             with Ranks(2, ["train", TINY, "--run-dir", r.path, "dist.timeout_s=120", "log.progress=none"],
                        ranks=ranks) as rs:
