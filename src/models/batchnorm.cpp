@@ -63,9 +63,9 @@ torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch
     const auto [w, b] = fold_batchnorm(conv, bn);
     return kernels::conv_bias_relu(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
   }
-  const auto* padding = std::get_if<torch::ExpandingArray<2>>(&co.padding());
+  const auto* padding = plain_padding(conv);
   if (!fused || bn->sync || !bn->options.track_running_stats() || !bn->options.affine() || conv->bias.defined() ||
-      padding == nullptr || co.padding_mode().index() != 0 /* zeros */)
+      padding == nullptr)
     return bn->forward(conv->forward(x)).relu_();
   // As BatchNorm2d::forward: count the batch, then the momentum (or, without one, the
   // cumulative average's 1/count).

@@ -12,6 +12,9 @@ import torch
 
 from common import DLRUN, SRC, RunDir, cfg, expect, main, train
 
+sys.path.insert(0, os.path.join(SRC, "bench"))
+from soak import descendants  # noqa: E402 - the soak's /proc walk
+
 TINY = cfg("tiny.yaml")
 LAUNCH = os.path.join(SRC, "scripts", "dlrun-launch")
 # Deterministic and comparable: no dropout (its draws differ with the per-rank batch),
@@ -274,19 +277,6 @@ def test_launcher_two_workers_finish():
         expect(r.summary()["world_size"] == 2, r.summary())
 
 
-def children(pid):
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -311,7 +301,7 @@ def test_a_killed_launcher_takes_its_workers_with_it():
             deadline = time.time() + 120
             while time.time() < deadline and not os.path.exists(r.file("metrics.jsonl")):
                 time.sleep(0.2)
-            workers = children(p.pid)
+            workers = descendants(p.pid)
             expect(len(workers) == 2, f"launcher children: {workers}")
             p.kill()
             p.wait()
