@@ -12,16 +12,16 @@
 # $OUT/summary.md and the script goes on; its exit code is non-zero if any failed.
 #
 # The whole suite takes longer than one 10-minute device call: DLRUN_GPU_PARTS picks parts
-# (default all: "build tests ckpt throughput amp memory telemetry compare fast"); the build
-# directory stays between calls, so e.g. `DLRUN_GPU_PARTS="build tests"` then
-# `DLRUN_GPU_PARTS="ckpt throughput"` then `DLRUN_GPU_PARTS="amp memory"` then
+# (default all: "build tests kernels ckpt throughput amp memory telemetry compare fast"); the
+# build directory stays between calls, so e.g. `DLRUN_GPU_PARTS="build tests"` then
+# `DLRUN_GPU_PARTS="kernels ckpt throughput"` then `DLRUN_GPU_PARTS="amp memory"` then
 # `DLRUN_GPU_PARTS="telemetry compare fast"`.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-out}"
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build tests ckpt throughput amp memory telemetry compare fast} "
+PARTS=" ${DLRUN_GPU_PARTS:-build tests kernels ckpt throughput amp memory telemetry compare fast} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 mkdir -p "$OUT"
 cd "$ROOT"
@@ -69,15 +69,29 @@ grep -E "tests passed|Skipped|Failed" "$OUT/tests-gpu.log" | sed 's/^/    /' >> 
 ctest --test-dir "$BUILD" -L "unit|core|cli|ckpt|crash" -j "$JOBS" --timeout 600 > "$OUT/tests-cpu.log" 2>&1 \
   || fail "ctest unit|core|cli|ckpt|crash"
 grep -E "tests passed" "$OUT/tests-cpu.log" | sed 's/^/    /' >> "$summary"
-# Issue 11: the fused kernels' tests under compute-sanitizer (memory errors, shared-memory races).
+# Issue 11: the fused kernels' comparison with the CPU under compute-sanitizer (memory errors,
+# shared-memory races); the [sanitize] tag leaves out the long ones (200 training steps, a
+# 140 M-value tensor), which would take hours under the tools.
 SAN=/usr/local/cuda/bin/compute-sanitizer
 if [[ -x "$SAN" ]]; then
   for tool in memcheck racecheck; do
-    "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/tests/dlrun_core_tests" "[gpu][kernels]" \
+    "$SAN" --tool "$tool" --error-exitcode 9 "$BUILD/tests/dlrun_core_tests" "[gpu][sanitize]" \
       > "$OUT/sanitizer-$tool.log" 2>&1 || fail "compute-sanitizer $tool"
     echo "    compute-sanitizer $tool: $(tail -1 "$OUT/sanitizer-$tool.log")" >> "$summary"
   done
 fi
+fi
+
+# Issue 11: the fused BatchNorm operators against PyTorch's unfused sequence on ResNet-50's
+# shapes at batch 256, bf16, channels_last (the BN+ReLU part's speedup and bandwidth against the
+# copy bandwidth), then resnet50 training with the operators on and off; NCHW once more.
+if want kernels; then
+step "benchmark: dlrun bench kernels (fused vs unfused, ResNet-50 shapes, batch 256 bf16 channels_last)"
+"$DLRUN" bench kernels --device cuda > "$OUT/bench-kernels.txt" 2>>"$OUT/suite.log" || fail "bench kernels"
+"$DLRUN" bench kernels --device cuda --json > "$OUT/bench-kernels.json" 2>>"$OUT/suite.log" || fail "bench kernels --json"
+"$DLRUN" bench kernels --device cuda --nchw > "$OUT/bench-kernels-nchw.txt" 2>>"$OUT/suite.log" \
+  || fail "bench kernels --nchw"
+tail -3 "$OUT/bench-kernels.txt" | sed 's/^/    /' >> "$summary"
 fi
 
 if want ckpt; then

@@ -16,7 +16,8 @@ void setup_config(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_eval(CLI::App& app);
 void setup_bench(CLI::App& app);
-void setup_bench_data(CLI::App* bench);  ///< `dlrun bench data` (cmd_bench_data.cpp)
+void setup_bench_data(CLI::App* bench);     ///< `dlrun bench data` (cmd_bench_data.cpp)
+void setup_bench_kernels(CLI::App* bench);  ///< `dlrun bench kernels` (cmd_bench_kernels.cpp)
 void setup_ckpt(CLI::App& app);
 void setup_export(CLI::App& app);
 

@@ -391,6 +391,7 @@ void setup_bench(CLI::App& app) {
   mem->add_flag("--json", m->json, "print JSON (one line)");
   mem->callback([m] { bench_memory(*m); });
   setup_bench_data(cmd);
+  setup_bench_kernels(cmd);
 }
 
 }  // namespace dlrun::cli

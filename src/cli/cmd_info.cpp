@@ -81,7 +81,7 @@ void print_text(const nlohmann::json& j) {
               j["cpu"]["torch_interop_threads"].get<int>());
   const auto& f = j["fast_paths"];
   auto on = [&](const char* k) { return f[k].get<bool>() ? "on" : "off"; };
-  std::printf("fast paths (%s): cudnn_benchmark %s, tf32 %s, cuda_graphs %s, fused_conv_bn_relu %s (CUDA only); "
+  std::printf("fast paths (%s): cudnn_benchmark %s, tf32 %s, cuda_graphs %s, fused_conv_bn_relu %s; "
               "amp %s, channels_last %s, activation_checkpointing %s\n",
               f["config"].get<std::string>().c_str(), on("cudnn_benchmark"), on("tf32"), on("cuda_graphs"),
               on("fused_conv_bn_relu"),

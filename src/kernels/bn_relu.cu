@@ -1,15 +1,22 @@
-// CUDA implementation of dlrun::bn_relu and dlrun::bn_relu_backward (what they compute:
-// ops.h; the reference they are tested against: bn_relu.cpp), for float32, float64, fp16 and
-// bf16 inputs in NCHW or channels_last, any batch and spatial size, on the current stream.
+// CUDA implementation of dlrun::bn_relu, dlrun::bn_add_relu and their backwards (what they
+// compute: ops.h; the reference they are tested against: bn_relu.cpp), for float32, float64,
+// fp16 and bf16 inputs in NCHW or channels_last, any batch and spatial size, on the current
+// stream.
 //
 // Forward, training: (1) per-channel partial statistics — a grid of (channel, chunk) blocks,
 // each thread a Welford accumulator over a strided run of the chunk, merged across the block
 // with Chan's formula (stable for large N*H*W, unlike sum/sum-of-squares); (2) one thread per
 // channel merges its chunks, writes mean and inverse std and updates the running statistics
-// (unbiased variance, as BatchNorm2d); (3) one elementwise pass: normalise, scale, shift, ReLU.
-// Eval skips (1) and (2). Backward: (1) per-channel partial sums of g = dy * (out > 0) and
-// g * x̂ in the same grid; (2) their totals; (3) one elementwise pass for dx. Statistics and
-// arithmetic in the op-math type (float32, float64 for float64).
+// (unbiased variance, as BatchNorm2d); (3) one elementwise pass: normalise, scale, shift, [add
+// the residual,] ReLU. Eval skips (1) and (2). Backward: (1) per-channel partial sums of
+// g = dy * (out > 0) and g * x̂ in the same grid; (2) their totals; (3) one elementwise pass for
+// dx (and, for bn_add_relu, g itself: the residual's gradient). Statistics and arithmetic in the
+// op-math type (float32, float64 for float64).
+//
+// Memory formats: NCHW blocks walk one channel's values (contiguous within a plane);
+// channels_last blocks are tiles of 32 channels x 8 rows, so a warp reads 32 neighbouring
+// channels of one row (coalesced) and a thread keeps its channel's constants in registers — a
+// block per channel there would read one element per row, a stride of C apart.
 //
 // Not yet run on a GPU (none was available when it was written): the GPU-labelled tests in
 // tests/kernels/ compare it with the reference.
@@ -26,6 +33,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxChunks = 256;  // blocks per channel in the reduction passes
+constexpr int kTileC = 32, kTileR = 8;  // channels_last blocks: 32 channels x 8 rows (kThreads)
+
+template <typename acc_t>
+__device__ __forceinline__ acc_t relu(acc_t v) {
+  return v < acc_t(0) ? acc_t(0) : v;  // NaN stays NaN, as torch.relu
+}
 
 // Where element j (0 <= j < N*H*W) of channel c lives.
 struct Layout {
@@ -116,17 +129,74 @@ __global__ void stats_final(const acc_t* __restrict__ p_mean, const acc_t* __res
   running_var[c] = static_cast<stat_t>((1 - m) * static_cast<acc_t>(running_var[c]) + m * unbiased);
 }
 
-// (3) forward: out = max(0, (x - mean) * invstd * weight + bias).
+// (3) forward: out = relu((x - mean) * invstd * weight + bias [+ residual]); residual may be null.
 template <typename scalar_t, typename acc_t, typename param_t>
-__global__ void normalize_relu(const scalar_t* __restrict__ x, Layout l, int64_t numel, const acc_t* __restrict__ mean,
-                               const acc_t* __restrict__ invstd, const param_t* __restrict__ weight,
-                               const param_t* __restrict__ bias, scalar_t* __restrict__ out) {
+__global__ void normalize_relu(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual, Layout l,
+                               int64_t numel, const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
+                               const param_t* __restrict__ weight, const param_t* __restrict__ bias,
+                               scalar_t* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t c = l.channel_of(i);
-    const acc_t v = (static_cast<acc_t>(x[i]) - mean[c]) * invstd[c] * static_cast<acc_t>(weight[c]) +
-                    static_cast<acc_t>(bias[c]);
-    out[i] = static_cast<scalar_t>(v > 0 ? v : acc_t(0));
+    acc_t v = (static_cast<acc_t>(x[i]) - mean[c]) * invstd[c] * static_cast<acc_t>(weight[c]) +
+              static_cast<acc_t>(bias[c]);
+    if (residual != nullptr) v += static_cast<acc_t>(residual[i]);
+    out[i] = static_cast<scalar_t>(relu(v));
+  }
+}
+
+// (1) forward, channels_last: block (channel tile, chunk of rows) -> partial Welford of each of
+// its channels over the chunk's rows.
+template <typename scalar_t, typename acc_t>
+__global__ void stats_partial_nhwc(const scalar_t* __restrict__ x, int64_t channels, int64_t rows,
+                                   int64_t rows_per_chunk, acc_t* __restrict__ p_mean, acc_t* __restrict__ p_m2,
+                                   int64_t* __restrict__ p_n) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x, chunk = blockIdx.y;
+  const int64_t begin = chunk * rows_per_chunk, end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  Welford<acc_t> w;
+  if (c < channels)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kTileR) w.add(static_cast<acc_t>(x[r * channels + c]));
+  __shared__ acc_t s_mean[kTileR][kTileC], s_m2[kTileR][kTileC];
+  __shared__ int64_t s_n[kTileR][kTileC];
+  s_mean[threadIdx.y][threadIdx.x] = w.mean;
+  s_m2[threadIdx.y][threadIdx.x] = w.m2;
+  s_n[threadIdx.y][threadIdx.x] = w.n;
+  __syncthreads();
+  for (int stride = kTileR / 2; stride > 0; stride /= 2) {
+    if (threadIdx.y < stride) {
+      Welford<acc_t> a{s_mean[threadIdx.y][threadIdx.x], s_m2[threadIdx.y][threadIdx.x], s_n[threadIdx.y][threadIdx.x]};
+      const int y = threadIdx.y + stride;
+      a.merge({s_mean[y][threadIdx.x], s_m2[y][threadIdx.x], s_n[y][threadIdx.x]});
+      s_mean[threadIdx.y][threadIdx.x] = a.mean;
+      s_m2[threadIdx.y][threadIdx.x] = a.m2;
+      s_n[threadIdx.y][threadIdx.x] = a.n;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < channels) {
+    const int64_t k = c * gridDim.y + chunk;
+    p_mean[k] = s_mean[0][threadIdx.x];
+    p_m2[k] = s_m2[0][threadIdx.x];
+    p_n[k] = s_n[0][threadIdx.x];
+  }
+}
+
+// (3) forward, channels_last: block (channel tile, rows); each thread one channel, its constants
+// in registers, rows strided across the grid.
+template <typename scalar_t, typename acc_t, typename param_t>
+__global__ void normalize_relu_nhwc(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual,
+                                    int64_t channels, int64_t rows, const acc_t* __restrict__ mean,
+                                    const acc_t* __restrict__ invstd, const param_t* __restrict__ weight,
+                                    const param_t* __restrict__ bias, scalar_t* __restrict__ out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x;
+  if (c >= channels) return;
+  const acc_t m = mean[c], s = invstd[c] * static_cast<acc_t>(weight[c]), b = static_cast<acc_t>(bias[c]);
+  for (int64_t r = blockIdx.y * static_cast<int64_t>(kTileR) + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.y) * kTileR) {
+    const int64_t i = r * channels + c;
+    acc_t v = (static_cast<acc_t>(x[i]) - m) * s + b;
+    if (residual != nullptr) v += static_cast<acc_t>(residual[i]);
+    out[i] = static_cast<scalar_t>(relu(v));
   }
 }
 
@@ -164,23 +234,88 @@ __global__ void grad_partial(const scalar_t* __restrict__ dy, const scalar_t* __
   }
 }
 
-// (3) backward: dx = weight * invstd * (g - [training] (sum_dy + x̂ * sum_dy_xhat) / count).
+// (3) backward: dx = weight * invstd * (g - [training] (sum_dy + x̂ * sum_dy_xhat) / count); g
+// itself is written to g_out when given (bn_add_relu: the residual's gradient).
 template <typename scalar_t, typename acc_t, typename param_t>
 __global__ void grad_input(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
                            const scalar_t* __restrict__ out, Layout l, int64_t numel, double count,
                            const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
                            const param_t* __restrict__ weight, const acc_t* __restrict__ sum_dy,
-                           const acc_t* __restrict__ sum_dy_xhat, bool training, scalar_t* __restrict__ dx) {
+                           const acc_t* __restrict__ sum_dy_xhat, bool training, scalar_t* __restrict__ dx,
+                           scalar_t* __restrict__ g_out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t c = l.channel_of(i);
     const acc_t g = static_cast<acc_t>(out[i]) > 0 ? static_cast<acc_t>(dy[i]) : acc_t(0);
+    if (g_out != nullptr) g_out[i] = static_cast<scalar_t>(g);
     acc_t v = g;
     if (training) {
       const acc_t xhat = (static_cast<acc_t>(x[i]) - mean[c]) * invstd[c];
       v -= (sum_dy[c] + xhat * sum_dy_xhat[c]) / static_cast<acc_t>(count);
     }
     dx[i] = static_cast<scalar_t>(v * invstd[c] * static_cast<acc_t>(weight[c]));
+  }
+}
+
+// (1) backward, channels_last: block (channel tile, chunk of rows) -> partial sums of g and
+// g * x̂ of each of its channels.
+template <typename scalar_t, typename acc_t>
+__global__ void grad_partial_nhwc(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
+                                  const scalar_t* __restrict__ out, int64_t channels, int64_t rows,
+                                  int64_t rows_per_chunk, const acc_t* __restrict__ mean,
+                                  const acc_t* __restrict__ invstd, acc_t* __restrict__ p_dy,
+                                  acc_t* __restrict__ p_dy_xhat) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x, chunk = blockIdx.y;
+  const int64_t begin = chunk * rows_per_chunk, end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  acc_t a = 0, b = 0;
+  if (c < channels) {
+    const acc_t m = mean[c], s = invstd[c];
+    for (int64_t r = begin + threadIdx.y; r < end; r += kTileR) {
+      const int64_t o = r * channels + c;
+      if (static_cast<acc_t>(out[o]) > 0) {
+        const acc_t g = static_cast<acc_t>(dy[o]);
+        a += g;
+        b += g * (static_cast<acc_t>(x[o]) - m) * s;
+      }
+    }
+  }
+  __shared__ acc_t s_a[kTileR][kTileC], s_b[kTileR][kTileC];
+  s_a[threadIdx.y][threadIdx.x] = a;
+  s_b[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  for (int stride = kTileR / 2; stride > 0; stride /= 2) {
+    if (threadIdx.y < stride) {
+      s_a[threadIdx.y][threadIdx.x] += s_a[threadIdx.y + stride][threadIdx.x];
+      s_b[threadIdx.y][threadIdx.x] += s_b[threadIdx.y + stride][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < channels) {
+    p_dy[c * gridDim.y + chunk] = s_a[0][threadIdx.x];
+    p_dy_xhat[c * gridDim.y + chunk] = s_b[0][threadIdx.x];
+  }
+}
+
+// (3) backward, channels_last: grad_input's arithmetic, one channel per thread.
+template <typename scalar_t, typename acc_t, typename param_t>
+__global__ void grad_input_nhwc(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
+                                const scalar_t* __restrict__ out, int64_t channels, int64_t rows, double count,
+                                const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
+                                const param_t* __restrict__ weight, const acc_t* __restrict__ sum_dy,
+                                const acc_t* __restrict__ sum_dy_xhat, bool training, scalar_t* __restrict__ dx,
+                                scalar_t* __restrict__ g_out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x;
+  if (c >= channels) return;
+  const acc_t m = mean[c], s = invstd[c], scale = s * static_cast<acc_t>(weight[c]);
+  const acc_t mean_dy = training ? sum_dy[c] / static_cast<acc_t>(count) : acc_t(0);
+  const acc_t mean_dy_xhat = training ? sum_dy_xhat[c] / static_cast<acc_t>(count) : acc_t(0);
+  for (int64_t r = blockIdx.y * static_cast<int64_t>(kTileR) + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.y) * kTileR) {
+    const int64_t i = r * channels + c;
+    const acc_t g = static_cast<acc_t>(out[i]) > 0 ? static_cast<acc_t>(dy[i]) : acc_t(0);
+    if (g_out != nullptr) g_out[i] = static_cast<scalar_t>(g);
+    const acc_t v = training ? g - mean_dy - (static_cast<acc_t>(x[i]) - m) * s * mean_dy_xhat : g;
+    dx[i] = static_cast<scalar_t>(v * scale);
   }
 }
 
@@ -198,6 +333,27 @@ int blocks_for(int64_t numel) {
   return static_cast<int>(std::min<int64_t>((numel + kThreads - 1) / kThreads, int64_t{65535} * 8));
 }
 
+// The reduction grid: chunks per channel (NCHW) or per channel tile (channels_last), and the
+// values or rows in each.
+struct Chunks {
+  int64_t count, len;
+};
+Chunks chunks_for(const Layout& l, int64_t per_channel) {
+  const int64_t step = l.channels_last ? kTileR * 16 : kThreads * 8;  // values a block takes at least
+  const int64_t count = std::min<int64_t>(kMaxChunks, (per_channel + step - 1) / step);
+  return {count, (per_channel + count - 1) / count};
+}
+
+// channels_last elementwise grid: channel tiles x enough row blocks to fill the device.
+dim3 nhwc_grid(int64_t channels, int64_t rows) {
+  const int64_t tiles = (channels + kTileC - 1) / kTileC;
+  const int64_t want = std::max<int64_t>(1, 2048 / tiles), most = (rows + kTileR - 1) / kTileR;
+  TORCH_CHECK(tiles <= 2147483647, "dlrun::bn_relu: too many channels: ", channels);
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>({want, most, 65535})));
+}
+
+const dim3 kTile(kTileC, kTileR);
+
 void check(const char* op, const at::Tensor& x, std::initializer_list<std::pair<const char*, const at::Tensor*>> params) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 4, op, ": expected a 4-D CUDA input, got ", x.sizes(), " on ", x.device());
   TORCH_CHECK(x.size(0) * x.size(2) * x.size(3) > 0, op, ": empty input of shape ", x.sizes());
@@ -208,25 +364,36 @@ void check(const char* op, const at::Tensor& x, std::initializer_list<std::pair<
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_cuda(const at::Tensor& x_in, const at::Tensor& weight_in,
+// bn_relu (residual undefined) and bn_add_relu.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, const at::Tensor& x_in,
+                                                            const at::Tensor& residual_in, const at::Tensor& weight_in,
                                                             const at::Tensor& bias_in, at::Tensor& running_mean,
                                                             at::Tensor& running_var, bool training, double momentum,
                                                             double eps) {
-  check("dlrun::bn_relu", x_in,
+  check(op, x_in,
         {{"weight", &weight_in}, {"bias", &bias_in}, {"running_mean", &running_mean}, {"running_var", &running_var}});
-  TORCH_CHECK(running_mean.is_contiguous() && running_var.is_contiguous(),
-              "dlrun::bn_relu: running statistics must be contiguous");
-  TORCH_CHECK(running_mean.scalar_type() == running_var.scalar_type(),
-              "dlrun::bn_relu: running_mean and running_var differ in dtype");
+  TORCH_CHECK(running_mean.is_contiguous() && running_var.is_contiguous(), op,
+              ": running statistics must be contiguous");
+  TORCH_CHECK(running_mean.scalar_type() == running_var.scalar_type(), op,
+              ": running_mean and running_var differ in dtype: ", running_mean.scalar_type(), " and ",
+              running_var.scalar_type());
   const c10::cuda::CUDAGuard guard(x_in.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor x = dense(x_in);
+  const Layout l = layout_of(x);
+  at::Tensor residual;
+  if (residual_in.defined()) {
+    TORCH_CHECK(residual_in.sizes() == x_in.sizes() && residual_in.device() == x_in.device(), op,
+                ": expected residual of the input's shape ", x_in.sizes(), " on ", x_in.device(), ", got ",
+                residual_in.sizes(), " on ", residual_in.device());
+    residual = residual_in.to(x.scalar_type()).contiguous(x.suggest_memory_format());
+  }
   const at::Tensor weight = weight_in.contiguous().to(running_mean.scalar_type());
   const at::Tensor bias = bias_in.contiguous().to(running_mean.scalar_type());
-  const Layout l = layout_of(x);
   const int64_t channels = x.size(1), count = x.size(0) * l.hw, numel = x.numel();
-  TORCH_CHECK(!training || count > 1, "dlrun::bn_relu: training needs more than one value per channel, got input "
-              "of shape ", x.sizes());
+  TORCH_CHECK(!training || count > 1, op, ": training needs more than one value per channel, got input of shape ",
+              x.sizes());
+  TORCH_CHECK(channels <= 2147483647, op, ": too many channels: ", channels);
   at::Tensor out = at::empty_like(x);
   const auto acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const auto opts = x.options().dtype(acc_dtype);
@@ -234,14 +401,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_cuda(const at::Tensor& x_
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (training) {
-      const int64_t chunks = std::min<int64_t>(kMaxChunks, (count + kThreads * 8 - 1) / (kThreads * 8));
-      const int64_t chunk_len = (count + chunks - 1) / chunks;
-      auto p_mean = at::empty({channels, chunks}, opts), p_m2 = at::empty({channels, chunks}, opts);
-      auto p_n = at::empty({channels, chunks}, x.options().dtype(at::kLong));
-      TORCH_CHECK(channels <= 2147483647 && chunks <= 65535, "dlrun::bn_relu: too many channels: ", channels);
-      stats_partial<scalar_t, acc_t><<<dim3(channels, chunks), kThreads, 0, stream>>>(
-          x.const_data_ptr<scalar_t>(), l, count, chunk_len, p_mean.mutable_data_ptr<acc_t>(),
-          p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
+      const Chunks ch = chunks_for(l, count);
+      auto p_mean = at::empty({channels, ch.count}, opts), p_m2 = at::empty({channels, ch.count}, opts);
+      auto p_n = at::empty({channels, ch.count}, x.options().dtype(at::kLong));
+      if (l.channels_last) {
+        stats_partial_nhwc<scalar_t, acc_t><<<dim3((channels + kTileC - 1) / kTileC, ch.count), kTile, 0, stream>>>(
+            x.const_data_ptr<scalar_t>(), channels, count, ch.len, p_mean.mutable_data_ptr<acc_t>(),
+            p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
+      } else {
+        stats_partial<scalar_t, acc_t><<<dim3(channels, ch.count), kThreads, 0, stream>>>(
+            x.const_data_ptr<scalar_t>(), l, count, ch.len, p_mean.mutable_data_ptr<acc_t>(),
+            p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
+      }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       mean = at::empty({channels}, opts);
       invstd = at::empty({channels}, opts);
@@ -249,7 +420,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_cuda(const at::Tensor& x_
         using stat_t = scalar_t;
         stats_final<acc_t, stat_t><<<(channels + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
             p_mean.const_data_ptr<acc_t>(), p_m2.const_data_ptr<acc_t>(), p_n.const_data_ptr<int64_t>(), channels,
-            chunks, momentum, eps, mean.mutable_data_ptr<acc_t>(), invstd.mutable_data_ptr<acc_t>(),
+            ch.count, momentum, eps, mean.mutable_data_ptr<acc_t>(), invstd.mutable_data_ptr<acc_t>(),
             running_mean.mutable_data_ptr<stat_t>(), running_var.mutable_data_ptr<stat_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
@@ -262,66 +433,123 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_cuda(const at::Tensor& x_
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu normalize", [&] {
     using in_t = scalar_t;
     using acc_t = at::opmath_type<in_t>;
+    const in_t* r = residual.defined() ? residual.const_data_ptr<in_t>() : nullptr;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "dlrun::bn_relu params", [&] {
-      normalize_relu<in_t, acc_t, scalar_t><<<blocks_for(numel), kThreads, 0, stream>>>(
-          x.const_data_ptr<in_t>(), l, numel, mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
-          weight.const_data_ptr<scalar_t>(), bias.const_data_ptr<scalar_t>(), out.mutable_data_ptr<in_t>());
+      if (l.channels_last) {
+        normalize_relu_nhwc<in_t, acc_t, scalar_t><<<nhwc_grid(channels, count), kTile, 0, stream>>>(
+            x.const_data_ptr<in_t>(), r, channels, count, mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
+            weight.const_data_ptr<scalar_t>(), bias.const_data_ptr<scalar_t>(), out.mutable_data_ptr<in_t>());
+      } else {
+        normalize_relu<in_t, acc_t, scalar_t><<<blocks_for(numel), kThreads, 0, stream>>>(
+            x.const_data_ptr<in_t>(), r, l, numel, mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
+            weight.const_data_ptr<scalar_t>(), bias.const_data_ptr<scalar_t>(), out.mutable_data_ptr<in_t>());
+      }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
   return {out, mean, invstd};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_cuda(const at::Tensor& grad_out_in,
-                                                                     const at::Tensor& x_in, const at::Tensor& out_in,
-                                                                     const at::Tensor& weight_in,
-                                                                     const at::Tensor& mean, const at::Tensor& invstd,
-                                                                     bool training) {
-  check("dlrun::bn_relu_backward", x_in, {{"weight", &weight_in}, {"save_mean", &mean}, {"save_invstd", &invstd}});
-  TORCH_CHECK(grad_out_in.sizes() == x_in.sizes() && out_in.sizes() == x_in.sizes(),
-              "dlrun::bn_relu_backward: grad_out ", grad_out_in.sizes(), " and output ", out_in.sizes(),
-              " must have the input's shape ", x_in.sizes());
+// bn_relu_backward -> (dx, undefined, dweight, dbias); bn_add_relu_backward also returns the
+// residual's gradient g.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(const char* op, const at::Tensor& grad_out_in,
+                                                                         const at::Tensor& x_in,
+                                                                         const at::Tensor& out_in,
+                                                                         const at::Tensor& weight_in,
+                                                                         const at::Tensor& mean,
+                                                                         const at::Tensor& invstd, bool training,
+                                                                         bool residual_grad) {
+  check(op, x_in, {{"weight", &weight_in}, {"save_mean", &mean}, {"save_invstd", &invstd}});
+  TORCH_CHECK(grad_out_in.sizes() == x_in.sizes() && out_in.sizes() == x_in.sizes(), op, ": grad_out ",
+              grad_out_in.sizes(), " and output ", out_in.sizes(), " must have the input's shape ", x_in.sizes());
   const c10::cuda::CUDAGuard guard(x_in.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto format = x_in.suggest_memory_format();
   const at::Tensor x = x_in.contiguous(format);
-  const at::Tensor out = out_in.contiguous(format);
+  const at::Tensor out = out_in.to(x.scalar_type()).contiguous(format);
   const at::Tensor dy = grad_out_in.to(x.scalar_type()).contiguous(format);
   const at::Tensor weight = weight_in.contiguous();
   const Layout l = layout_of(x);
   const int64_t channels = x.size(1), count = x.size(0) * l.hw, numel = x.numel();
   const auto acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  TORCH_CHECK(mean.scalar_type() == acc_dtype && invstd.scalar_type() == acc_dtype,
-              "dlrun::bn_relu_backward: expected save_mean and save_invstd in ", acc_dtype, ", got ",
-              mean.scalar_type());
+  TORCH_CHECK(mean.scalar_type() == acc_dtype && invstd.scalar_type() == acc_dtype, op,
+              ": expected save_mean and save_invstd in ", acc_dtype, ", got ", mean.scalar_type(), " and ",
+              invstd.scalar_type());
   const auto opts = x.options().dtype(acc_dtype);
-  const int64_t chunks = std::min<int64_t>(kMaxChunks, (count + kThreads * 8 - 1) / (kThreads * 8));
-  const int64_t chunk_len = (count + chunks - 1) / chunks;
-  auto p_dy = at::empty({channels, chunks}, opts), p_dy_xhat = at::empty({channels, chunks}, opts);
+  const Chunks ch = chunks_for(l, count);
+  auto p_dy = at::empty({channels, ch.count}, opts), p_dy_xhat = at::empty({channels, ch.count}, opts);
   at::Tensor dx = at::empty_like(x);
+  at::Tensor g = residual_grad ? at::empty_like(x) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu_backward", [&] {
     using in_t = scalar_t;
     using acc_t = at::opmath_type<in_t>;
-    grad_partial<in_t, acc_t><<<dim3(channels, chunks), kThreads, 0, stream>>>(
-        dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), l, count, chunk_len,
-        mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(), p_dy.mutable_data_ptr<acc_t>(),
-        p_dy_xhat.mutable_data_ptr<acc_t>());
+    if (l.channels_last) {
+      grad_partial_nhwc<in_t, acc_t><<<dim3((channels + kTileC - 1) / kTileC, ch.count), kTile, 0, stream>>>(
+          dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), channels, count, ch.len,
+          mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(), p_dy.mutable_data_ptr<acc_t>(),
+          p_dy_xhat.mutable_data_ptr<acc_t>());
+    } else {
+      grad_partial<in_t, acc_t><<<dim3(channels, ch.count), kThreads, 0, stream>>>(
+          dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), l, count, ch.len,
+          mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(), p_dy.mutable_data_ptr<acc_t>(),
+          p_dy_xhat.mutable_data_ptr<acc_t>());
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   const at::Tensor sum_dy = p_dy.sum(1), sum_dy_xhat = p_dy_xhat.sum(1);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu_backward dx", [&] {
     using in_t = scalar_t;
     using acc_t = at::opmath_type<in_t>;
+    in_t* gp = g.defined() ? g.mutable_data_ptr<in_t>() : nullptr;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "dlrun::bn_relu_backward w", [&] {
-      grad_input<in_t, acc_t, scalar_t><<<blocks_for(numel), kThreads, 0, stream>>>(
-          dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), l, numel,
-          static_cast<double>(count), mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
-          weight.const_data_ptr<scalar_t>(), sum_dy.const_data_ptr<acc_t>(), sum_dy_xhat.const_data_ptr<acc_t>(),
-          training, dx.mutable_data_ptr<in_t>());
+      if (l.channels_last) {
+        grad_input_nhwc<in_t, acc_t, scalar_t><<<nhwc_grid(channels, count), kTile, 0, stream>>>(
+            dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), channels, count,
+            static_cast<double>(count), mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
+            weight.const_data_ptr<scalar_t>(), sum_dy.const_data_ptr<acc_t>(), sum_dy_xhat.const_data_ptr<acc_t>(),
+            training, dx.mutable_data_ptr<in_t>(), gp);
+      } else {
+        grad_input<in_t, acc_t, scalar_t><<<blocks_for(numel), kThreads, 0, stream>>>(
+            dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), l, numel,
+            static_cast<double>(count), mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
+            weight.const_data_ptr<scalar_t>(), sum_dy.const_data_ptr<acc_t>(), sum_dy_xhat.const_data_ptr<acc_t>(),
+            training, dx.mutable_data_ptr<in_t>(), gp);
+      }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
-  return {dx, sum_dy_xhat.to(weight_in.scalar_type()), sum_dy.to(weight_in.scalar_type())};
+  return {dx, g, sum_dy_xhat.to(weight_in.scalar_type()), sum_dy.to(weight_in.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_cuda(const at::Tensor& x, const at::Tensor& weight,
+                                                            const at::Tensor& bias, at::Tensor& running_mean,
+                                                            at::Tensor& running_var, bool training, double momentum,
+                                                            double eps) {
+  return forward_cuda("dlrun::bn_relu", x, at::Tensor(), weight, bias, running_mean, running_var, training, momentum,
+                      eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu_cuda(const at::Tensor& x, const at::Tensor& residual,
+                                                                const at::Tensor& weight, const at::Tensor& bias,
+                                                                at::Tensor& running_mean, at::Tensor& running_var,
+                                                                bool training, double momentum, double eps) {
+  return forward_cuda("dlrun::bn_add_relu", x, residual, weight, bias, running_mean, running_var, training, momentum,
+                      eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_cuda(const at::Tensor& grad_out, const at::Tensor& x,
+                                                                     const at::Tensor& out, const at::Tensor& weight,
+                                                                     const at::Tensor& mean, const at::Tensor& invstd,
+                                                                     bool training) {
+  auto [dx, g, dw, db] =
+      backward_cuda("dlrun::bn_relu_backward", grad_out, x, out, weight, mean, invstd, training, false);
+  return {dx, dw, db};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward_cuda(
+    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
+    const at::Tensor& mean, const at::Tensor& invstd, bool training) {
+  return backward_cuda("dlrun::bn_add_relu_backward", grad_out, x, out, weight, mean, invstd, training, true);
 }
 
 }  // namespace
@@ -329,6 +557,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_cuda(const at::T
 TORCH_LIBRARY_IMPL(dlrun, CUDA, m) {
   m.impl("bn_relu", TORCH_FN(bn_relu_cuda));
   m.impl("bn_relu_backward", TORCH_FN(bn_relu_backward_cuda));
+  m.impl("bn_add_relu", TORCH_FN(bn_add_relu_cuda));
+  m.impl("bn_add_relu_backward", TORCH_FN(bn_add_relu_backward_cuda));
 }
 
 }  // namespace dlrun::kernels

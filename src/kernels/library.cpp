@@ -1,7 +1,8 @@
 // The `dlrun` operator namespace of the PyTorch dispatcher: the schemas of dlrun's custom
 // operators (what each computes: src/kernels/ops.h). Implementations are registered per
-// dispatch key beside them: the reference composed of ATen ops for the CPU
-// (bn_relu_reference.cpp), CUDA kernels in .cu files, the autograd wrapper (bn_relu_autograd.cpp).
+// dispatch key beside them: the reference composed of ATen ops for every backend and the
+// autograd wrappers (bn_relu.cpp, conv_bias_relu.cpp), CPU kernels (bn_relu_cpu.cpp), CUDA
+// kernels (.cu files).
 // This file belongs to the dlrun_kernels object library (cmake/Targets.cmake), so the
 // registration reaches every executable even though no code calls it by name.
 #include <torch/library.h>
@@ -16,11 +17,25 @@ TORCH_LIBRARY(dlrun, m) {
   m.def(
       "bn_relu_backward(Tensor grad_out, Tensor input, Tensor output, Tensor weight, Tensor save_mean, "
       "Tensor save_invstd, bool training) -> (Tensor, Tensor, Tensor)");
+  // relu(BatchNorm(input) + residual): the tail of every ResNet block. Same statistics and
+  // returns as bn_relu; its backward also returns the residual's gradient.
+  m.def(
+      "bn_add_relu(Tensor input, Tensor residual, Tensor weight, Tensor bias, Tensor(a!) running_mean, "
+      "Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "bn_add_relu_backward(Tensor grad_out, Tensor input, Tensor output, Tensor weight, Tensor save_mean, "
+      "Tensor save_invstd, bool training) -> (Tensor, Tensor, Tensor, Tensor)");
   // Convolution (ATen/cuDNN, no bias) then bn_relu: ResNet's and convnet's conv-BN-ReLU.
   m.def(
       "conv_bn_relu(Tensor input, Tensor conv_weight, Tensor bn_weight, Tensor bn_bias, Tensor(a!) running_mean, "
       "Tensor(b!) running_var, bool training, float momentum, float eps, int[2] stride, int[2] padding, "
       "int[2] dilation, int groups) -> Tensor");
+  // Convolution (no bias) then bn_add_relu: a BasicBlock's second conv-BN, a Bottleneck's third,
+  // with the block's shortcut added before the ReLU.
+  m.def(
+      "conv_bn_add_relu(Tensor input, Tensor conv_weight, Tensor residual, Tensor bn_weight, Tensor bn_bias, "
+      "Tensor(a!) running_mean, Tensor(b!) running_var, bool training, float momentum, float eps, int[2] stride, "
+      "int[2] padding, int[2] dilation, int groups) -> Tensor");
   // Inference: convolution with a bias, then ReLU — a conv-BN-ReLU whose BatchNorm was folded
   // into the convolution's weight and bias. One cuDNN call on CUDA (cuDNN's fused
   // conv-bias-activation); no autograd (evaluation only).

@@ -11,9 +11,16 @@
 //     unbiased variance, as torch.nn.BatchNorm2d does. Eval: the running statistics. out has
 //     x's dtype and memory format; save_mean and save_invstd ((C), in that accumulation type) are what backward
 //     uses. Differentiable in x, weight and bias.
+//   bn_add_relu(x, residual, weight, bias, running_mean, running_var, training, momentum, eps)
+//     -> (out, save_mean, save_invstd)
+//     relu(BatchNorm(x) + residual), residual of x's shape: the end of a ResNet block. The
+//     statistics are bn_relu's; differentiable in x, residual, weight and bias.
 //   conv_bn_relu(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training,
 //                momentum, eps, stride, padding, dilation, groups) -> out
 //     conv2d without bias (ATen, cuDNN on CUDA), then bn_relu.
+//   conv_bn_add_relu(x, conv_weight, residual, bn_weight, bn_bias, running_mean, running_var,
+//                    training, momentum, eps, stride, padding, dilation, groups) -> out
+//     conv2d without bias, then bn_add_relu with the residual.
 //   conv_bias_relu(x, weight, bias, stride, padding, dilation, groups) -> out
 //     relu(conv2d(x, weight, bias)): a conv-BN-ReLU with the BatchNorm folded into the
 //     convolution (models/batchnorm.h, fold_batchnorm), for evaluation. The reference composes
@@ -36,6 +43,15 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu(const at::Tensor& 
   return op.call(x, weight, bias, running_mean, running_var, training, momentum, eps);
 }
 
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu(const at::Tensor& x, const at::Tensor& residual,
+                                                                  const at::Tensor& weight, const at::Tensor& bias,
+                                                                  at::Tensor& running_mean, at::Tensor& running_var,
+                                                                  bool training, double momentum, double eps) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::bn_add_relu", "").typed<decltype(bn_add_relu)>();
+  return op.call(x, residual, weight, bias, running_mean, running_var, training, momentum, eps);
+}
+
 inline at::Tensor conv_bn_relu(const at::Tensor& x, const at::Tensor& conv_weight, const at::Tensor& bn_weight,
                                const at::Tensor& bn_bias, at::Tensor& running_mean, at::Tensor& running_var,
                                bool training, double momentum, double eps, c10::IntArrayRef stride,
@@ -44,6 +60,18 @@ inline at::Tensor conv_bn_relu(const at::Tensor& x, const at::Tensor& conv_weigh
       c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::conv_bn_relu", "").typed<decltype(conv_bn_relu)>();
   return op.call(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps, stride,
                  padding, dilation, groups);
+}
+
+inline at::Tensor conv_bn_add_relu(const at::Tensor& x, const at::Tensor& conv_weight, const at::Tensor& residual,
+                                   const at::Tensor& bn_weight, const at::Tensor& bn_bias, at::Tensor& running_mean,
+                                   at::Tensor& running_var, bool training, double momentum, double eps,
+                                   c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                   int64_t groups) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dlrun::conv_bn_add_relu", "")
+                             .typed<decltype(conv_bn_add_relu)>();
+  return op.call(x, conv_weight, residual, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps,
+                 stride, padding, dilation, groups);
 }
 
 inline at::Tensor conv_bias_relu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

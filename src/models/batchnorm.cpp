@@ -1,4 +1,4 @@
-// set_batchnorm_sync and conv_bn_relu (see batchnorm.h).
+// set_batchnorm_sync, fold_batchnorm and the conv-BN(-add)-ReLU helpers (see batchnorm.h).
 #include "models/batchnorm.h"
 
 #include "kernels/ops.h"
@@ -56,6 +56,30 @@ torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Ten
   return torch::conv2d(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
 }
 
+namespace {
+
+/// Whether this conv-BN pair can run as one dlrun operator: a plain BatchNorm (not synchronised
+/// across ranks) with affine parameters and running statistics, after a bias-free convolution
+/// with explicit zero padding.
+bool fusable(const torch::nn::Conv2d& conv, const BatchNorm2d& bn) {
+  return !bn->sync && bn->options.track_running_stats() && bn->options.affine() && !conv->bias.defined() &&
+         plain_padding(conv) != nullptr;
+}
+
+/// As BatchNorm2d::forward before it normalises: count the batch in training, and return the
+/// momentum (or, without one, the cumulative average's 1/count).
+double count_batch(BatchNorm2d& bn) {
+  double momentum = bn->options.momentum().value_or(0.0);
+  if (bn->is_training()) {
+    torch::NoGradGuard no_grad;
+    bn->num_batches_tracked.add_(1);
+    if (!bn->options.momentum()) momentum = 1.0 / bn->num_batches_tracked.item<double>();
+  }
+  return momentum;
+}
+
+}  // namespace
+
 torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused,
                            bool folded) {
   const auto& co = conv->options;
@@ -63,21 +87,22 @@ torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch
     const auto [w, b] = fold_batchnorm(conv, bn);
     return kernels::conv_bias_relu(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
   }
-  const auto* padding = plain_padding(conv);
-  if (!fused || bn->sync || !bn->options.track_running_stats() || !bn->options.affine() || conv->bias.defined() ||
-      padding == nullptr)
-    return bn->forward(conv->forward(x)).relu_();
-  // As BatchNorm2d::forward: count the batch, then the momentum (or, without one, the
-  // cumulative average's 1/count).
-  double momentum = bn->options.momentum().value_or(0.0);
-  if (bn->is_training()) {
-    torch::NoGradGuard no_grad;
-    bn->num_batches_tracked.add_(1);
-    if (!bn->options.momentum()) momentum = 1.0 / bn->num_batches_tracked.item<double>();
-  }
+  if (!fused || !fusable(conv, bn)) return bn->forward(conv->forward(x)).relu_();
+  const double momentum = count_batch(bn);
   return kernels::conv_bn_relu(x, conv->weight, bn->weight, bn->bias, bn->running_mean, bn->running_var,
-                               bn->is_training(), momentum, bn->options.eps(), *co.stride(), **padding,
+                               bn->is_training(), momentum, bn->options.eps(), *co.stride(), **plain_padding(conv),
                                *co.dilation(), co.groups());
+}
+
+torch::Tensor conv_bn_add_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x,
+                               const torch::Tensor& residual, bool fused, bool folded) {
+  if (!fused || foldable(conv, bn, folded) || !fusable(conv, bn))
+    return conv_bn(conv, bn, x, folded).add_(residual).relu_();
+  const auto& co = conv->options;
+  const double momentum = count_batch(bn);
+  return kernels::conv_bn_add_relu(x, conv->weight, residual, bn->weight, bn->bias, bn->running_mean,
+                                   bn->running_var, bn->is_training(), momentum, bn->options.eps(), *co.stride(),
+                                   **plain_padding(conv), *co.dilation(), co.groups());
 }
 
 }  // namespace dlrun::models

@@ -45,6 +45,12 @@ int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNorm
 torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool fused,
                            bool folded = false);
 
+/// relu(bn(conv(x)) + residual): a ResNet block's last conv-BN, its shortcut and the ReLU,
+/// through the fused dlrun::conv_bn_add_relu operator when `fused` (under conv_bn_relu's
+/// conditions), else conv_bn (folded when `folded` allows), add and ReLU.
+torch::Tensor conv_bn_add_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x,
+                               const torch::Tensor& residual, bool fused, bool folded = false);
+
 /// bn(conv(x)) (a ResNet block's last conv-BN and its projection shortcut); with `folded`, in an
 /// evaluation pass, one convolution with the folded weight and bias.
 torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool folded);

@@ -60,8 +60,7 @@ class BasicBlock : public Block {
   torch::Tensor forward(torch::Tensor x) override {
     torch::Tensor identity = shortcut(downsample_, x);
     torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused(), use_folded());
-    out = conv_bn(conv2_, bn2_, out, use_folded());
-    return out.add_(identity).relu_();
+    return conv_bn_add_relu(conv2_, bn2_, out, identity, use_fused(), use_folded());
   }
 
  private:
@@ -89,8 +88,7 @@ class Bottleneck : public Block {
     torch::Tensor identity = shortcut(downsample_, x);
     torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused(), use_folded());
     out = conv_bn_relu(conv2_, bn2_, out, use_fused(), use_folded());
-    out = conv_bn(conv3_, bn3_, out, use_folded());
-    return out.add_(identity).relu_();
+    return conv_bn_add_relu(conv3_, bn3_, out, identity, use_fused(), use_folded());
   }
 
  private:

@@ -68,12 +68,8 @@ Components build_components(const Config& c, const Placement& placement, Purpose
 
   out.model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
   out.model->to(placement.device);
-  // The fused conv-BN-ReLU kernels are CUDA's; on the CPU the operator would only be the
-  // reference composition, slower than the modules.
-  out.model->use_fused_conv_bn_relu(c.model.fused_conv_bn_relu && placement.device.is_cuda());
-  if (c.model.fused_conv_bn_relu && !placement.device.is_cuda() && c.origin.count("model.fused_conv_bn_relu") &&
-      placement.rank == 0)
-    log::warn("model.fused_conv_bn_relu has no effect on {}: the unfused modules run there", placement.device.str());
+  // dlrun's fused BatchNorm kernels exist for the CPU and CUDA (docs/kernels.md).
+  out.model->use_fused_conv_bn_relu(c.model.fused_conv_bn_relu);
   if (purpose == Purpose::kEval) {
     out.model->eval();
   } else {

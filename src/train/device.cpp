@@ -44,10 +44,11 @@ std::string describe_fast_paths(const Config& cfg, const torch::Device& device) 
   auto on = [&](const char* k) { return j[k].get<bool>() ? "on" : "off"; };
   std::string s = fmt::format("fast paths on {}: ", device.str());
   if (device.is_cuda())
-    s += fmt::format("cudnn_benchmark {}, tf32 {}, cuda_graphs {}, fused_conv_bn_relu {}, ", on("cudnn_benchmark"),
-                     on("tf32"), on("cuda_graphs"), on("fused_conv_bn_relu"));
-  s += fmt::format("amp {}, channels_last {}, activation_checkpointing {}", j["amp"].get<std::string>(),
-                   on("channels_last"), j["activation_checkpointing"].get<std::string>());
+    s += fmt::format("cudnn_benchmark {}, tf32 {}, cuda_graphs {}, ", on("cudnn_benchmark"), on("tf32"),
+                     on("cuda_graphs"));
+  s += fmt::format("fused_conv_bn_relu {}, amp {}, channels_last {}, activation_checkpointing {}",
+                   on("fused_conv_bn_relu"), j["amp"].get<std::string>(), on("channels_last"),
+                   j["activation_checkpointing"].get<std::string>());
   return s;
 }
 

@@ -12,7 +12,7 @@ dlrun_cli_test(no_subcommand 2 "subcommand" )
 dlrun_cli_test(unknown_subcommand 2 "unknown subcommand 'frobnicate' \\(valid: .*config" frobnicate)
 dlrun_cli_test(info 0 "torch +[0-9]+\\.[0-9]+" info)
 dlrun_cli_test(info_json 0 "\"cuda_sources_compiled\"" info --json)
-dlrun_cli_test(info_fast_paths_default 0 "^fast paths \\(defaults\\): cudnn_benchmark on, tf32 on, cuda_graphs off, fused_conv_bn_relu on .*activation_checkpointing none$" info)
+dlrun_cli_test(info_fast_paths_default 0 "^fast paths \\(defaults\\): cudnn_benchmark on, tf32 on, cuda_graphs off, fused_conv_bn_relu on; .*activation_checkpointing none$" info)
 dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cudnn_benchmark off, tf32 off, .*amp bf16, channels_last on, activation_checkpointing blocks$"
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cudnn_benchmark=false train.tf32=false amp.enabled=true
                amp.dtype=bf16 model.channels_last=true model.activation_checkpointing=blocks)
@@ -120,3 +120,11 @@ dlrun_cli_test(bench_data_json 0 "\"images_per_s\":[0-9.e+]+.*\"workers\":0"
                bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml data.workers=0 --batches 5 --json)
 dlrun_cli_test(bench_data_bad_override 2 "data.workers: value -1 is out of range"
                bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml data.workers=-1)
+# dlrun bench kernels: the fused operators against the unfused sequence on ResNet-50's shapes
+# (tiny here: batch 2, 32x32, one round), then resnet50 training both ways; bad flags are exit 2.
+set(_bk bench kernels --device cpu --batch 2 --image-size 32 --repeat 1 --iters 1 --e2e-steps 1)
+dlrun_cli_test(bench_kernels 0 "^resnet50 training: [0-9.]+ img/s unfused, [0-9.]+ img/s fused" ${_bk})
+dlrun_cli_test(bench_kernels_json 0 "\"copy_gb_per_s\":[0-9.e+]+.*\"network_bn_speedup\":[0-9.e+]+.*\"units\":\\[\\{\"bn_fused_gb_per_s\""
+               ${_bk} --json)
+dlrun_cli_test(bench_kernels_bad_dtype 2 "--dtype fp8: expected bf16, fp16 or fp32" ${_bk} --dtype fp8)
+dlrun_cli_test(bench_kernels_fp16_cpu 2 "--dtype fp16 needs a CUDA device" ${_bk} --dtype fp16)

@@ -1,6 +1,7 @@
-// The CUDA kernels of dlrun::bn_relu against the reference (the same op on the CPU): random
-// and odd shapes, both memory formats, fp32 / fp16 / bf16 with stated tolerances, running
-// statistics, forward and backward. Outputs land in memory poisoned with NaN beforehand, so an
+// The CUDA kernels of dlrun::bn_relu and dlrun::bn_add_relu against the same ops on the CPU
+// (whose kernels tests/kernels/bn_relu_test.cpp holds to the ATen reference): random and odd
+// shapes, both memory formats, fp32 / fp16 / bf16 with stated tolerances, running statistics,
+// forward and backward (the residual's gradient included). Outputs land in memory poisoned with NaN beforehand, so an
 // element the kernels never write shows up. Label `gpu`: without a CUDA device each case
 // prints "SKIP: no CUDA device".
 #include <catch2/catch.hpp>
@@ -28,7 +29,8 @@ void poison_cuda_memory(int64_t bytes) {
 
 }  // namespace
 
-TEST_CASE("bn_relu on CUDA equals the reference: shapes, formats, dtypes, statistics, gradients", "[gpu][kernels]") {
+TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtypes, statistics, gradients",
+          "[gpu][kernels][sanitize]") {
   if (no_cuda()) return;
   const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7}, {2, 16, 1, 1}, {7, 33, 9, 13}, {32, 64, 14, 14},
                                                     {3, 5, 65, 129}};
@@ -38,37 +40,105 @@ TEST_CASE("bn_relu on CUDA equals the reference: shapes, formats, dtypes, statis
     for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
       for (const auto& shape : shapes) {
         for (const bool training : {true, false}) {
-          INFO(dtype << " " << (format == torch::MemoryFormat::ChannelsLast ? "NHWC" : "NCHW") << " shape "
-                     << torch::IntArrayRef(shape) << " training " << training);
-          const int64_t c = shape[1];
-          const auto x_cpu = (torch::randn(shape, gen) * 3 + 0.5).to(dtype).contiguous(format);
-          const auto up_cpu = torch::randn(shape, gen).to(dtype);
-          const auto w_cpu = torch::rand({c}, gen) + 0.5, b_cpu = torch::randn({c}, gen) * 0.3;
-          const auto rm0 = torch::randn({c}, gen), rv0 = torch::rand({c}, gen) + 0.5;
+          for (const bool add : {false, true}) {
+            INFO(dtype << " " << (format == torch::MemoryFormat::ChannelsLast ? "NHWC" : "NCHW") << " shape "
+                       << torch::IntArrayRef(shape) << " training " << training << " residual " << add);
+            const int64_t c = shape[1];
+            const auto x_cpu = (torch::randn(shape, gen) * 3 + 0.5).to(dtype).contiguous(format);
+            const auto up_cpu = torch::randn(shape, gen).to(dtype);
+            const auto w_cpu = torch::rand({c}, gen) + 0.5, b_cpu = torch::randn({c}, gen) * 0.3;
+            const auto rm0 = torch::randn({c}, gen), rv0 = torch::rand({c}, gen) + 0.5;
+            const auto res_cpu = (torch::randn(shape, gen) * 0.5).to(dtype).contiguous(format);
 
-          auto run = [&](const torch::Device& d) {
-            auto x = x_cpu.to(d).requires_grad_(true);
-            auto w = w_cpu.to(d).requires_grad_(true), b = b_cpu.to(d).requires_grad_(true);
-            auto rm = rm0.to(d), rv = rv0.to(d);
-            if (d.is_cuda()) poison_cuda_memory(x.numel() * 16 + (1 << 20));
-            auto [y, mean, invstd] = kernels::bn_relu(x, w, b, rm, rv, training, 0.1, 1e-5);
-            auto g = torch::autograd::grad({(y.to(torch::kFloat32) * up_cpu.to(d).to(torch::kFloat32)).sum()},
-                                           {x, w, b});
-            return std::vector<torch::Tensor>{y.cpu().to(torch::kFloat32), g[0].cpu().to(torch::kFloat32),
-                                              g[1].cpu(), g[2].cpu(), rm.cpu(), rv.cpu(),
-                                              torch::tensor(y.is_contiguous(format))};
-          };
-          const auto ref = run(torch::kCPU);
-          const auto got = run(torch::Device(torch::kCUDA, 0));
-          const char* names[] = {"output", "grad input", "grad weight", "grad bias", "running_mean", "running_var"};
-          for (size_t i = 0; i < 6; ++i) {
-            INFO(names[i]);
-            CHECK_FALSE(got[i].isnan().any().item<bool>());
-            const double scale = i == 2 || i == 3 ? std::max(1.0, ref[i].abs().max().item<double>()) : 1.0;
-            CHECK(torch::allclose(got[i], ref[i], tol, tol * scale));
+            auto run = [&](const torch::Device& d) {
+              auto x = x_cpu.to(d).requires_grad_(true);
+              auto w = w_cpu.to(d).requires_grad_(true), b = b_cpu.to(d).requires_grad_(true);
+              auto res = res_cpu.to(d).requires_grad_(true);
+              auto rm = rm0.to(d), rv = rv0.to(d);
+              if (d.is_cuda()) poison_cuda_memory(x.numel() * 16 + (1 << 20));
+              auto y = add ? std::get<0>(kernels::bn_add_relu(x, res, w, b, rm, rv, training, 0.1, 1e-5))
+                           : std::get<0>(kernels::bn_relu(x, w, b, rm, rv, training, 0.1, 1e-5));
+              const auto loss = (y.to(torch::kFloat32) * up_cpu.to(d).to(torch::kFloat32)).sum();
+              auto g = add ? torch::autograd::grad({loss}, {x, w, b, res}) : torch::autograd::grad({loss}, {x, w, b});
+              return std::vector<torch::Tensor>{y.cpu().to(torch::kFloat32), g[0].cpu().to(torch::kFloat32),
+                                                g[1].cpu(), g[2].cpu(), rm.cpu(), rv.cpu(),
+                                                torch::tensor(y.is_contiguous(format)),
+                                                add ? g[3].cpu().to(torch::kFloat32) : torch::zeros({1})};
+            };
+            const auto ref = run(torch::kCPU);
+            const auto got = run(torch::Device(torch::kCUDA, 0));
+            const char* names[] = {"output", "grad input", "grad weight", "grad bias", "running_mean", "running_var",
+                                   "", "grad residual"};
+            for (size_t i : {0, 1, 2, 3, 4, 5, 7}) {
+              INFO(names[i]);
+              CHECK_FALSE(got[i].isnan().any().item<bool>());
+              const double scale = i == 2 || i == 3 ? std::max(1.0, ref[i].abs().max().item<double>()) : 1.0;
+              CHECK(torch::allclose(got[i], ref[i], tol, tol * scale));
+            }
+            CHECK(got[6].item<bool>());  // the output keeps the input's memory format
           }
-          CHECK(got[6].item<bool>());  // the output keeps the input's memory format
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("bn_relu on CUDA: more elements than one grid covers, both formats", "[gpu][kernels]") {
+  if (no_cuda()) return;
+  // 2 x 64 x 1100 x 1000 = 140.8 M values: more than the NCHW elementwise grid's 65535 * 8
+  // blocks of 256 threads (134.2 M) take in one sweep, so the grid-stride loops must wrap.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(41);
+  const std::vector<int64_t> shape = {2, 64, 1100, 1000};
+  const auto x_cpu = (torch::randn(shape, gen) + 1).to(torch::kBFloat16);
+  const auto w = torch::rand({64}, gen) + 0.5, b = torch::randn({64}, gen) * 0.2;
+  for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+    INFO((format == torch::MemoryFormat::ChannelsLast ? "NHWC" : "NCHW"));
+    const auto x = x_cpu.contiguous(format);
+    auto rm = torch::zeros({64}), rv = torch::ones({64});
+    auto [want, mean_want, invstd_want] = kernels::bn_relu(x, w, b, rm, rv, true, 0.1, 1e-5);
+    const torch::Device d(torch::kCUDA, 0);
+    auto rmg = torch::zeros({64}, d), rvg = torch::ones({64}, d);
+    poison_cuda_memory(x.numel() * 8);
+    torch::NoGradGuard no_grad;
+    auto [got, mean_got, invstd_got] = kernels::bn_relu(x.to(d), w.to(d), b.to(d), rmg, rvg, true, 0.1, 1e-5);
+    CHECK_FALSE(got.isnan().any().item<bool>());
+    CHECK(torch::allclose(mean_got.cpu(), mean_want, 1e-4, 1e-4));
+    CHECK(torch::allclose(invstd_got.cpu(), invstd_want, 1e-4, 1e-4));
+    CHECK((got.cpu().to(torch::kFloat32) - want.to(torch::kFloat32)).abs().max().item<double>() <= 3e-2);
+  }
+}
+
+TEST_CASE("conv_bias_relu on CUDA (cuDNN's fused conv-bias-activation) equals the CPU reference",
+          "[gpu][kernels][sanitize]") {
+  if (no_cuda()) return;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(43);
+  struct Case {
+    std::vector<int64_t> x, w;
+    int64_t stride, pad;
+  };
+  const std::vector<Case> cases = {{{2, 3, 17, 19}, {8, 3, 3, 3}, 1, 1},
+                                   {{4, 16, 14, 14}, {32, 16, 1, 1}, 2, 0},
+                                   {{1, 64, 9, 9}, {64, 64, 3, 3}, 1, 1}};
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat32 ? 1e-3 : 5e-2;  // TF32 convolutions on Hopper; bf16
+    for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+      for (const auto& c : cases) {
+        INFO(dtype << (format == torch::MemoryFormat::ChannelsLast ? " NHWC" : " NCHW") << " x "
+                   << torch::IntArrayRef(c.x) << " w " << torch::IntArrayRef(c.w));
+        const auto x = torch::randn(c.x, gen).contiguous(format);
+        const auto w = (torch::randn(c.w, gen) * 0.2).contiguous(format);
+        const auto b = torch::randn({c.w[0]}, gen) * 0.3;
+        torch::NoGradGuard no_grad;
+        const auto want = kernels::conv_bias_relu(x, w, b, {c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, 1);
+        const torch::Device d(torch::kCUDA, 0);
+        poison_cuda_memory(want.numel() * 16 + (1 << 20));
+        const auto got = kernels::conv_bias_relu(x.to(d).to(dtype), w.to(d).to(dtype), b.to(d), {c.stride, c.stride},
+                                                 {c.pad, c.pad}, {1, 1}, 1);
+        CHECK(got.scalar_type() == dtype);
+        CHECK(got.sizes() == want.sizes());
+        const auto g = got.cpu().to(torch::kFloat32);
+        CHECK_FALSE(g.isnan().any().item<bool>());
+        CHECK(torch::allclose(g, want, tol, tol * std::max(1.0, want.abs().max().item<double>())));
       }
     }
   }

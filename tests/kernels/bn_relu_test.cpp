@@ -1,11 +1,13 @@
-// dlrun::bn_relu and dlrun::conv_bn_relu through the dispatcher, on the CPU (the reference):
-// the plain PyTorch sequence's outputs, gradients and running statistics; finite differences
-// in double; NCHW and channels_last; bf16 inputs with float32 statistics; input errors.
+// dlrun::bn_relu, bn_add_relu and conv_bn_relu through the dispatcher, on the CPU (dlrun's CPU
+// kernels): the plain PyTorch sequence's outputs, gradients and running statistics; finite
+// differences in double; the ATen reference on odd shapes, both formats, float32 / float64 /
+// bf16; the same bits for any thread count; statistics far from zero; input errors.
 #include <catch2/catch.hpp>
 
 #include <torch/torch.h>
 
 #include "kernels/ops.h"
+#include "kernels/reference.h"
 
 using namespace dlrun;
 
@@ -147,4 +149,212 @@ TEST_CASE("bn_relu: bad inputs are refused saying what was received", "[kernels]
                     Catch::Contains("expected input of shape (N, C, H, W)"));
   CHECK_THROWS_WITH(kernels::bn_relu(torch::randn({1, 3, 1, 1}), bn.weight, bn.bias, rm, rv, true, 0.1, 1e-5),
                     Catch::Contains("more than one value per channel"));
+}
+
+TEST_CASE("bn_add_relu: outputs, gradients and running statistics of BatchNorm2d + add + ReLU", "[kernels]") {
+  for (const bool training : {true, false}) {
+    for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+      INFO("training " << training << ", channels_last " << (format == torch::MemoryFormat::ChannelsLast));
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+      const auto x0 = (torch::randn({4, 5, 7, 3}, gen) * 2 + 0.3).contiguous(format);
+      const auto r0 = torch::randn({4, 5, 7, 3}, gen).contiguous(format);
+      const auto up = torch::randn({4, 5, 7, 3}, gen);
+      Bn bn(5);
+
+      auto xa = x0.clone().requires_grad_(true), ra = r0.clone().requires_grad_(true);
+      auto rma = bn.running_mean.clone(), rva = bn.running_var.clone();
+      auto ya = torch::relu(torch::batch_norm(xa, bn.weight, bn.bias, rma, rva, training, 0.1, 1e-5, false) + ra);
+      auto ga = torch::autograd::grad({(ya * up).sum()}, {xa, ra, bn.weight, bn.bias});
+
+      auto xb = x0.clone().requires_grad_(true), rb = r0.clone().requires_grad_(true);
+      auto rmb = bn.running_mean.clone(), rvb = bn.running_var.clone();
+      auto yb = std::get<0>(kernels::bn_add_relu(xb, rb, bn.weight, bn.bias, rmb, rvb, training, 0.1, 1e-5));
+      auto gb = torch::autograd::grad({(yb * up).sum()}, {xb, rb, bn.weight, bn.bias});
+
+      CHECK(yb.is_contiguous(format));
+      CHECK(torch::allclose(ya, yb, 1e-5, 1e-5));
+      const char* names[] = {"input", "residual", "weight", "bias"};
+      for (size_t i = 0; i < 4; ++i) {
+        INFO("gradient of " << names[i]);
+        CHECK(torch::allclose(ga[i], gb[i], 1e-4, 1e-4));
+      }
+      CHECK(torch::allclose(rma, rmb, 1e-6, 1e-6));
+      CHECK(torch::allclose(rva, rvb, 1e-6, 1e-6));
+    }
+  }
+}
+
+TEST_CASE("bn_add_relu: analytic gradients match finite differences in double", "[kernels]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(15);
+  for (const bool training : {true, false}) {
+    INFO("training " << training);
+    const auto d = torch::kFloat64;
+    std::vector<torch::Tensor> in = {torch::randn({3, 2, 2, 3}, gen).to(d), torch::randn({3, 2, 2, 3}, gen).to(d),
+                                     (torch::rand({2}, gen) + 0.5).to(d), (torch::randn({2}, gen) * 0.1).to(d)};
+    const auto up = torch::randn({3, 2, 2, 3}, gen).to(d);
+    const auto rm0 = torch::randn({2}, gen).to(d) * 0.1, rv0 = torch::ones({2}, torch::TensorOptions().dtype(d));
+    auto f = [&](const std::vector<torch::Tensor>& v) {
+      auto rm = rm0.clone(), rv = rv0.clone();
+      return (std::get<0>(kernels::bn_add_relu(v[0], v[1], v[2], v[3], rm, rv, training, 0.1, 1e-5)) * up).sum();
+    };
+    std::vector<torch::Tensor> leaves;
+    for (const auto& t : in) leaves.push_back(t.clone().requires_grad_(true));
+    const auto grads = torch::autograd::grad({f(leaves)}, leaves);
+    const double h = 1e-6;
+    for (size_t which = 0; which < in.size(); ++which) {
+      auto flat = in[which].flatten();
+      for (int64_t i = 0; i < flat.numel(); ++i) {
+        auto at = [&](double delta) {
+          auto v = in;
+          auto moved = flat.clone();
+          moved[i] += delta;
+          v[which] = moved.view(in[which].sizes());
+          torch::NoGradGuard no_grad;
+          return f(v).item<double>();
+        };
+        INFO("input " << which << " element " << i);
+        const double numeric = (at(h) - at(-h)) / (2 * h);
+        CHECK(grads[which].flatten()[i].item<double>() == Approx(numeric).margin(1e-7).epsilon(1e-6));
+      }
+    }
+  }
+}
+
+namespace {
+
+// One call of the operator (bn_relu, or bn_add_relu when `residual` is given) and its backward
+// through the dispatcher (the CPU kernels), or through the ATen reference.
+struct Result {
+  std::vector<torch::Tensor> t;  // out, mean, invstd, running_mean, running_var, dx, [dres,] dweight, dbias
+};
+
+Result call(const torch::Tensor& x, const torch::Tensor& residual, const Bn& bn, const torch::Tensor& dy, bool training,
+            bool use_reference) {
+  auto rm = bn.running_mean.clone(), rv = bn.running_var.clone();
+  const auto w = bn.weight.detach(), b = bn.bias.detach();
+  Result r;
+  torch::NoGradGuard no_grad;
+  if (use_reference) {
+    auto [out, mean, invstd] = kernels::reference::bn_add_relu(x, residual, w, b, rm, rv, training, 0.1, 1e-5);
+    auto [dx, g, dw, db] = kernels::reference::bn_add_relu_backward(dy, x, out, w, mean, invstd, training);
+    r.t = {out, mean, invstd, rm, rv, dx, dw, db};
+    if (residual.defined()) r.t.push_back(g);
+    return r;
+  }
+  static const auto backward = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
+                                   .typed<decltype(kernels::reference::bn_add_relu_backward)>();
+  static const auto relu_backward = c10::Dispatcher::singleton()
+                                        .findSchemaOrThrow("dlrun::bn_relu_backward", "")
+                                        .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+                                            const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                            const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>();
+  if (residual.defined()) {
+    auto [out, mean, invstd] = kernels::bn_add_relu(x, residual, w, b, rm, rv, training, 0.1, 1e-5);
+    auto [dx, g, dw, db] = backward.call(dy, x, out, w, mean, invstd, training);
+    r.t = {out, mean, invstd, rm, rv, dx, dw, db, g};
+  } else {
+    auto [out, mean, invstd] = kernels::bn_relu(x, w, b, rm, rv, training, 0.1, 1e-5);
+    auto [dx, dw, db] = relu_backward.call(dy, x, out, w, mean, invstd, training);
+    r.t = {out, mean, invstd, rm, rv, dx, dw, db};
+  }
+  return r;
+}
+
+const char* kResultNames[] = {"output", "mean", "invstd", "running_mean", "running_var",
+                              "grad input", "grad weight", "grad bias", "grad residual"};
+
+}  // namespace
+
+TEST_CASE("CPU kernels equal the ATen reference: shapes, formats, dtypes, with and without the residual",
+          "[kernels]") {
+  const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7}, {2, 16, 1, 1}, {7, 33, 9, 13}, {3, 5, 65, 129},
+                                                    {16, 8, 28, 28}};
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat64 ? 1e-10 : dtype == torch::kFloat32 ? 1e-4 : 2e-2;
+    for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+      for (const auto& shape : shapes) {
+        for (const bool training : {true, false}) {
+          for (const bool add : {false, true}) {
+            INFO(dtype << (format == torch::MemoryFormat::ChannelsLast ? " NHWC" : " NCHW") << " shape "
+                       << torch::IntArrayRef(shape) << " training " << training << " residual " << add);
+            Bn bn(shape[1]);
+            const auto x = (torch::randn(shape, gen) * 3 + 0.5).to(dtype).contiguous(format);
+            const auto res = add ? torch::randn(shape, gen).to(dtype).contiguous(format) : torch::Tensor();
+            const auto dy = torch::randn(shape, gen).to(dtype).contiguous(format);
+            const auto got = call(x, res, bn, dy, training, false);
+            const auto want = call(x, res, bn, dy, training, true);
+            REQUIRE(got.t.size() == want.t.size());
+            CHECK(got.t[0].is_contiguous(format));
+            CHECK(got.t[5].is_contiguous(format));
+            for (size_t i = 0; i < got.t.size(); ++i) {
+              INFO(kResultNames[i]);
+              const auto a = got.t[i].to(torch::kFloat64), b = want.t[i].to(torch::kFloat64);
+              CHECK(a.scalar_type() == b.scalar_type());
+              CHECK_FALSE(a.isnan().any().item<bool>());
+              // Sums over a channel (grad weight, grad bias) scale with its count.
+              const double scale = i == 6 || i == 7 ? std::max(1.0, b.abs().max().item<double>()) : 1.0;
+              CHECK(torch::allclose(a, b, tol, tol * scale));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("CPU kernels: the same bits for any thread count", "[kernels]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(29);
+  const int threads = at::get_num_threads();
+  for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+    Bn bn(24);
+    const auto x = torch::randn({32, 24, 17, 17}, gen).contiguous(format);
+    const auto res = torch::randn({32, 24, 17, 17}, gen).contiguous(format);
+    const auto dy = torch::randn({32, 24, 17, 17}, gen).contiguous(format);
+    at::set_num_threads(1);
+    const auto one = call(x, res, bn, dy, true, false);
+    at::set_num_threads(3);
+    const auto three = call(x, res, bn, dy, true, false);
+    at::set_num_threads(threads);
+    for (size_t i = 0; i < one.t.size(); ++i) {
+      INFO(kResultNames[i] << (format == torch::MemoryFormat::ChannelsLast ? " NHWC" : " NCHW"));
+      CHECK(torch::equal(one.t[i], three.t[i]));
+    }
+  }
+}
+
+TEST_CASE("CPU kernels: batch statistics stay exact far from zero and over many values", "[kernels]") {
+  // float32 values around 3000 with unit spread, 460k per channel: a plain float sum of squares
+  // would lose the variance entirely.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
+  for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+    const auto x = (torch::randn({9, 3, 256, 200}, gen) + 3000).contiguous(format);
+    Bn bn(3);
+    auto rm = bn.running_mean.clone(), rv = bn.running_var.clone();
+    torch::NoGradGuard no_grad;
+    auto [out, mean, invstd] = kernels::bn_relu(x, bn.weight, bn.bias, rm, rv, true, 0.1, 1e-5);
+    const auto x64 = x.to(torch::kFloat64);
+    const auto want_mean = x64.mean({0, 2, 3});
+    const auto want_var = x64.var({0, 2, 3}, /*unbiased=*/false);
+    INFO((format == torch::MemoryFormat::ChannelsLast ? "NHWC" : "NCHW"));
+    CHECK(torch::allclose(mean.to(torch::kFloat64), want_mean, 0, 3e-4));  // float32 spacing at 3000: 2.4e-4
+    CHECK(torch::allclose((1 / invstd.to(torch::kFloat64).square()) - 1e-5, want_var, 1e-4, 0));
+  }
+}
+
+TEST_CASE("CPU kernels: inputs in neither dense format go to the reference and agree", "[kernels]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(37);
+  const auto base = torch::randn({6, 4, 9, 10}, gen);
+  const auto x = base.slice(3, 0, 10, 2);  // strided: neither NCHW- nor channels_last-dense
+  REQUIRE_FALSE(x.is_contiguous());
+  REQUIRE_FALSE(x.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  Bn bn(4);
+  const auto dy = torch::randn(x.sizes(), gen);
+  const auto got = call(x, torch::Tensor(), bn, dy, true, false);
+  const auto want = call(x.contiguous(), torch::Tensor(), bn, dy, true, false);
+  for (size_t i = 0; i < got.t.size(); ++i) {
+    INFO(kResultNames[i]);
+    CHECK(torch::allclose(got.t[i], want.t[i], 1e-5, 1e-5));
+  }
 }

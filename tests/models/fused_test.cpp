@@ -1,12 +1,15 @@
-// Models with use_fused_conv_bn_relu: every conv-BN-ReLU goes through dlrun::conv_bn_relu
-// (counted at the dispatcher), and the outputs, gradients and BatchNorm statistics are the
+// Models with use_fused_conv_bn_relu: every conv-BN-ReLU goes through dlrun::conv_bn_relu and
+// every ResNet block's conv-BN-add-ReLU tail through dlrun::conv_bn_add_relu (counted at the
+// dispatcher), and the outputs, gradients and BatchNorm statistics are the
 // unfused model's within float64 rounding — in training and eval, NCHW and channels_last, with
-// activation checkpointing. On the CPU the operator is the ATen reference; the CUDA kernels
-// are compared with it in tests/kernels/bn_relu_gpu_test.cpp.
+// activation checkpointing. On the CPU the operators run dlrun's CPU kernels (compared with the
+// ATen reference in tests/kernels/bn_relu_test.cpp); the CUDA kernels are compared with them in
+// tests/kernels/bn_relu_gpu_test.cpp.
 #include <ATen/record_function.h>
 #include <catch2/catch.hpp>
 
-#include <atomic>
+#include <string>
+#include <vector>
 
 #include "models/batchnorm.h"
 #include "models/model.h"
@@ -16,26 +19,29 @@ using namespace dlrun;
 
 namespace {
 
-// How many times an operator was dispatched while this lives.
+// How many times each of some operators was dispatched while this lives (one at a time).
 class OpCounter {
  public:
-  explicit OpCounter(std::string name) : name_(std::move(name)) {
+  explicit OpCounter(std::vector<std::string> names) : names_(std::move(names)), counts_(names_.size()) {
     handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(
         [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-          if (current_ && current_->name_ == fn.name()) ++current_->count_;
+          if (current_ != nullptr)
+            for (size_t i = 0; i < current_->names_.size(); ++i)
+              if (current_->names_[i] == fn.name()) ++current_->counts_[i];
           return nullptr;
         }));
     current_ = this;
   }
+  explicit OpCounter(const char* name) : OpCounter(std::vector<std::string>{name}) {}
   ~OpCounter() {
     at::removeCallback(handle_);
     current_ = nullptr;
   }
-  int count() const { return count_; }
+  int count(size_t i = 0) const { return counts_[i]; }
 
  private:
-  std::string name_;
-  std::atomic<int> count_{0};
+  std::vector<std::string> names_;
+  std::vector<int> counts_;
   at::CallbackHandle handle_;
   static inline OpCounter* current_ = nullptr;
 };
@@ -44,6 +50,7 @@ struct Pass {
   torch::Tensor out;
   std::vector<torch::Tensor> grads, buffers;
   int fused_calls = 0;
+  int tail_calls = 0;  ///< dlrun::conv_bn_add_relu
 };
 
 // float64 models: float32 gradients of deep ReLU+BN nets on tiny batches move by percents for
@@ -58,9 +65,10 @@ Pass run(ModelOptions o, int64_t side, bool fused, bool training) {
   const auto up = torch::randn({4, o.num_classes}, gen).to(torch::kFloat64);
   Pass p;
   {
-    OpCounter counter("dlrun::conv_bn_relu");
+    OpCounter counter({"dlrun::conv_bn_relu", "dlrun::conv_bn_add_relu"});
     p.out = model->forward(x);
-    p.fused_calls = counter.count();
+    p.fused_calls = counter.count(0);
+    p.tail_calls = counter.count(1);
   }
   if (training) {
     (p.out * up).sum().backward();
@@ -96,27 +104,29 @@ struct ModelCase {
   ModelOptions opts;
   int64_t side;
   int triples;  ///< its conv-BN-ReLU triples
+  int tails;    ///< its blocks' conv-BN-add-ReLU ends
 };
 
 std::vector<ModelCase> model_cases() {
   ModelOptions convnet;
   convnet.name = "convnet";
   convnet.width = 8;
-  return {{resnet("resnet18"), 12, 1 + 8}, {resnet("resnet50"), 16, 1 + 16 * 2}, {convnet, 12, 4}};
+  return {{resnet("resnet18"), 12, 1 + 8, 8}, {resnet("resnet50"), 16, 1 + 16 * 2, 16}, {convnet, 12, 4, 0}};
 }
 
 }  // namespace
 
 TEST_CASE("fused conv-BN-ReLU: the unfused model's outputs, gradients and statistics", "[models][kernels]") {
-  for (auto [opts, side, triples] : model_cases()) {
+  for (auto [opts, side, triples, tails] : model_cases()) {
     for (const bool channels_last : {false, true}) {
       opts.channels_last = channels_last;
       for (const bool training : {true, false}) {
         INFO(opts.name << (channels_last ? " NHWC" : " NCHW") << (training ? " train" : " eval"));
         const auto plain = run(opts, side, false, training);
         const auto fused = run(opts, side, true, training);
-        CHECK(plain.fused_calls == 0);
+        CHECK(plain.fused_calls + plain.tail_calls == 0);
         CHECK(fused.fused_calls == triples);
+        CHECK(fused.tail_calls == tails);
         require_close(plain, fused);
       }
     }
@@ -175,7 +185,7 @@ EvalPass eval_pass(ModelOptions o, int64_t side, bool folded, bool grad, torch::
 }  // namespace
 
 TEST_CASE("folded BatchNorm: the unfolded model's eval outputs, through dlrun::conv_bias_relu", "[models][kernels]") {
-  for (auto [opts, side, triples] : model_cases()) {
+  for (auto [opts, side, triples, tails] : model_cases()) {
     for (const bool channels_last : {false, true}) {
       opts.channels_last = channels_last;
       INFO(opts.name << (channels_last ? " NHWC" : " NCHW"));

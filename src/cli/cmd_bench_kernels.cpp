@@ -1,0 +1,352 @@
+// `dlrun bench kernels [--device D] [--batch N] [--image-size S] [--dtype bf16|fp16|fp32]
+//                      [--nchw] [--repeat N] [--iters N] [--e2e-steps N] [--json]`
+// dlrun's fused BatchNorm operators against PyTorch's unfused sequence on every conv-BN-ReLU
+// (and conv-BN-add-ReLU block end) shape of ResNet-50, forward + backward:
+//   - the whole unit: conv2d + batch_norm + relu_ (ATen; cuDNN on CUDA) vs dlrun::conv_bn_relu /
+//     conv_bn_add_relu;
+//   - the BatchNorm + ReLU part alone, from the conv's output: time, speedup, and the fused
+//     kernels' achieved bandwidth — the bytes their passes move (forward: x twice, out once;
+//     backward: dy, out and x twice, dx once; the residual once more each way) over the time —
+//     against this device's measured copy bandwidth (a large tensor copied: read + write);
+//   - then resnet50 training images/s with model.fused_conv_bn_relu on and off.
+// Defaults follow the device: CUDA batch 256, 224x224, bf16, channels_last; CPU batch 8,
+// 112x112, float32, channels_last (a CPU runs the same shapes, smaller).
+#include <CLI/CLI.hpp>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "cli/app.h"
+#include "kernels/ops.h"
+#include "models/model.h"
+#include "train/device.h"
+#include "train/optim.h"
+#include "train/step.h"
+
+namespace dlrun::cli {
+namespace {
+
+struct BenchKernelsOptions {
+  std::string device = "auto";
+  int64_t batch = 0;       ///< 0: 256 on CUDA, 8 on the CPU
+  int64_t image_size = 0;  ///< 0: 224 on CUDA, 112 on the CPU
+  std::string dtype;       ///< "": bf16 on CUDA, fp32 on the CPU
+  bool nchw = false;
+  int repeat = 5;
+  int iters = 0;  ///< 0: 20 on CUDA, 3 on the CPU
+  int e2e_steps = 0;  ///< 0: 50 on CUDA, 10 on the CPU
+  bool json = false;
+};
+
+/// One conv-BN-ReLU (tail: conv-BN-add-ReLU) of ResNet-50 and how many times the network has it.
+struct Unit {
+  int64_t in, out, k, stride, side;  // side: the input's
+  bool tail;
+  int count;
+  int64_t out_side() const { return (side + 2 * (k / 2) - k) / stride + 1; }
+  std::string name() const {
+    return fmt::format("{}{}x{} {}->{} /{} @{}", tail ? "tail " : "", k, k, in, out, stride, side);
+  }
+};
+
+// ResNet-50 v1.5 (models/resnet.cpp): the stem, then per block conv1 1x1, conv2 3x3 (strided in
+// a stage's first block) and the tail conv3 1x1 + BN + shortcut + ReLU.
+std::vector<Unit> resnet50_units(int64_t image) {
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>, int> seen;
+  std::vector<Unit> units;
+  auto add = [&](Unit u) {
+    auto key = std::make_tuple(u.in, u.out, u.k, u.stride, u.side, u.tail);
+    auto it = seen.find(key);
+    if (it != seen.end()) {
+      ++units[it->second].count;
+      return;
+    }
+    seen[key] = static_cast<int>(units.size());
+    units.push_back(u);
+  };
+  add({3, 64, 7, 2, image, false, 1});
+  int64_t side = (image / 2 + 1) / 2, in = 64;  // after the stride-2 stem and the stride-2 pool
+  const int64_t planes[] = {64, 128, 256, 512}, blocks[] = {3, 4, 6, 3};
+  for (int s = 0; s < 4; ++s)
+    for (int64_t b = 0; b < blocks[s]; ++b) {
+      const int64_t p = planes[s], stride = (s > 0 && b == 0) ? 2 : 1;
+      add({in, p, 1, 1, side, false, 1});
+      Unit c2{p, p, 3, stride, side, false, 1};
+      add(c2);
+      side = c2.out_side();
+      add({p, 4 * p, 1, 1, side, true, 1});
+      in = 4 * p;
+    }
+  return units;
+}
+
+class Timer {
+ public:
+  explicit Timer(const torch::Device& d) : cuda_(d.is_cuda()) {}
+  void sync() const {
+#ifdef DLRUN_TORCH_HAS_CUDA
+    if (cuda_) torch::cuda::synchronize();
+#endif
+  }
+  /// Mean seconds per call of `f` over `iters` calls.
+  template <typename F>
+  double round(int iters, F&& f) const {
+    sync();
+    const double t0 = mono_now();
+    for (int i = 0; i < iters; ++i) f();
+    sync();
+    return (mono_now() - t0) / iters;
+  }
+  /// Medians over `repeat` rounds of `a` and `b` taken in turn (a, b, a, b, ...: a drift in the
+  /// machine's speed hits both alike), after two calls of each as warm-up (cuDNN's autotuning,
+  /// the allocator's first blocks).
+  template <typename A, typename B>
+  std::pair<double, double> pair(int repeat, int iters, A&& a, B&& b) const {
+    for (int i = 0; i < 2; ++i) {
+      a();
+      b();
+    }
+    std::vector<double> va, vb;
+    for (int r = 0; r < repeat; ++r) {
+      va.push_back(round(iters, a));
+      vb.push_back(round(iters, b));
+    }
+    return {median(va), median(vb)};
+  }
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+
+ private:
+  bool cuda_;
+};
+
+struct Bn {
+  at::Tensor weight, bias, mean, var;
+  Bn(int64_t c, const at::TensorOptions& o)
+      : weight(at::ones({c}, o).requires_grad_(true)),
+        bias(at::zeros({c}, o).requires_grad_(true)),
+        mean(at::zeros({c}, o)),
+        var(at::ones({c}, o)) {}
+};
+
+// Forward + backward of a unit's BatchNorm + ReLU part (from y, the conv output), unfused
+// (batch_norm, [add_,] relu_ as torchvision's modules run it) or fused.
+void bn_part(const at::Tensor& y, const at::Tensor& residual, Bn& bn, const at::Tensor& dz, bool fused) {
+  at::Tensor z;
+  if (fused) {
+    z = residual.defined()
+            ? std::get<0>(kernels::bn_add_relu(y, residual, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5))
+            : std::get<0>(kernels::bn_relu(y, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5));
+  } else {
+    z = at::batch_norm(y, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5, /*cudnn_enabled=*/true);
+    if (residual.defined()) z = z.add_(residual);
+    z = at::relu_(z);
+  }
+  std::vector<at::Tensor> wrt = {y, bn.weight, bn.bias};
+  if (residual.defined()) wrt.push_back(residual);
+  (void)torch::autograd::grad({z}, wrt, {dz});
+}
+
+// The whole unit: conv2d (no bias) then the BatchNorm part.
+void whole_unit(const Unit& u, const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual, Bn& bn,
+                const at::Tensor& dz, bool fused) {
+  const int64_t pad = u.k / 2;
+  at::Tensor z;
+  if (fused) {
+    z = residual.defined() ? kernels::conv_bn_add_relu(x, w, residual, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1,
+                                                       1e-5, {u.stride, u.stride}, {pad, pad}, {1, 1}, 1)
+                           : kernels::conv_bn_relu(x, w, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5,
+                                                   {u.stride, u.stride}, {pad, pad}, {1, 1}, 1);
+  } else {
+    z = at::batch_norm(at::conv2d(x, w, {}, u.stride, pad), bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5,
+                       true);
+    if (residual.defined()) z = z.add_(residual);
+    z = at::relu_(z);
+  }
+  std::vector<at::Tensor> wrt = {w, bn.weight, bn.bias};
+  if (x.requires_grad()) wrt.push_back(x);
+  if (residual.defined()) wrt.push_back(residual);
+  (void)torch::autograd::grad({z}, wrt, {dz});
+}
+
+/// Device-to-device (host memory to host memory on the CPU) copy bandwidth: read + write bytes
+/// over the time of copying a large tensor.
+double copy_bandwidth(const torch::Device& d, const Timer& timer, int repeat) {
+  const int64_t bytes = d.is_cuda() ? (int64_t{1} << 30) : (int64_t{256} << 20);
+  auto src = at::ones({bytes / 4}, at::TensorOptions().dtype(at::kFloat).device(d));
+  auto dst = at::empty_like(src);
+  dst.copy_(src);
+  std::vector<double> v;
+  for (int r = 0; r < repeat; ++r) v.push_back(timer.round(d.is_cuda() ? 10 : 3, [&] { dst.copy_(src); }));
+  return 2.0 * static_cast<double>(bytes) / Timer::median(v);
+}
+
+/// resnet50 training images/s (synthetic data, SGD) with the fused operators off and on: two
+/// identical models, stepped in turn (rounds of a few steps each way).
+std::pair<double, double> e2e_images_per_s(const BenchKernelsOptions& o, const torch::Device& d,
+                                           at::ScalarType dtype, int64_t batch, int64_t image, int steps) {
+  Config cfg;
+  cfg.model.name = "resnet50";
+  cfg.model.in_channels = 3;
+  cfg.model.num_classes = 1000;
+  cfg.model.channels_last = !o.nchw;
+  cfg.amp.enabled = dtype != at::kFloat;
+  cfg.amp.dtype = dtype == at::kHalf ? AmpDtype::kFp16 : AmpDtype::kBf16;
+  cfg.optim.lr = 0.01;
+  cfg.optim.momentum = 0.9;
+  struct Rig {
+    std::shared_ptr<models::Model> model;
+    std::unique_ptr<torch::optim::Optimizer> optim;
+    std::unique_ptr<train::StepRunner> runner;
+  };
+  auto rig = [&](bool fused) {
+    Rig r;
+    r.model = models::build(cfg.model, 0, image);
+    r.model->to(d);
+    r.model->train();
+    r.model->use_fused_conv_bn_relu(fused);
+    r.optim = train::build_optimizer(cfg.optim, *r.model);
+    r.runner = std::make_unique<train::StepRunner>(cfg.train, cfg.amp, *r.model, *r.optim, d);
+    return r;
+  };
+  Rig plain = rig(false), fused = rig(true);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  data::Batch b;
+  b.x = at::randn({batch, 3, image, image}, gen).to(d);
+  b.y = at::randint(0, 1000, {batch}, gen).to(d);
+  const Timer timer(d);
+  const int per_round = std::max(1, steps / 5);
+  const auto [tp, tf] = timer.pair(
+      std::max(1, steps / per_round), per_round, [&] { (void)plain.runner->run({b}, 0.01).loss.item<double>(); },
+      [&] { (void)fused.runner->run({b}, 0.01).loss.item<double>(); });
+  return {static_cast<double>(batch) / tp, static_cast<double>(batch) / tf};
+}
+
+at::ScalarType parse_dtype(const std::string& s) {
+  if (s == "bf16") return at::kBFloat16;
+  if (s == "fp16") return at::kHalf;
+  if (s == "fp32") return at::kFloat;
+  fail_input("--dtype {}: expected bf16, fp16 or fp32", s);
+}
+
+void bench_kernels(const BenchKernelsOptions& o) {
+  Config cfg;
+  cfg.run.device = o.device;
+  const torch::Device d = train::place(cfg).device;
+  const bool cuda = d.is_cuda();
+  const int64_t batch = o.batch > 0 ? o.batch : (cuda ? 256 : 8);
+  const int64_t image = o.image_size > 0 ? o.image_size : (cuda ? 224 : 112);
+  const at::ScalarType dtype = parse_dtype(o.dtype.empty() ? (cuda ? "bf16" : "fp32") : o.dtype);
+  DLRUN_CHECK_INPUT(cuda || dtype != at::kHalf, "--dtype fp16 needs a CUDA device");
+  const int iters = o.iters > 0 ? o.iters : (cuda ? 20 : 3);
+  const int e2e_steps = o.e2e_steps > 0 ? o.e2e_steps : (cuda ? 50 : 10);
+  const auto format = o.nchw ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
+  const auto act = at::TensorOptions().dtype(dtype).device(d);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(d);
+  const Timer timer(d);
+  const double copy_bw = copy_bandwidth(d, timer, o.repeat);
+
+  nlohmann::json rows = nlohmann::json::array();
+  double unit_plain = 0, unit_fused = 0, part_plain = 0, part_fused = 0;  // over the network, counts included
+  for (const Unit& u : resnet50_units(image)) {
+    auto x = at::randn({batch, u.in, u.side, u.side}, act).contiguous(format).requires_grad_(u.in != 3);
+    auto w = (at::randn({u.out, u.in, u.k, u.k}, act) * 0.05).contiguous(format).requires_grad_(true);
+    const int64_t os = u.out_side();
+    auto y = at::randn({batch, u.out, os, os}, act).contiguous(format).requires_grad_(true);
+    auto r = u.tail ? at::randn({batch, u.out, os, os}, act).contiguous(format).requires_grad_(true) : at::Tensor();
+    auto dz = at::randn({batch, u.out, os, os}, act).contiguous(format);
+    Bn bn(u.out, f32);
+    const auto [tu_plain, tu_fused] = timer.pair(
+        o.repeat, iters, [&] { whole_unit(u, x, w, r, bn, dz, false); }, [&] { whole_unit(u, x, w, r, bn, dz, true); });
+    const auto [tp_plain, tp_fused] =
+        timer.pair(o.repeat, iters, [&] { bn_part(y, r, bn, dz, false); }, [&] { bn_part(y, r, bn, dz, true); });
+    const double bytes = static_cast<double>(y.numel()) * static_cast<double>(y.element_size()) * (u.tail ? 12 : 10);
+    const double bw = bytes / tp_fused;
+    unit_plain += u.count * tu_plain;
+    unit_fused += u.count * tu_fused;
+    part_plain += u.count * tp_plain;
+    part_fused += u.count * tp_fused;
+    rows.push_back({{"unit", u.name()},
+                    {"count", u.count},
+                    {"shape", {batch, u.out, os, os}},
+                    {"unit_ms_unfused", tu_plain * 1e3},
+                    {"unit_ms_fused", tu_fused * 1e3},
+                    {"unit_speedup", tu_plain / tu_fused},
+                    {"bn_ms_unfused", tp_plain * 1e3},
+                    {"bn_ms_fused", tp_fused * 1e3},
+                    {"bn_speedup", tp_plain / tp_fused},
+                    {"bn_fused_gb_per_s", bw / 1e9},
+                    {"bn_fused_of_copy", bw / copy_bw}});
+    if (!o.json)
+      log::info("bench kernels: {} done ({:.2f}x on the BN part)", u.name(), tp_plain / tp_fused);
+  }
+  const auto [e2e_plain, e2e_fused] = e2e_images_per_s(o, d, dtype, batch, image, e2e_steps);
+  nlohmann::json j = {{"device", d.str()},
+                      {"batch", batch},
+                      {"image_size", image},
+                      {"dtype", o.dtype.empty() ? (cuda ? "bf16" : "fp32") : o.dtype},
+                      {"channels_last", !o.nchw},
+                      {"copy_gb_per_s", copy_bw / 1e9},
+                      {"units", rows},
+                      {"network_unit_speedup", unit_plain / unit_fused},
+                      {"network_bn_speedup", part_plain / part_fused},
+                      {"resnet50_images_per_s_unfused", e2e_plain},
+                      {"resnet50_images_per_s_fused", e2e_fused},
+                      {"resnet50_speedup", e2e_fused / e2e_plain}};
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("fused BatchNorm operators vs PyTorch's unfused sequence on %s: ResNet-50 shapes, batch %lld, %lldx%lld, "
+              "%s, %s; forward + backward; copy bandwidth %.1f GB/s\n",
+              d.str().c_str(), static_cast<long long>(batch), static_cast<long long>(image),
+              static_cast<long long>(image), j["dtype"].get<std::string>().c_str(),
+              o.nchw ? "NCHW" : "channels_last", copy_bw / 1e9);
+  std::printf("%-28s %5s %10s %10s %7s %9s %9s %7s %8s %6s\n", "unit", "count", "unit ms", "fused ms", "x", "BN ms",
+              "fused ms", "x", "GB/s", "copy");
+  for (const auto& r : rows)
+    std::printf("%-28s %5d %10.3f %10.3f %6.2fx %9.3f %9.3f %6.2fx %8.1f %5.0f%%\n",
+                r["unit"].get<std::string>().c_str(), r["count"].get<int>(), r["unit_ms_unfused"].get<double>(),
+                r["unit_ms_fused"].get<double>(), r["unit_speedup"].get<double>(), r["bn_ms_unfused"].get<double>(),
+                r["bn_ms_fused"].get<double>(), r["bn_speedup"].get<double>(), r["bn_fused_gb_per_s"].get<double>(),
+                100 * r["bn_fused_of_copy"].get<double>());
+  std::printf("over the network (each shape times its count): units %.2fx, BN+ReLU part %.2fx\n",
+              unit_plain / unit_fused, part_plain / part_fused);
+  std::printf("resnet50 training: %.1f img/s unfused, %.1f img/s fused (%.2fx)\n", e2e_plain, e2e_fused,
+              e2e_fused / e2e_plain);
+}
+
+}  // namespace
+
+void setup_bench_kernels(CLI::App* bench) {
+  auto o = std::make_shared<BenchKernelsOptions>();
+  auto* cmd = bench->add_subcommand(
+      "kernels", "fused BatchNorm+ReLU operators vs PyTorch's unfused sequence on ResNet-50's shapes, then end to end");
+  cmd->add_option("--device", o->device, "auto | cpu | cuda | cuda:N");
+  cmd->add_option("--batch", o->batch, "images per batch (default: 256 on CUDA, 8 on the CPU)")
+      ->check(CLI::Range(2, 1 << 16));
+  cmd->add_option("--image-size", o->image_size, "input side (default: 224 on CUDA, 112 on the CPU)")
+      ->check(CLI::Range(32, 4096));
+  cmd->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on the CPU)");
+  cmd->add_flag("--nchw", o->nchw, "NCHW instead of channels_last");
+  cmd->add_option("--repeat", o->repeat, "timed rounds per measurement (the median is reported)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--iters", o->iters, "calls per round (default: 20 on CUDA, 3 on the CPU)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--e2e-steps", o->e2e_steps, "resnet50 training steps timed each way, in 5 alternating rounds (default: 50 on CUDA, 10 on the CPU)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_flag("--json", o->json, "print JSON (one line)");
+  cmd->callback([o] { bench_kernels(*o); });
+}
+
+}  // namespace dlrun::cli

@@ -1,0 +1,81 @@
+// Training with the fused kernels on CUDA follows the unfused model's course: resnet18, the
+// same seed, initial weights and batches, 200 SGD steps, fused (dlrun::conv_bn_relu and
+// dlrun::conv_bn_add_relu) against plain modules, in float32 NCHW and in bf16 autocast
+// channels_last. Label `gpu`: without a CUDA device it prints "SKIP: no CUDA device".
+//
+// The two runs differ by rounding from the first step, and SGD on a ReLU network amplifies
+// rounding slowly, so the tolerance is stated per phase: the first 20 losses within 1 % of
+// each other, every loss within 10 %, and both runs learn (the last 20 losses' mean well under
+// the first's).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+
+#include "support/gpu.h"
+
+#include "models/model.h"
+#include "train/amp.h"
+
+using namespace dlrun;
+using dlrun::testing::no_cuda;
+
+namespace {
+
+std::vector<double> train_losses(bool fused, bool bf16_channels_last, int steps) {
+  const torch::Device dev(torch::kCUDA, 0);
+  ModelOptions o;
+  o.name = "resnet18";
+  o.in_channels = 3;
+  o.num_classes = 10;
+  o.stem = ResnetStem::kCifar;
+  o.channels_last = bf16_channels_last;
+  auto model = models::build(o, 17, 32);
+  model->to(dev);
+  model->use_fused_conv_bn_relu(fused);
+  model->train();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  // 8 fixed batches whose labels a fixed linear map of the images decides: learnable.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const auto proj = torch::randn({3 * 32 * 32, 10}, gen);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
+  for (int i = 0; i < 8; ++i) {
+    const auto x = torch::randn({64, 3, 32, 32}, gen);
+    batches.emplace_back(x.to(dev), x.flatten(1).mm(proj).argmax(1).to(dev));
+  }
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    const auto& [x, y] = batches[s % batches.size()];
+    opt.zero_grad();
+    torch::Tensor loss;
+    {
+      train::AutocastScope autocast(bf16_channels_last, torch::kBFloat16);
+      loss = torch::cross_entropy_loss(model->forward(x), y);
+    }
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("fused resnet18 on CUDA trains as the unfused one for 200 steps", "[gpu][models][kernels]") {
+  if (no_cuda()) return;
+  for (const bool bf16 : {false, true}) {
+    INFO((bf16 ? "bf16 autocast, channels_last" : "float32, NCHW"));
+    const auto plain = train_losses(false, bf16, 200);
+    const auto fused = train_losses(true, bf16, 200);
+    double first = 0, last = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      INFO("step " << i << ": plain " << plain[i] << ", fused " << fused[i]);
+      const double rel = std::abs(fused[i] - plain[i]) / std::max(std::abs(plain[i]), 1e-3);
+      CHECK(rel <= (i < 20 ? 0.01 : 0.10));
+      if (i < 20) first += plain[i] / 20;
+      if (i >= plain.size() - 20) last += fused[i] / 20;
+    }
+    std::printf("fused vs plain resnet18 (%s): first-20 mean loss %.4f, last-20 mean (fused) %.4f\n",
+                bf16 ? "bf16 NHWC" : "fp32 NCHW", first, last);
+    CHECK(last < 0.5 * first);
+  }
+}
