@@ -9,7 +9,10 @@ where a step's time goes (data wait, forward, backward, optimizer: ms per step, 
 the peak memory (resident set on the CPU; the CUDA caching allocator's peak on a GPU).
 
 Workloads (--workloads, comma-separated; `cpu` and `gpu` name the groups):
-  cpu-convnet        quickstart convnet (width 32), Fashion-MNIST files, batch 128, flip, loaders on
+  cpu-quickstart     the quickstart's convnet as it ships (width 16, channels_last), Fashion-MNIST
+                     files, batch 128, flip, loaders on
+  cpu-quickstart-step  the same with the data resident in memory on both sides (the step alone)
+  cpu-convnet        the convnet at width 32, NCHW (the quickstart before 2026-11-24), loaders on
   cpu-convnet-step   the same with the data resident in memory on both sides (the step alone)
   cpu-resnet18       torchvision's resnet18 (1 channel), 28x28 Fashion-MNIST, batch 128, loaders on
   cpu-resnet18-step  the same, data resident
@@ -42,6 +45,10 @@ MEAN, STD = 0.2860, 0.3530  # dlrun's Fashion-MNIST normalisation
 # name: what both sides train. data: fmnist (the idx files), fmnist-resident (all of it in
 # memory, batches gathered by index), synthetic (random, on the device), jpeg (an image folder).
 WORKLOADS = {
+    "cpu-quickstart": dict(model="convnet", width=16, channels_last=True, batch=128, data="fmnist", device="cpu",
+                           augment=["flip"]),
+    "cpu-quickstart-step": dict(model="convnet", width=16, channels_last=True, batch=128, data="fmnist-resident",
+                                device="cpu", augment=[]),
     "cpu-convnet": dict(model="convnet", batch=128, data="fmnist", device="cpu", augment=["flip"]),
     "cpu-convnet-step": dict(model="convnet", batch=128, data="fmnist-resident", device="cpu", augment=[]),
     "cpu-resnet18": dict(model="resnet18", batch=128, data="fmnist", device="cpu", augment=["flip"]),
@@ -63,7 +70,8 @@ def dlrun_cmd(a, w, run_dir, steps, jpeg_root):
     model = ["model.name=" + w["model"], "model.num_classes=10",
              f"model.in_channels={w.get('channels', 1)}", "model.stem=imagenet"]
     if w["model"] == "convnet":
-        model = ["model.name=convnet", "model.width=32", "model.in_channels=1", "model.num_classes=10"]
+        model = ["model.name=convnet", f"model.width={w.get('width', 32)}", "model.in_channels=1",
+                 "model.num_classes=10"]
     if w["data"] in ("fmnist", "fmnist-resident"):
         data = ["data.name=fashion_mnist", f"data.workers={a.workers}",
                 f"data.device_resident={'true' if w['data'] == 'fmnist-resident' else 'false'}"]
@@ -131,7 +139,7 @@ def torch_side_main(args):
     sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
     if w["model"] == "convnet":
         from parity import convnet
-        model = convnet(32)
+        model = convnet(w.get("width", 32))
     elif w["model"] == "resnet18" and w.get("channels", 1) == 1:
         from parity import resnet18
         model = resnet18()

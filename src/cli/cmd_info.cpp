@@ -84,7 +84,7 @@ void print_text(const nlohmann::json& j) {
   std::printf("fast paths (%s): cudnn_benchmark %s, tf32 %s, cuda_graphs %s, fused_conv_bn_relu %s; "
               "amp %s, channels_last %s, activation_checkpointing %s\n",
               f["config"].get<std::string>().c_str(), on("cudnn_benchmark"), on("tf32"), on("cuda_graphs"),
-              on("fused_conv_bn_relu"),
+              f["fused_conv_bn_relu"].get<std::string>().c_str(),
               f["amp"].get<std::string>().c_str(), on("channels_last"),
               f["activation_checkpointing"].get<std::string>().c_str());
 }

@@ -34,6 +34,7 @@ enum class ProgressMode { kAuto, kBar, kLines, kNone };
 enum class NonfinitePolicy { kStop, kSkip };
 enum class S3Addressing { kAuto, kPath, kVirtual };
 enum class RemoteErrorPolicy { kContinue, kStop };
+enum class FusedKernels { kAuto, kOn, kOff };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
 template <typename E>
@@ -56,6 +57,8 @@ template <> struct EnumNames<ProgressMode> { static constexpr std::array<const c
 template <> struct EnumNames<NonfinitePolicy> { static constexpr std::array<const char*, 2> names{"stop", "skip"}; };
 template <> struct EnumNames<S3Addressing> { static constexpr std::array<const char*, 3> names{"auto", "path", "virtual"}; };
 template <> struct EnumNames<RemoteErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
+// model.fused_conv_bn_relu: the YAML booleans are two of its values.
+template <> struct EnumNames<FusedKernels> { static constexpr std::array<const char*, 3> names{"auto", "true", "false"}; };
 
 /// Float keys that also accept `auto` hold it as NaN.
 inline bool is_auto(double v) { return v != v; }
@@ -88,7 +91,7 @@ struct ModelOptions {
   bool channels_last = false;
   ModelDtype dtype = ModelDtype::kFloat32;
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
-  bool fused_conv_bn_relu = true;
+  FusedKernels fused_conv_bn_relu = FusedKernels::kAuto;
 };
 
 struct DataOptions {

@@ -115,9 +115,10 @@ std::vector<Section> describe(Config& c) {
       En("activation_checkpointing", o.activation_checkpointing,
          "recompute activations in backward instead of keeping them: none, blocks (every ResNet block; "
          "every conv-BN-ReLU of convnet; every hidden layer of mlp) or stages (every ResNet stage)"),
-      B("fused_conv_bn_relu", o.fused_conv_bn_relu,
-        "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
-        "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu (dlrun's fused BatchNorm kernels, CPU and CUDA)"),
+      En("fused_conv_bn_relu", o.fused_conv_bn_relu,
+         "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
+         "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu (dlrun's fused BatchNorm kernels): auto (on CUDA; the "
+         "modules on the CPU, where ATen's BatchNorm is faster), true (also on the CPU), false"),
     }});
   }
   {

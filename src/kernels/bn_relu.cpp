@@ -71,7 +71,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu(const at::Tensor& x, 
     running_var.mul_(1 - momentum)
         .add_((var * (static_cast<double>(n) / static_cast<double>(n - 1))).to(running_var.scalar_type()), momentum);
   } else {
-    mean = running_mean.to(acc);
+    mean = running_mean.to(acc, false, /*copy=*/true);  // saved by autograd: not the buffer itself
     invstd = (running_var.to(acc) + eps).rsqrt();
   }
   const auto scale = (invstd * weight.to(acc)).view(kShape);
@@ -84,7 +84,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward(
     const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
     const at::Tensor& mean, const at::Tensor& invstd, bool training) {
   const auto acc = acc_type(x);
-  const auto g = grad_out.to(acc) * out.gt(0);  // ReLU's mask, from the output's sign
+  // ReLU's mask, from the output's sign; a select (as ReLU's own backward), so an inf or NaN
+  // gradient where the output is 0 gives 0.
+  const auto g = at::where(out.gt(0), grad_out.to(acc), 0);
   const auto xhat = (x.to(acc) - mean.view(kShape)) * invstd.view(kShape);
   const auto sum_dy = g.sum({0, 2, 3});
   const auto sum_dy_xhat = (g * xhat).sum({0, 2, 3});

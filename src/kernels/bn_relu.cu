@@ -10,29 +10,38 @@
 // (unbiased variance, as BatchNorm2d); (3) one elementwise pass: normalise, scale, shift, [add
 // the residual,] ReLU. Eval skips (1) and (2). Backward: (1) per-channel partial sums of
 // g = dy * (out > 0) and g * x̂ in the same grid; (2) their totals; (3) one elementwise pass for
-// dx (and, for bn_add_relu, g itself: the residual's gradient). Statistics and arithmetic in the
-// op-math type (float32, float64 for float64).
+// dx (and, for bn_add_relu, g itself: the residual's gradient). Statistics, parameters and
+// arithmetic in the op-math type (float32; float64 for float64 inputs).
 //
-// Memory formats: NCHW blocks walk one channel's values (contiguous within a plane);
-// channels_last blocks are tiles of 32 channels x 8 rows, so a warp reads 32 neighbouring
-// channels of one row (coalesced) and a thread keeps its channel's constants in registers — a
-// block per channel there would read one element per row, a stride of C apart.
+// Memory formats. NCHW: blocks walk one channel's values; the plane and channel of a flat index
+// come from ATen's IntDivider (a multiply and a shift in 32-bit indexing, which tensors under
+// 2^31 values use; a 64-bit division per value would cost more than these memory-bound passes
+// can afford). channels_last (and H*W = 1, which lies the same way): blocks are tiles of 32
+// channels x 8 rows, so a warp reads 32 neighbouring channels of one row (coalesced) and a
+// thread keeps its channel's constants in registers — one block per channel would read one value
+// per row, C values apart.
 //
 // Not yet run on a GPU (none was available when it was written): the GPU-labelled tests in
-// tests/kernels/ compare it with the reference.
+// tests/kernels/ compare it with the CPU kernels, themselves tested against the reference.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <limits>
+
 namespace dlrun::kernels {
 namespace {
 
+using at::cuda::detail::IntDivider;
+
 constexpr int kThreads = 256;
-constexpr int64_t kMaxChunks = 256;  // blocks per channel in the reduction passes
+constexpr int64_t kMaxChunks = 256;     // reduction blocks per channel (NCHW) or channel tile, at least
+constexpr int64_t kFillBlocks = 2048;   // reduction and elementwise grids aim at this many blocks
 constexpr int kTileC = 32, kTileR = 8;  // channels_last blocks: 32 channels x 8 rows (kThreads)
 
 template <typename acc_t>
@@ -40,16 +49,17 @@ __device__ __forceinline__ acc_t relu(acc_t v) {
   return v < acc_t(0) ? acc_t(0) : v;  // NaN stays NaN, as torch.relu
 }
 
-// Where element j (0 <= j < N*H*W) of channel c lives.
-struct Layout {
-  int64_t channels, hw;
-  bool channels_last;
-  __device__ __forceinline__ int64_t offset(int64_t c, int64_t j) const {
-    return channels_last ? j * channels + c : (j / hw) * channels * hw + c * hw + (j % hw);
+// NCHW: where value j (0 <= j < N*H*W) of channel c lives, and the channel of a flat index.
+template <typename index_t>
+struct Nchw {
+  IntDivider<index_t> hw, channels;
+  index_t hw_n, channels_n;
+  Nchw(index_t hw_, index_t c_) : hw(hw_), channels(c_), hw_n(hw_), channels_n(c_) {}
+  __device__ __forceinline__ index_t offset(index_t c, index_t j) const {
+    const auto dm = hw.divmod(j);
+    return (dm.div * channels_n + c) * hw_n + dm.mod;
   }
-  __device__ __forceinline__ int64_t channel_of(int64_t i) const {
-    return channels_last ? i % channels : (i / hw) % channels;
-  }
+  __device__ __forceinline__ index_t channel_of(index_t i) const { return channels.mod(hw.div(i)); }
 };
 
 template <typename acc_t>
@@ -77,14 +87,16 @@ struct Welford {
   }
 };
 
-// (1) forward: block (c, chunk) -> partial Welford of channel c over its chunk.
-template <typename scalar_t, typename acc_t>
-__global__ void stats_partial(const scalar_t* __restrict__ x, Layout l, int64_t count, int64_t chunk_len,
+// ---- forward ---------------------------------------------------------------------------------
+
+// (1) NCHW: block (c, chunk) -> partial Welford of channel c over values [chunk * len, +len).
+template <typename scalar_t, typename acc_t, typename index_t>
+__global__ void stats_partial(const scalar_t* __restrict__ x, Nchw<index_t> l, index_t count, index_t chunk_len,
                               acc_t* __restrict__ p_mean, acc_t* __restrict__ p_m2, int64_t* __restrict__ p_n) {
-  const int64_t c = blockIdx.x, chunk = blockIdx.y;
-  const int64_t begin = chunk * chunk_len, end = begin + chunk_len < count ? begin + chunk_len : count;
+  const index_t c = blockIdx.x, chunk = blockIdx.y;
+  const index_t begin = chunk * chunk_len, end = begin + chunk_len < count ? begin + chunk_len : count;
   Welford<acc_t> w;
-  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) w.add(static_cast<acc_t>(x[l.offset(c, j)]));
+  for (index_t j = begin + threadIdx.x; j < end; j += blockDim.x) w.add(static_cast<acc_t>(x[l.offset(c, j)]));
   __shared__ acc_t s_mean[kThreads], s_m2[kThreads];
   __shared__ int64_t s_n[kThreads];
   s_mean[threadIdx.x] = w.mean;
@@ -94,8 +106,7 @@ __global__ void stats_partial(const scalar_t* __restrict__ x, Layout l, int64_t 
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) {
       Welford<acc_t> a{s_mean[threadIdx.x], s_m2[threadIdx.x], s_n[threadIdx.x]};
-      const Welford<acc_t> b{s_mean[threadIdx.x + stride], s_m2[threadIdx.x + stride], s_n[threadIdx.x + stride]};
-      a.merge(b);
+      a.merge({s_mean[threadIdx.x + stride], s_m2[threadIdx.x + stride], s_n[threadIdx.x + stride]});
       s_mean[threadIdx.x] = a.mean;
       s_m2[threadIdx.x] = a.m2;
       s_n[threadIdx.x] = a.n;
@@ -103,50 +114,16 @@ __global__ void stats_partial(const scalar_t* __restrict__ x, Layout l, int64_t 
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    const int64_t k = c * gridDim.y + chunk;
+    const int64_t k = static_cast<int64_t>(c) * gridDim.y + chunk;
     p_mean[k] = s_mean[0];
     p_m2[k] = s_m2[0];
     p_n[k] = s_n[0];
   }
 }
 
-// (2) forward: one thread per channel merges the chunks; mean, inverse std, running statistics.
-template <typename acc_t, typename stat_t>
-__global__ void stats_final(const acc_t* __restrict__ p_mean, const acc_t* __restrict__ p_m2,
-                            const int64_t* __restrict__ p_n, int64_t channels, int64_t chunks, double momentum,
-                            double eps, acc_t* __restrict__ mean, acc_t* __restrict__ invstd,
-                            stat_t* __restrict__ running_mean, stat_t* __restrict__ running_var) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= channels) return;
-  Welford<acc_t> w;
-  for (int64_t k = 0; k < chunks; ++k) w.merge({p_mean[c * chunks + k], p_m2[c * chunks + k], p_n[c * chunks + k]});
-  const acc_t var = w.m2 / static_cast<acc_t>(w.n);
-  mean[c] = w.mean;
-  invstd[c] = static_cast<acc_t>(1) / sqrt(var + static_cast<acc_t>(eps));
-  const acc_t unbiased = w.m2 / static_cast<acc_t>(w.n - 1);
-  const acc_t m = static_cast<acc_t>(momentum);
-  running_mean[c] = static_cast<stat_t>((1 - m) * static_cast<acc_t>(running_mean[c]) + m * w.mean);
-  running_var[c] = static_cast<stat_t>((1 - m) * static_cast<acc_t>(running_var[c]) + m * unbiased);
-}
-
-// (3) forward: out = relu((x - mean) * invstd * weight + bias [+ residual]); residual may be null.
-template <typename scalar_t, typename acc_t, typename param_t>
-__global__ void normalize_relu(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual, Layout l,
-                               int64_t numel, const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
-                               const param_t* __restrict__ weight, const param_t* __restrict__ bias,
-                               scalar_t* __restrict__ out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = l.channel_of(i);
-    acc_t v = (static_cast<acc_t>(x[i]) - mean[c]) * invstd[c] * static_cast<acc_t>(weight[c]) +
-              static_cast<acc_t>(bias[c]);
-    if (residual != nullptr) v += static_cast<acc_t>(residual[i]);
-    out[i] = static_cast<scalar_t>(relu(v));
-  }
-}
-
-// (1) forward, channels_last: block (channel tile, chunk of rows) -> partial Welford of each of
-// its channels over the chunk's rows.
+// (1) channels_last: block (channel tile, chunk of rows) -> partial Welford of each of its
+// channels over the chunk's rows. Threads past the last channel take part in the block's
+// reduction with empty accumulators (no early return before __syncthreads).
 template <typename scalar_t, typename acc_t>
 __global__ void stats_partial_nhwc(const scalar_t* __restrict__ x, int64_t channels, int64_t rows,
                                    int64_t rows_per_chunk, acc_t* __restrict__ p_mean, acc_t* __restrict__ p_m2,
@@ -181,16 +158,52 @@ __global__ void stats_partial_nhwc(const scalar_t* __restrict__ x, int64_t chann
   }
 }
 
-// (3) forward, channels_last: block (channel tile, rows); each thread one channel, its constants
-// in registers, rows strided across the grid.
-template <typename scalar_t, typename acc_t, typename param_t>
+// (2) one thread per channel merges the chunks; mean, inverse std, and the running statistics
+// (moved in their own dtype's op-math type: float64 buffers stay float64).
+template <typename acc_t, typename stat_t>
+__global__ void stats_final(const acc_t* __restrict__ p_mean, const acc_t* __restrict__ p_m2,
+                            const int64_t* __restrict__ p_n, int64_t channels, int64_t chunks, double momentum,
+                            double eps, acc_t* __restrict__ mean, acc_t* __restrict__ invstd,
+                            stat_t* __restrict__ running_mean, stat_t* __restrict__ running_var) {
+  using upd_t = at::opmath_type<stat_t>;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  Welford<acc_t> w;
+  for (int64_t k = 0; k < chunks; ++k) w.merge({p_mean[c * chunks + k], p_m2[c * chunks + k], p_n[c * chunks + k]});
+  const acc_t var = w.m2 / static_cast<acc_t>(w.n);
+  mean[c] = w.mean;
+  invstd[c] = static_cast<acc_t>(1) / sqrt(var + static_cast<acc_t>(eps));
+  const upd_t unbiased = static_cast<upd_t>(w.m2) / static_cast<upd_t>(w.n - 1);
+  const upd_t m = static_cast<upd_t>(momentum);
+  running_mean[c] = static_cast<stat_t>((1 - m) * static_cast<upd_t>(running_mean[c]) + m * static_cast<upd_t>(w.mean));
+  running_var[c] = static_cast<stat_t>((1 - m) * static_cast<upd_t>(running_var[c]) + m * unbiased);
+}
+
+// (3) NCHW: out = relu((x - mean) * scale + bias [+ residual]), scale = invstd * weight;
+// residual may be null.
+template <typename scalar_t, typename acc_t, typename index_t>
+__global__ void normalize_relu(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual, Nchw<index_t> l,
+                               index_t numel, const acc_t* __restrict__ mean, const acc_t* __restrict__ scale,
+                               const acc_t* __restrict__ bias, scalar_t* __restrict__ out) {
+  const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; i < numel; i += stride) {
+    const index_t c = l.channel_of(i);
+    acc_t v = (static_cast<acc_t>(x[i]) - mean[c]) * scale[c] + bias[c];
+    if (residual != nullptr) v += static_cast<acc_t>(residual[i]);
+    out[i] = static_cast<scalar_t>(relu(v));
+  }
+}
+
+// (3) channels_last: block (channel tile, rows); each thread one channel, its constants in
+// registers, rows strided across the grid.
+template <typename scalar_t, typename acc_t>
 __global__ void normalize_relu_nhwc(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual,
                                     int64_t channels, int64_t rows, const acc_t* __restrict__ mean,
-                                    const acc_t* __restrict__ invstd, const param_t* __restrict__ weight,
-                                    const param_t* __restrict__ bias, scalar_t* __restrict__ out) {
+                                    const acc_t* __restrict__ scale, const acc_t* __restrict__ bias,
+                                    scalar_t* __restrict__ out) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x;
   if (c >= channels) return;
-  const acc_t m = mean[c], s = invstd[c] * static_cast<acc_t>(weight[c]), b = static_cast<acc_t>(bias[c]);
+  const acc_t m = mean[c], s = scale[c], b = bias[c];
   for (int64_t r = blockIdx.y * static_cast<int64_t>(kTileR) + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * kTileR) {
     const int64_t i = r * channels + c;
@@ -200,21 +213,24 @@ __global__ void normalize_relu_nhwc(const scalar_t* __restrict__ x, const scalar
   }
 }
 
-// (1) backward: block (c, chunk) -> partial sums of g and g * x̂, g = dy where out > 0.
-template <typename scalar_t, typename acc_t>
+// ---- backward --------------------------------------------------------------------------------
+
+// (1) NCHW: block (c, chunk) -> partial sums of g and g * x̂, g = dy where out > 0.
+template <typename scalar_t, typename acc_t, typename index_t>
 __global__ void grad_partial(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
-                             const scalar_t* __restrict__ out, Layout l, int64_t count, int64_t chunk_len,
+                             const scalar_t* __restrict__ out, Nchw<index_t> l, index_t count, index_t chunk_len,
                              const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
                              acc_t* __restrict__ p_dy, acc_t* __restrict__ p_dy_xhat) {
-  const int64_t c = blockIdx.x, chunk = blockIdx.y;
-  const int64_t begin = chunk * chunk_len, end = begin + chunk_len < count ? begin + chunk_len : count;
+  const index_t c = blockIdx.x, chunk = blockIdx.y;
+  const index_t begin = chunk * chunk_len, end = begin + chunk_len < count ? begin + chunk_len : count;
+  const acc_t m = mean[c], s = invstd[c];
   acc_t a = 0, b = 0;
-  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
-    const int64_t o = l.offset(c, j);
+  for (index_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const index_t o = l.offset(c, j);
     if (static_cast<acc_t>(out[o]) > 0) {
       const acc_t g = static_cast<acc_t>(dy[o]);
       a += g;
-      b += g * (static_cast<acc_t>(x[o]) - mean[c]) * invstd[c];
+      b += g * (static_cast<acc_t>(x[o]) - m) * s;
     }
   }
   __shared__ acc_t s_a[kThreads], s_b[kThreads];
@@ -229,36 +245,14 @@ __global__ void grad_partial(const scalar_t* __restrict__ dy, const scalar_t* __
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    p_dy[c * gridDim.y + chunk] = s_a[0];
-    p_dy_xhat[c * gridDim.y + chunk] = s_b[0];
+    const int64_t k = static_cast<int64_t>(c) * gridDim.y + chunk;
+    p_dy[k] = s_a[0];
+    p_dy_xhat[k] = s_b[0];
   }
 }
 
-// (3) backward: dx = weight * invstd * (g - [training] (sum_dy + x̂ * sum_dy_xhat) / count); g
-// itself is written to g_out when given (bn_add_relu: the residual's gradient).
-template <typename scalar_t, typename acc_t, typename param_t>
-__global__ void grad_input(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
-                           const scalar_t* __restrict__ out, Layout l, int64_t numel, double count,
-                           const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
-                           const param_t* __restrict__ weight, const acc_t* __restrict__ sum_dy,
-                           const acc_t* __restrict__ sum_dy_xhat, bool training, scalar_t* __restrict__ dx,
-                           scalar_t* __restrict__ g_out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = l.channel_of(i);
-    const acc_t g = static_cast<acc_t>(out[i]) > 0 ? static_cast<acc_t>(dy[i]) : acc_t(0);
-    if (g_out != nullptr) g_out[i] = static_cast<scalar_t>(g);
-    acc_t v = g;
-    if (training) {
-      const acc_t xhat = (static_cast<acc_t>(x[i]) - mean[c]) * invstd[c];
-      v -= (sum_dy[c] + xhat * sum_dy_xhat[c]) / static_cast<acc_t>(count);
-    }
-    dx[i] = static_cast<scalar_t>(v * invstd[c] * static_cast<acc_t>(weight[c]));
-  }
-}
-
-// (1) backward, channels_last: block (channel tile, chunk of rows) -> partial sums of g and
-// g * x̂ of each of its channels.
+// (1) channels_last: block (channel tile, chunk of rows) -> partial sums of g and g * x̂ of each
+// of its channels.
 template <typename scalar_t, typename acc_t>
 __global__ void grad_partial_nhwc(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
                                   const scalar_t* __restrict__ out, int64_t channels, int64_t rows,
@@ -296,73 +290,120 @@ __global__ void grad_partial_nhwc(const scalar_t* __restrict__ dy, const scalar_
   }
 }
 
-// (3) backward, channels_last: grad_input's arithmetic, one channel per thread.
-template <typename scalar_t, typename acc_t, typename param_t>
+// Per channel, what (3) needs: dx = scale * (g - mean_dy - x̂ * mean_dy_xhat), scale = weight *
+// invstd; in eval the statistics do not depend on x and both means are 0.
+template <typename acc_t>
+struct GradConstants {
+  const acc_t* mean;
+  const acc_t* invstd;
+  const acc_t* weight;
+  const acc_t* sum_dy;
+  const acc_t* sum_dy_xhat;
+  acc_t inv_count;
+  bool training;
+};
+
+// (3) NCHW: dx, and g itself into g_out when given (bn_add_relu: the residual's gradient).
+template <typename scalar_t, typename acc_t, typename index_t>
+__global__ void grad_input(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
+                           const scalar_t* __restrict__ out, Nchw<index_t> l, index_t numel, GradConstants<acc_t> k,
+                           scalar_t* __restrict__ dx, scalar_t* __restrict__ g_out) {
+  const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; i < numel; i += stride) {
+    const index_t c = l.channel_of(i);
+    const acc_t g = static_cast<acc_t>(out[i]) > 0 ? static_cast<acc_t>(dy[i]) : acc_t(0);
+    if (g_out != nullptr) g_out[i] = static_cast<scalar_t>(g);
+    acc_t v = g;
+    if (k.training) {
+      const acc_t xhat = (static_cast<acc_t>(x[i]) - k.mean[c]) * k.invstd[c];
+      v -= (k.sum_dy[c] + xhat * k.sum_dy_xhat[c]) * k.inv_count;
+    }
+    dx[i] = static_cast<scalar_t>(v * k.invstd[c] * k.weight[c]);
+  }
+}
+
+// (3) channels_last: grad_input's arithmetic, one channel per thread.
+template <typename scalar_t, typename acc_t>
 __global__ void grad_input_nhwc(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ x,
-                                const scalar_t* __restrict__ out, int64_t channels, int64_t rows, double count,
-                                const acc_t* __restrict__ mean, const acc_t* __restrict__ invstd,
-                                const param_t* __restrict__ weight, const acc_t* __restrict__ sum_dy,
-                                const acc_t* __restrict__ sum_dy_xhat, bool training, scalar_t* __restrict__ dx,
-                                scalar_t* __restrict__ g_out) {
+                                const scalar_t* __restrict__ out, int64_t channels, int64_t rows,
+                                GradConstants<acc_t> k, scalar_t* __restrict__ dx, scalar_t* __restrict__ g_out) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x;
   if (c >= channels) return;
-  const acc_t m = mean[c], s = invstd[c], scale = s * static_cast<acc_t>(weight[c]);
-  const acc_t mean_dy = training ? sum_dy[c] / static_cast<acc_t>(count) : acc_t(0);
-  const acc_t mean_dy_xhat = training ? sum_dy_xhat[c] / static_cast<acc_t>(count) : acc_t(0);
+  const acc_t m = k.mean[c], s = k.invstd[c], scale = s * k.weight[c];
+  const acc_t mean_dy = k.training ? k.sum_dy[c] * k.inv_count : acc_t(0);
+  const acc_t mean_dy_xhat = k.training ? k.sum_dy_xhat[c] * k.inv_count : acc_t(0);
   for (int64_t r = blockIdx.y * static_cast<int64_t>(kTileR) + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * kTileR) {
     const int64_t i = r * channels + c;
     const acc_t g = static_cast<acc_t>(out[i]) > 0 ? static_cast<acc_t>(dy[i]) : acc_t(0);
     if (g_out != nullptr) g_out[i] = static_cast<scalar_t>(g);
-    const acc_t v = training ? g - mean_dy - (static_cast<acc_t>(x[i]) - m) * s * mean_dy_xhat : g;
+    const acc_t v = k.training ? g - mean_dy - (static_cast<acc_t>(x[i]) - m) * s * mean_dy_xhat : g;
     dx[i] = static_cast<scalar_t>(v * scale);
   }
 }
 
-// ---- host side -----------------------------------------------------------------------------
+// ---- host side -------------------------------------------------------------------------------
 
-Layout layout_of(const at::Tensor& x) {
-  const bool cl = x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
-  return {x.size(1), x.size(2) * x.size(3), cl};
+// How x lies: channels_last (or H*W = 1, the same addresses either way) or NCHW, both dense.
+struct Shape {
+  int64_t channels, hw, count, numel;
+  bool nhwc;
+};
+
+Shape shape_of(const at::Tensor& x) {
+  const int64_t hw = x.size(2) * x.size(3);
+  return {x.size(1), hw, x.size(0) * hw, x.numel(),
+          hw == 1 || x.suggest_memory_format() == at::MemoryFormat::ChannelsLast};
 }
 
 // x in its own memory format, dense (NCHW-contiguous or channels_last-contiguous).
 at::Tensor dense(const at::Tensor& x) { return x.contiguous(x.suggest_memory_format()); }
 
+// NCHW elementwise grid: one value per thread and step, grid-stride.
 int blocks_for(int64_t numel) {
   return static_cast<int>(std::min<int64_t>((numel + kThreads - 1) / kThreads, int64_t{65535} * 8));
 }
 
-// The reduction grid: chunks per channel (NCHW) or per channel tile (channels_last), and the
-// values or rows in each.
+// The reduction grid: chunks per channel (NCHW) or channel tile (channels_last) — at least
+// kMaxChunks, more when there are few channels, so that about kFillBlocks blocks share the
+// device — and the values (NCHW) or rows (channels_last) in each.
 struct Chunks {
   int64_t count, len;
 };
-Chunks chunks_for(const Layout& l, int64_t per_channel) {
-  const int64_t step = l.channels_last ? kTileR * 16 : kThreads * 8;  // values a block takes at least
-  const int64_t count = std::min<int64_t>(kMaxChunks, (per_channel + step - 1) / step);
-  return {count, (per_channel + count - 1) / count};
+Chunks chunks_for(const Shape& s) {
+  const int64_t groups = s.nhwc ? (s.channels + kTileC - 1) / kTileC : s.channels;
+  const int64_t cap = std::min<int64_t>(65535, std::max<int64_t>(kMaxChunks, kFillBlocks / std::max<int64_t>(1, groups)));
+  const int64_t least = s.nhwc ? kTileR * 16 : kThreads * 8;  // values or rows a block takes at least
+  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(cap, (s.count + least - 1) / least));
+  return {count, (s.count + count - 1) / count};
 }
 
 // channels_last elementwise grid: channel tiles x enough row blocks to fill the device.
-dim3 nhwc_grid(int64_t channels, int64_t rows) {
-  const int64_t tiles = (channels + kTileC - 1) / kTileC;
-  const int64_t want = std::max<int64_t>(1, 2048 / tiles), most = (rows + kTileR - 1) / kTileR;
-  TORCH_CHECK(tiles <= 2147483647, "dlrun::bn_relu: too many channels: ", channels);
+dim3 nhwc_grid(const Shape& s) {
+  const int64_t tiles = (s.channels + kTileC - 1) / kTileC;
+  const int64_t want = std::max<int64_t>(1, kFillBlocks / tiles), most = (s.count + kTileR - 1) / kTileR;
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>({want, most, 65535})));
 }
 
 const dim3 kTile(kTileC, kTileR);
 
+// 32-bit indexing where every index and index + grid stride fits (fewer registers, and
+// IntDivider's multiply-and-shift division).
+bool small_indices(const Shape& s) { return s.numel < (int64_t{1} << 31); }
+
 void check(const char* op, const at::Tensor& x, std::initializer_list<std::pair<const char*, const at::Tensor*>> params) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 4, op, ": expected a 4-D CUDA input, got ", x.sizes(), " on ", x.device());
-  TORCH_CHECK(x.size(0) * x.size(2) * x.size(3) > 0, op, ": empty input of shape ", x.sizes());
+  TORCH_CHECK(x.size(1) <= std::numeric_limits<int32_t>::max(), op, ": too many channels: ", x.size(1));
   for (const auto& [name, t] : params) {
     TORCH_CHECK(t->defined() && t->dim() == 1 && t->size(0) == x.size(1), op, ": expected ", name, " of shape (",
                 x.size(1), ") for input of shape ", x.sizes(), ", got ", t->defined() ? t->sizes() : c10::IntArrayRef{});
     TORCH_CHECK(t->device() == x.device(), op, ": ", name, " is on ", t->device(), ", input on ", x.device());
   }
 }
+
+// A per-channel vector in the op-math type, dense (the kernels read parameters at full precision
+// whatever their dtype).
+at::Tensor acc(const at::Tensor& t, at::ScalarType acc_dtype) { return t.to(acc_dtype).contiguous(); }
 
 // bn_relu (residual undefined) and bn_add_relu.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, const at::Tensor& x_in,
@@ -377,75 +418,82 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, cons
   TORCH_CHECK(running_mean.scalar_type() == running_var.scalar_type(), op,
               ": running_mean and running_var differ in dtype: ", running_mean.scalar_type(), " and ",
               running_var.scalar_type());
-  const c10::cuda::CUDAGuard guard(x_in.device());
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor x = dense(x_in);
-  const Layout l = layout_of(x);
-  at::Tensor residual;
-  if (residual_in.defined()) {
+  if (residual_in.defined())
     TORCH_CHECK(residual_in.sizes() == x_in.sizes() && residual_in.device() == x_in.device(), op,
                 ": expected residual of the input's shape ", x_in.sizes(), " on ", x_in.device(), ", got ",
                 residual_in.sizes(), " on ", residual_in.device());
-    residual = residual_in.to(x.scalar_type()).contiguous(x.suggest_memory_format());
-  }
-  const at::Tensor weight = weight_in.contiguous().to(running_mean.scalar_type());
-  const at::Tensor bias = bias_in.contiguous().to(running_mean.scalar_type());
-  const int64_t channels = x.size(1), count = x.size(0) * l.hw, numel = x.numel();
-  TORCH_CHECK(!training || count > 1, op, ": training needs more than one value per channel, got input of shape ",
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor x = dense(x_in);
+  const Shape s = shape_of(x);
+  TORCH_CHECK(!training || s.count > 1, op, ": training needs more than one value per channel, got input of shape ",
               x.sizes());
-  TORCH_CHECK(channels <= 2147483647, op, ": too many channels: ", channels);
-  at::Tensor out = at::empty_like(x);
   const auto acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor out = at::empty_like(x);
+  if (s.numel == 0)  // eval of an empty batch, or no channels: nothing to compute
+    return {out, running_mean.to(acc_dtype, false, /*copy=*/true), (running_var.to(acc_dtype) + eps).rsqrt()};
+  // The residual is added in x's dtype, as the unfused `bn(x).add_(residual)` does.
+  const at::Tensor residual =
+      residual_in.defined() ? residual_in.to(x.scalar_type()).contiguous(x.suggest_memory_format()) : at::Tensor();
   const auto opts = x.options().dtype(acc_dtype);
   at::Tensor mean, invstd;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    if (training) {
-      const Chunks ch = chunks_for(l, count);
-      auto p_mean = at::empty({channels, ch.count}, opts), p_m2 = at::empty({channels, ch.count}, opts);
-      auto p_n = at::empty({channels, ch.count}, x.options().dtype(at::kLong));
-      if (l.channels_last) {
-        stats_partial_nhwc<scalar_t, acc_t><<<dim3((channels + kTileC - 1) / kTileC, ch.count), kTile, 0, stream>>>(
-            x.const_data_ptr<scalar_t>(), channels, count, ch.len, p_mean.mutable_data_ptr<acc_t>(),
-            p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
+  if (training) {
+    const Chunks ch = chunks_for(s);
+    auto p_mean = at::empty({s.channels, ch.count}, opts), p_m2 = at::empty({s.channels, ch.count}, opts);
+    auto p_n = at::empty({s.channels, ch.count}, x.options().dtype(at::kLong));
+    mean = at::empty({s.channels}, opts);
+    invstd = at::empty({s.channels}, opts);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu stats", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
+      if (s.nhwc) {
+        stats_partial_nhwc<scalar_t, acc_t>
+            <<<dim3((s.channels + kTileC - 1) / kTileC, ch.count), kTile, 0, stream>>>(
+                x.const_data_ptr<scalar_t>(), s.channels, s.count, ch.len, p_mean.mutable_data_ptr<acc_t>(),
+                p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
+      } else if (small_indices(s)) {
+        using index_t = uint32_t;
+        stats_partial<scalar_t, acc_t, index_t><<<dim3(s.channels, ch.count), kThreads, 0, stream>>>(
+            x.const_data_ptr<scalar_t>(), Nchw<index_t>(s.hw, s.channels), s.count, ch.len,
+            p_mean.mutable_data_ptr<acc_t>(), p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
       } else {
-        stats_partial<scalar_t, acc_t><<<dim3(channels, ch.count), kThreads, 0, stream>>>(
-            x.const_data_ptr<scalar_t>(), l, count, ch.len, p_mean.mutable_data_ptr<acc_t>(),
-            p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
+        stats_partial<scalar_t, acc_t, int64_t><<<dim3(s.channels, ch.count), kThreads, 0, stream>>>(
+            x.const_data_ptr<scalar_t>(), Nchw<int64_t>(s.hw, s.channels), s.count, ch.len,
+            p_mean.mutable_data_ptr<acc_t>(), p_m2.mutable_data_ptr<acc_t>(), p_n.mutable_data_ptr<int64_t>());
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      mean = at::empty({channels}, opts);
-      invstd = at::empty({channels}, opts);
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, running_mean.scalar_type(), "dlrun::bn_relu stats", [&] {
+      const auto stat_dtype = running_mean.scalar_type();
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, stat_dtype, "dlrun::bn_relu running", [&] {
         using stat_t = scalar_t;
-        stats_final<acc_t, stat_t><<<(channels + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-            p_mean.const_data_ptr<acc_t>(), p_m2.const_data_ptr<acc_t>(), p_n.const_data_ptr<int64_t>(), channels,
+        stats_final<acc_t, stat_t><<<(s.channels + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+            p_mean.const_data_ptr<acc_t>(), p_m2.const_data_ptr<acc_t>(), p_n.const_data_ptr<int64_t>(), s.channels,
             ch.count, momentum, eps, mean.mutable_data_ptr<acc_t>(), invstd.mutable_data_ptr<acc_t>(),
             running_mean.mutable_data_ptr<stat_t>(), running_var.mutable_data_ptr<stat_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
-    } else {
-      mean = running_mean.to(acc_dtype);
-      invstd = (running_var.to(acc_dtype) + eps).rsqrt();
-    }
-  });
-  // The elementwise pass, dispatched on (input dtype, parameter dtype).
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu normalize", [&] {
-    using in_t = scalar_t;
-    using acc_t = at::opmath_type<in_t>;
-    const in_t* r = residual.defined() ? residual.const_data_ptr<in_t>() : nullptr;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "dlrun::bn_relu params", [&] {
-      if (l.channels_last) {
-        normalize_relu_nhwc<in_t, acc_t, scalar_t><<<nhwc_grid(channels, count), kTile, 0, stream>>>(
-            x.const_data_ptr<in_t>(), r, channels, count, mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
-            weight.const_data_ptr<scalar_t>(), bias.const_data_ptr<scalar_t>(), out.mutable_data_ptr<in_t>());
-      } else {
-        normalize_relu<in_t, acc_t, scalar_t><<<blocks_for(numel), kThreads, 0, stream>>>(
-            x.const_data_ptr<in_t>(), r, l, numel, mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
-            weight.const_data_ptr<scalar_t>(), bias.const_data_ptr<scalar_t>(), out.mutable_data_ptr<in_t>());
-      }
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
+  } else {
+    // A copy: autograd saves the mean, which must not follow later updates of the buffer.
+    mean = running_mean.to(acc_dtype, false, /*copy=*/true);
+    invstd = (running_var.to(acc_dtype) + eps).rsqrt();
+  }
+  const at::Tensor scale = invstd * acc(weight_in, acc_dtype), bias = acc(bias_in, acc_dtype);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu normalize", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* r = residual.defined() ? residual.const_data_ptr<scalar_t>() : nullptr;
+    const acc_t *m = mean.const_data_ptr<acc_t>(), *sc = scale.const_data_ptr<acc_t>(), *b = bias.const_data_ptr<acc_t>();
+    if (s.nhwc) {
+      normalize_relu_nhwc<scalar_t, acc_t><<<nhwc_grid(s), kTile, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), r, s.channels, s.count, m, sc, b, out.mutable_data_ptr<scalar_t>());
+    } else if (small_indices(s)) {
+      normalize_relu<scalar_t, acc_t, uint32_t><<<blocks_for(s.numel), kThreads, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), r, Nchw<uint32_t>(s.hw, s.channels), s.numel, m, sc, b,
+          out.mutable_data_ptr<scalar_t>());
+    } else {
+      normalize_relu<scalar_t, acc_t, int64_t><<<blocks_for(s.numel), kThreads, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), r, Nchw<int64_t>(s.hw, s.channels), s.numel, m, sc, b,
+          out.mutable_data_ptr<scalar_t>());
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {out, mean, invstd};
 }
@@ -462,61 +510,67 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(const c
   check(op, x_in, {{"weight", &weight_in}, {"save_mean", &mean}, {"save_invstd", &invstd}});
   TORCH_CHECK(grad_out_in.sizes() == x_in.sizes() && out_in.sizes() == x_in.sizes(), op, ": grad_out ",
               grad_out_in.sizes(), " and output ", out_in.sizes(), " must have the input's shape ", x_in.sizes());
+  TORCH_CHECK(grad_out_in.device() == x_in.device() && out_in.device() == x_in.device(), op, ": grad_out on ",
+              grad_out_in.device(), " and output on ", out_in.device(), ", input on ", x_in.device());
+  const auto acc_dtype = x_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  TORCH_CHECK(mean.scalar_type() == acc_dtype && invstd.scalar_type() == acc_dtype, op,
+              ": expected save_mean and save_invstd in ", acc_dtype, ", got ", mean.scalar_type(), " and ",
+              invstd.scalar_type());
   const c10::cuda::CUDAGuard guard(x_in.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto format = x_in.suggest_memory_format();
   const at::Tensor x = x_in.contiguous(format);
-  const at::Tensor out = out_in.to(x.scalar_type()).contiguous(format);
-  const at::Tensor dy = grad_out_in.to(x.scalar_type()).contiguous(format);
-  const at::Tensor weight = weight_in.contiguous();
-  const Layout l = layout_of(x);
-  const int64_t channels = x.size(1), count = x.size(0) * l.hw, numel = x.numel();
-  const auto acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  TORCH_CHECK(mean.scalar_type() == acc_dtype && invstd.scalar_type() == acc_dtype, op,
-              ": expected save_mean and save_invstd in ", acc_dtype, ", got ", mean.scalar_type(), " and ",
-              invstd.scalar_type());
-  const auto opts = x.options().dtype(acc_dtype);
-  const Chunks ch = chunks_for(l, count);
-  auto p_dy = at::empty({channels, ch.count}, opts), p_dy_xhat = at::empty({channels, ch.count}, opts);
+  const Shape s = shape_of(x);
   at::Tensor dx = at::empty_like(x);
   at::Tensor g = residual_grad ? at::empty_like(x) : at::Tensor();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu_backward", [&] {
-    using in_t = scalar_t;
-    using acc_t = at::opmath_type<in_t>;
-    if (l.channels_last) {
-      grad_partial_nhwc<in_t, acc_t><<<dim3((channels + kTileC - 1) / kTileC, ch.count), kTile, 0, stream>>>(
-          dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), channels, count, ch.len,
-          mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(), p_dy.mutable_data_ptr<acc_t>(),
-          p_dy_xhat.mutable_data_ptr<acc_t>());
+  if (s.numel == 0)
+    return {dx, g, at::zeros_like(weight_in), at::zeros_like(weight_in)};
+  const at::Tensor out = out_in.to(x.scalar_type()).contiguous(format);
+  const at::Tensor dy = grad_out_in.to(x.scalar_type()).contiguous(format);
+  const at::Tensor weight = acc(weight_in, acc_dtype), mean_c = mean.contiguous(), invstd_c = invstd.contiguous();
+  const auto opts = x.options().dtype(acc_dtype);
+  const Chunks ch = chunks_for(s);
+  auto p_dy = at::empty({s.channels, ch.count}, opts), p_dy_xhat = at::empty({s.channels, ch.count}, opts);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu_backward sums", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t *dyp = dy.const_data_ptr<scalar_t>(), *xp = x.const_data_ptr<scalar_t>(),
+                   *outp = out.const_data_ptr<scalar_t>();
+    const acc_t *m = mean_c.const_data_ptr<acc_t>(), *is = invstd_c.const_data_ptr<acc_t>();
+    acc_t *pa = p_dy.mutable_data_ptr<acc_t>(), *pb = p_dy_xhat.mutable_data_ptr<acc_t>();
+    if (s.nhwc) {
+      grad_partial_nhwc<scalar_t, acc_t><<<dim3((s.channels + kTileC - 1) / kTileC, ch.count), kTile, 0, stream>>>(
+          dyp, xp, outp, s.channels, s.count, ch.len, m, is, pa, pb);
+    } else if (small_indices(s)) {
+      grad_partial<scalar_t, acc_t, uint32_t><<<dim3(s.channels, ch.count), kThreads, 0, stream>>>(
+          dyp, xp, outp, Nchw<uint32_t>(s.hw, s.channels), s.count, ch.len, m, is, pa, pb);
     } else {
-      grad_partial<in_t, acc_t><<<dim3(channels, ch.count), kThreads, 0, stream>>>(
-          dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), l, count, ch.len,
-          mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(), p_dy.mutable_data_ptr<acc_t>(),
-          p_dy_xhat.mutable_data_ptr<acc_t>());
+      grad_partial<scalar_t, acc_t, int64_t><<<dim3(s.channels, ch.count), kThreads, 0, stream>>>(
+          dyp, xp, outp, Nchw<int64_t>(s.hw, s.channels), s.count, ch.len, m, is, pa, pb);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   const at::Tensor sum_dy = p_dy.sum(1), sum_dy_xhat = p_dy_xhat.sum(1);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu_backward dx", [&] {
-    using in_t = scalar_t;
-    using acc_t = at::opmath_type<in_t>;
-    in_t* gp = g.defined() ? g.mutable_data_ptr<in_t>() : nullptr;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "dlrun::bn_relu_backward w", [&] {
-      if (l.channels_last) {
-        grad_input_nhwc<in_t, acc_t, scalar_t><<<nhwc_grid(channels, count), kTile, 0, stream>>>(
-            dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), channels, count,
-            static_cast<double>(count), mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
-            weight.const_data_ptr<scalar_t>(), sum_dy.const_data_ptr<acc_t>(), sum_dy_xhat.const_data_ptr<acc_t>(),
-            training, dx.mutable_data_ptr<in_t>(), gp);
-      } else {
-        grad_input<in_t, acc_t, scalar_t><<<blocks_for(numel), kThreads, 0, stream>>>(
-            dy.const_data_ptr<in_t>(), x.const_data_ptr<in_t>(), out.const_data_ptr<in_t>(), l, numel,
-            static_cast<double>(count), mean.const_data_ptr<acc_t>(), invstd.const_data_ptr<acc_t>(),
-            weight.const_data_ptr<scalar_t>(), sum_dy.const_data_ptr<acc_t>(), sum_dy_xhat.const_data_ptr<acc_t>(),
-            training, dx.mutable_data_ptr<in_t>(), gp);
-      }
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+    using acc_t = at::opmath_type<scalar_t>;
+    const GradConstants<acc_t> k{mean_c.const_data_ptr<acc_t>(),  invstd_c.const_data_ptr<acc_t>(),
+                                 weight.const_data_ptr<acc_t>(),  sum_dy.const_data_ptr<acc_t>(),
+                                 sum_dy_xhat.const_data_ptr<acc_t>(), static_cast<acc_t>(1.0 / static_cast<double>(s.count)),
+                                 training};
+    const scalar_t *dyp = dy.const_data_ptr<scalar_t>(), *xp = x.const_data_ptr<scalar_t>(),
+                   *outp = out.const_data_ptr<scalar_t>();
+    scalar_t* gp = g.defined() ? g.mutable_data_ptr<scalar_t>() : nullptr;
+    scalar_t* dxp = dx.mutable_data_ptr<scalar_t>();
+    if (s.nhwc) {
+      grad_input_nhwc<scalar_t, acc_t><<<nhwc_grid(s), kTile, 0, stream>>>(dyp, xp, outp, s.channels, s.count, k, dxp,
+                                                                          gp);
+    } else if (small_indices(s)) {
+      grad_input<scalar_t, acc_t, uint32_t><<<blocks_for(s.numel), kThreads, 0, stream>>>(
+          dyp, xp, outp, Nchw<uint32_t>(s.hw, s.channels), s.numel, k, dxp, gp);
+    } else {
+      grad_input<scalar_t, acc_t, int64_t><<<blocks_for(s.numel), kThreads, 0, stream>>>(
+          dyp, xp, outp, Nchw<int64_t>(s.hw, s.channels), s.numel, k, dxp, gp);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {dx, g, sum_dy_xhat.to(weight_in.scalar_type()), sum_dy.to(weight_in.scalar_type())};
 }

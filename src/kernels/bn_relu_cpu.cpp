@@ -32,6 +32,7 @@ namespace {
 
 constexpr int64_t kRun = 4096;         // values summed in the accumulation type before a double total
 constexpr int64_t kChunkRows = 256;    // channels_last: rows per partial sum
+constexpr int64_t kTileValues = 256;   // channels_last: the least length of a vector loop
 constexpr int64_t kGrainValues = 32768;  // below this, an elementwise pass stays on one thread
 
 // How a dense 4-D tensor's values lie: NCHW, planes (n, c) of hw contiguous values; channels_last,
@@ -40,12 +41,18 @@ struct Geometry {
   int64_t n, c, hw;
   bool nhwc;
   int64_t count() const { return n * hw; }  // values per channel; also the rows of channels_last
+  /// channels_last: the block of the *_rows loops, whole rows of at least kTileValues values.
+  int64_t tile() const { return c * std::max<int64_t>(1, (kTileValues + c - 1) / c); }
   at::MemoryFormat format() const { return nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous; }
 };
 
 std::optional<Geometry> geometry_of(const at::Tensor& x) {
   Geometry g{x.size(0), x.size(1), x.size(2) * x.size(3), false};
-  if (x.is_contiguous()) return g;  // (also the case where both formats coincide)
+  // With H*W = 1 both formats lie the same way; channels_last's rows are then the fast path.
+  if (x.is_contiguous()) {
+    g.nhwc = g.hw == 1;
+    return g;
+  }
   g.nhwc = true;
   if (x.is_contiguous(at::MemoryFormat::ChannelsLast)) return g;
   return std::nullopt;
@@ -95,14 +102,22 @@ void stats_run(const scalar_t* __restrict__ x, int64_t len, acc_t k, double& t1,
   }
 }
 
-// Forward, channels_last: a[c] += x - k[c], q[c] += (x - k[c])^2 over `rows` rows.
+// channels_last loops (the *_rows functions) take `len` values starting at a row and walk them
+// in blocks of `t` values (a whole number of rows: Geometry::tile), with the per-channel arrays
+// tiled to t values (position i holds channel i % C). Narrow layers then still run long vector
+// loops instead of a short loop and its overhead per row; the accumulators are tiled too and
+// folded into channels by the caller.
+
+// Forward, channels_last: a[i] += x - k[i], q[i] += (x - k[i])^2.
 template <typename scalar_t, typename acc_t>
-void stats_rows(const scalar_t* __restrict__ x, int64_t rows, int64_t c, const acc_t* __restrict__ k,
+void stats_rows(const scalar_t* __restrict__ x, int64_t len, int64_t t, const acc_t* __restrict__ k,
                 acc_t* __restrict__ a, acc_t* __restrict__ q) {
-  for (int64_t r = 0; r < rows; ++r, x += c) {
+  for (int64_t o = 0; o < len; o += t) {
+    const int64_t n = std::min(t, len - o);
+    const scalar_t* __restrict__ xo = x + o;
 #pragma omp simd
-    for (int64_t i = 0; i < c; ++i) {
-      const acc_t d = static_cast<acc_t>(x[i]) - k[i];
+    for (int64_t i = 0; i < n; ++i) {
+      const acc_t d = static_cast<acc_t>(xo[i]) - k[i];
       a[i] += d;
       q[i] += d * d;
     }
@@ -138,22 +153,28 @@ void grad_sums_run(const scalar_t* __restrict__ dy, const scalar_t* __restrict__
   }
 }
 
-// Backward, channels_last: the same over `rows` rows into a[c], q[c].
+// Backward, channels_last: the same sums into a[i], q[i] (tiled), g written when asked.
 template <typename scalar_t, typename acc_t>
 void grad_sums_rows(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ out,
-                    const scalar_t* __restrict__ x, int64_t rows, int64_t c, const acc_t* __restrict__ mean,
+                    const scalar_t* __restrict__ x, int64_t len, int64_t t, const acc_t* __restrict__ mean,
                     scalar_t* __restrict__ g_out, acc_t* __restrict__ a, acc_t* __restrict__ q) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t o = r * c;
-#pragma omp simd
-    for (int64_t i = 0; i < c; ++i) {
-      const acc_t g = mask(out[o + i], dy[o + i]);
-      a[i] += g;
-      q[i] += g * (static_cast<acc_t>(x[o + i]) - mean[i]);
-    }
+  for (int64_t o = 0; o < len; o += t) {
+    const int64_t n = std::min(t, len - o);
     if (g_out != nullptr) {
 #pragma omp simd
-      for (int64_t i = 0; i < c; ++i) g_out[o + i] = static_cast<scalar_t>(mask(out[o + i], dy[o + i]));
+      for (int64_t i = 0; i < n; ++i) {
+        const acc_t g = mask(out[o + i], dy[o + i]);
+        g_out[o + i] = static_cast<scalar_t>(g);
+        a[i] += g;
+        q[i] += g * (static_cast<acc_t>(x[o + i]) - mean[i]);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const acc_t g = mask(out[o + i], dy[o + i]);
+        a[i] += g;
+        q[i] += g * (static_cast<acc_t>(x[o + i]) - mean[i]);
+      }
     }
   }
 }
@@ -177,19 +198,19 @@ void normalize_run(const scalar_t* __restrict__ x, const scalar_t* __restrict__ 
 }
 
 template <typename scalar_t, typename acc_t>
-void normalize_rows(const scalar_t* __restrict__ x, const scalar_t* __restrict__ r, int64_t rows, int64_t c,
+void normalize_rows(const scalar_t* __restrict__ x, const scalar_t* __restrict__ r, int64_t len, int64_t t,
                     const acc_t* __restrict__ mean, const acc_t* __restrict__ scale, const acc_t* __restrict__ shift,
                     scalar_t* __restrict__ out) {
-  for (int64_t k = 0; k < rows; ++k) {
-    const int64_t o = k * c;
+  for (int64_t o = 0; o < len; o += t) {
+    const int64_t n = std::min(t, len - o);
     if (r != nullptr) {
 #pragma omp simd
-      for (int64_t i = 0; i < c; ++i)
+      for (int64_t i = 0; i < n; ++i)
         out[o + i] = static_cast<scalar_t>(
             relu((static_cast<acc_t>(x[o + i]) - mean[i]) * scale[i] + shift[i] + static_cast<acc_t>(r[o + i])));
     } else {
 #pragma omp simd
-      for (int64_t i = 0; i < c; ++i)
+      for (int64_t i = 0; i < n; ++i)
         out[o + i] = static_cast<scalar_t>(relu((static_cast<acc_t>(x[o + i]) - mean[i]) * scale[i] + shift[i]));
     }
   }
@@ -215,19 +236,19 @@ void grad_input_run(const scalar_t* __restrict__ dy, const scalar_t* __restrict_
 
 template <typename scalar_t, typename acc_t>
 void grad_input_rows(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ out,
-                     const scalar_t* __restrict__ g_in, const scalar_t* __restrict__ x, int64_t rows, int64_t c,
+                     const scalar_t* __restrict__ g_in, const scalar_t* __restrict__ x, int64_t len, int64_t t,
                      const acc_t* __restrict__ mean, const acc_t* __restrict__ k1, const acc_t* __restrict__ k2,
                      const acc_t* __restrict__ k3, scalar_t* __restrict__ dx) {
-  for (int64_t k = 0; k < rows; ++k) {
-    const int64_t o = k * c;
+  for (int64_t o = 0; o < len; o += t) {
+    const int64_t n = std::min(t, len - o);
     if (g_in != nullptr) {
 #pragma omp simd
-      for (int64_t i = 0; i < c; ++i)
+      for (int64_t i = 0; i < n; ++i)
         dx[o + i] = static_cast<scalar_t>(k1[i] * static_cast<acc_t>(g_in[o + i]) +
                                           k2[i] * (static_cast<acc_t>(x[o + i]) - mean[i]) + k3[i]);
     } else {
 #pragma omp simd
-      for (int64_t i = 0; i < c; ++i) {
+      for (int64_t i = 0; i < n; ++i) {
         const acc_t g = mask(out[o + i], dy[o + i]);
         dx[o + i] = static_cast<scalar_t>(k1[i] * g + k2[i] * (static_cast<acc_t>(x[o + i]) - mean[i]) + k3[i]);
       }
@@ -237,8 +258,9 @@ void grad_input_rows(const scalar_t* __restrict__ dy, const scalar_t* __restrict
 
 // ---- the two drivers ------------------------------------------------------------------------
 
-// Runs `apply_run(offset, len, c)` over every NCHW plane or `apply_rows(offset, nrows)` over
-// channels_last rows, split across threads: a pass that needs no per-channel totals first.
+// Runs `apply_run(offset, len, c)` over every NCHW plane or `apply_rows(offset, len)` over
+// channels_last rows (len values from a row boundary), split across threads: a pass that needs
+// no per-channel totals first.
 template <typename ApplyRun, typename ApplyRows>
 void one_pass(const Geometry& g, const ApplyRun& apply_run, const ApplyRows& apply_rows) {
   if (!g.nhwc) {
@@ -247,7 +269,7 @@ void one_pass(const Geometry& g, const ApplyRun& apply_run, const ApplyRows& app
     });
   } else {
     at::parallel_for(0, g.count(), std::max<int64_t>(1, kGrainValues / g.c),
-                     [&](int64_t r0, int64_t r1) { apply_rows(r0 * g.c, r1 - r0); });
+                     [&](int64_t r0, int64_t r1) { apply_rows(r0 * g.c, (r1 - r0) * g.c); });
   }
 }
 
@@ -257,12 +279,15 @@ void one_pass(const Geometry& g, const ApplyRun& apply_run, const ApplyRows& app
 //   NCHW: channel by channel across threads — `sum_run(offset, len, c, t1, t2)` over the
 //   channel's planes, finish, then `apply_run(offset, len, c)` over the same planes, which are
 //   still in this core's caches (a pass over the whole tensor in between would evict them).
-//   channels_last: pass 1 over chunks of kChunkRows rows (`sum_rows(offset, nrows, a, q)` adds
-//   into a[c], q[c]), the chunks' sums added in order, every channel finished, then
-//   `apply_rows(offset, nrows)` over all rows.
-template <typename acc_t, typename SumRun, typename SumRows, typename Finish, typename ApplyRun, typename ApplyRows>
+//   channels_last: pass 1 over chunks of kChunkRows rows (`sum_rows(offset, len, a, q)` adds
+//   into the tiled a[i], q[i], folded into channels per chunk), the chunks' sums added in order,
+//   every channel finished, then `apply_rows(offset, len)` over all rows.
+//   `tile()` runs between the passes, channels_last only: every channel finished, it tiles the
+//   constants that apply_rows reads.
+template <typename acc_t, typename SumRun, typename SumRows, typename Finish, typename Tile, typename ApplyRun,
+          typename ApplyRows>
 void two_passes(const Geometry& g, const SumRun& sum_run, const SumRows& sum_rows, const Finish& finish,
-                const ApplyRun& apply_run, const ApplyRows& apply_rows) {
+                const Tile& tile, const ApplyRun& apply_run, const ApplyRows& apply_rows) {
   if (!g.nhwc) {
     at::parallel_for(0, g.c, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
@@ -276,17 +301,19 @@ void two_passes(const Geometry& g, const SumRun& sum_run, const SumRows& sum_row
   }
   const int64_t chunks = (g.count() + kChunkRows - 1) / kChunkRows;
   std::vector<double> part(static_cast<size_t>(chunks * 2 * g.c));
+  const int64_t t = g.tile();
   at::parallel_for(0, chunks, 1, [&](int64_t k0, int64_t k1) {
-    std::vector<acc_t> a(g.c), q(g.c);
+    std::vector<acc_t> a(t), q(t);
     for (int64_t k = k0; k < k1; ++k) {
       std::fill(a.begin(), a.end(), acc_t(0));
       std::fill(q.begin(), q.end(), acc_t(0));
       const int64_t r0 = k * kChunkRows, nrows = std::min(kChunkRows, g.count() - r0);
-      sum_rows(r0 * g.c, nrows, a.data(), q.data());
+      sum_rows(r0 * g.c, nrows * g.c, a.data(), q.data());
       double* p = part.data() + k * 2 * g.c;
-      for (int64_t c = 0; c < g.c; ++c) {
-        p[c] = a[c];
-        p[g.c + c] = q[c];
+      std::fill(p, p + 2 * g.c, 0.0);
+      for (int64_t i = 0; i < t; ++i) {
+        p[i % g.c] += a[i];
+        p[g.c + i % g.c] += q[i];
       }
     }
   });
@@ -299,20 +326,53 @@ void two_passes(const Geometry& g, const SumRun& sum_run, const SumRows& sum_row
     }
   }
   for (int64_t c = 0; c < g.c; ++c) finish(c, s1[c], s2[c]);
+  tile();
   one_pass(g, apply_run, apply_rows);
 }
 
+// A per-channel vector's values (any floating dtype, any strides), read without an ATen op: on
+// small layers the operators' fixed cost is a share of their time.
 template <typename acc_t>
 std::vector<acc_t> values(const at::Tensor& t) {
-  const auto d = t.to(at::kDouble).contiguous();
-  const double* p = d.const_data_ptr<double>();
-  return std::vector<acc_t>(p, p + d.numel());
+  std::vector<acc_t> v(static_cast<size_t>(t.numel()));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "dlrun::bn_relu values", [&] {
+    const scalar_t* p = t.const_data_ptr<scalar_t>();
+    const int64_t stride = t.dim() == 1 ? t.stride(0) : 1;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<acc_t>(p[static_cast<int64_t>(i) * stride]);
+  });
+  return v;
 }
 
+// `v` (one value per channel) repeated to `t` values: position i holds channel i % v.size().
+template <typename T>
+std::vector<T> tiled(const std::vector<T>& v, int64_t t) {
+  std::vector<T> out(static_cast<size_t>(t));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = v[i % v.size()];
+  return out;
+}
+
+// A new 1-D tensor of `dtype` holding `v`.
 at::Tensor from(const std::vector<double>& v, at::ScalarType dtype) {
-  auto t = at::empty({static_cast<int64_t>(v.size())}, at::kDouble);
-  std::copy(v.begin(), v.end(), t.mutable_data_ptr<double>());
-  return t.to(dtype);
+  auto t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(dtype));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "dlrun::bn_relu from", [&] {
+    scalar_t* p = t.mutable_data_ptr<scalar_t>();
+    for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<scalar_t>(v[i]);
+  });
+  return t;
+}
+
+// buffer = (1 - momentum) * buffer + momentum * v, in place (BatchNorm's running statistics),
+// computed in double.
+void move_towards(at::Tensor& buffer, const std::vector<double>& v, double momentum) {
+  if (!buffer.is_contiguous() || buffer.dim() != 1) {
+    buffer.mul_(1 - momentum).add_(from(v, buffer.scalar_type()), momentum);
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, buffer.scalar_type(), "dlrun::bn_relu running", [&] {
+    scalar_t* p = buffer.mutable_data_ptr<scalar_t>();
+    for (size_t i = 0; i < v.size(); ++i)
+      p[i] = static_cast<scalar_t>((1 - momentum) * static_cast<double>(p[i]) + momentum * v[i]);
+  });
 }
 
 // ---- the operators --------------------------------------------------------------------------
@@ -340,31 +400,42 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu_cpu(const at::Tensor&
     const auto w = values<double>(weight), b = values<double>(bias);
     // Per channel: the mean, scale = invstd * weight and the bias, in the accumulation type.
     std::vector<acc_t> mv(g.c), sv(g.c), bv(b.begin(), b.end());
+    std::vector<acc_t> mt, st, bt;  // channels_last: the same, tiled (Geometry::tile)
+    auto tile = [&] {
+      mt = tiled(mv, g.tile());
+      st = tiled(sv, g.tile());
+      bt = tiled(bv, g.tile());
+    };
     auto apply_run = [&](int64_t o, int64_t len, int64_t c) {
       normalize_run(xp + o, rp ? rp + o : nullptr, len, mv[c], sv[c], bv[c], outp + o);
     };
-    auto apply_rows = [&](int64_t o, int64_t nrows) {
-      normalize_rows(xp + o, rp ? rp + o : nullptr, nrows, g.c, mv.data(), sv.data(), bv.data(), outp + o);
+    auto apply_rows = [&](int64_t o, int64_t len) {
+      normalize_rows(xp + o, rp ? rp + o : nullptr, len, g.tile(), mt.data(), st.data(), bt.data(), outp + o);
     };
     if (!training) {
-      mean = running_mean.to(acc_dtype);
-      invstd = (running_var.to(acc_dtype) + eps).rsqrt();
-      const auto m = values<double>(mean), inv = values<double>(invstd);
+      // Fresh tensors (autograd saves the mean, which must not follow later buffer updates).
+      const auto m = values<double>(running_mean), var = values<double>(running_var);
+      std::vector<double> inv(g.c);
       for (int64_t c = 0; c < g.c; ++c) {
+        inv[c] = 1.0 / std::sqrt(var[c] + eps);
         mv[c] = static_cast<acc_t>(m[c]);
         sv[c] = static_cast<acc_t>(inv[c] * w[c]);
       }
+      mean = from(m, acc_dtype);
+      invstd = from(inv, acc_dtype);
+      if (g.nhwc) tile();
       one_pass(g, apply_run, apply_rows);
       return;
     }
     // The shift: each channel's first value (NCHW: of plane (0, c); channels_last: of row 0).
     std::vector<acc_t> k(g.c);
     for (int64_t c = 0; c < g.c; ++c) k[c] = static_cast<acc_t>(xp[g.nhwc ? c : c * g.hw]);
+    const auto kt = g.nhwc ? tiled(k, g.tile()) : std::vector<acc_t>();
     const double n = static_cast<double>(g.count());
     std::vector<double> m(g.c), inv(g.c), unbiased(g.c);
     two_passes<acc_t>(
         g, [&](int64_t o, int64_t len, int64_t c, double& t1, double& t2) { stats_run(xp + o, len, k[c], t1, t2); },
-        [&](int64_t o, int64_t nrows, acc_t* a, acc_t* q) { stats_rows(xp + o, nrows, g.c, k.data(), a, q); },
+        [&](int64_t o, int64_t len, acc_t* a, acc_t* q) { stats_rows(xp + o, len, g.tile(), kt.data(), a, q); },
         [&](int64_t c, double t1, double t2) {
           const double d = t1 / n, var = std::max(0.0, t2 / n - d * d);
           m[c] = static_cast<double>(k[c]) + d;
@@ -373,12 +444,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu_cpu(const at::Tensor&
           mv[c] = static_cast<acc_t>(m[c]);
           sv[c] = static_cast<acc_t>(inv[c] * w[c]);
         },
-        apply_run, apply_rows);
+        tile, apply_run, apply_rows);
     mean = from(m, acc_dtype);
     invstd = from(inv, acc_dtype);
-    at::NoGradGuard no_grad;
-    running_mean.mul_(1 - momentum).add_(from(m, running_mean.scalar_type()), momentum);
-    running_var.mul_(1 - momentum).add_(from(unbiased, running_var.scalar_type()), momentum);
+    move_towards(running_mean, m, momentum);
+    move_towards(running_var, unbiased, momentum);
   });
   return {out, mean, invstd};
 }
@@ -411,14 +481,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward_
     // dx = w*invstd * (g - [training] (sum(g) + x̂ * sum(g*x̂)) / n), x̂ = (x - mean) * invstd:
     // k1 * g + k2 * (x - mean) + k3 per channel. With the residual, pass 1 writes g and pass 2
     // reads it back instead of dy and the output.
-    std::vector<acc_t> k1(g.c), k2(g.c), k3(g.c);
+    std::vector<acc_t> k1(g.c), k2(g.c), k3(g.c), k1t, k2t, k3t;  // channels_last: k's tiled
+    const auto mt = g.nhwc ? tiled(mv, g.tile()) : std::vector<acc_t>();
     two_passes<acc_t>(
         g,
         [&](int64_t o, int64_t len, int64_t c, double& t1, double& t2) {
           grad_sums_run(dyp + o, outp + o, xp + o, len, mv[c], gp ? gp + o : nullptr, t1, t2);
         },
-        [&](int64_t o, int64_t nrows, acc_t* a, acc_t* q) {
-          grad_sums_rows(dyp + o, outp + o, xp + o, nrows, g.c, mv.data(), gp ? gp + o : nullptr, a, q);
+        [&](int64_t o, int64_t len, acc_t* a, acc_t* q) {
+          grad_sums_rows(dyp + o, outp + o, xp + o, len, g.tile(), mt.data(), gp ? gp + o : nullptr, a, q);
         },
         [&](int64_t c, double t1, double t2) {
           sum_g[c] = t1;
@@ -428,12 +499,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward_
           k2[c] = static_cast<acc_t>(training ? -a * inv[c] * sum_g_xhat[c] / n : 0.0);
           k3[c] = static_cast<acc_t>(training ? -a * t1 / n : 0.0);
         },
+        [&] {
+          k1t = tiled(k1, g.tile());
+          k2t = tiled(k2, g.tile());
+          k3t = tiled(k3, g.tile());
+        },
         [&](int64_t o, int64_t len, int64_t c) {
           grad_input_run(dyp + o, outp + o, gp ? gp + o : nullptr, xp + o, len, mv[c], k1[c], k2[c], k3[c], dxp + o);
         },
-        [&](int64_t o, int64_t nrows) {
-          grad_input_rows(dyp + o, outp + o, gp ? gp + o : nullptr, xp + o, nrows, g.c, mv.data(), k1.data(),
-                          k2.data(), k3.data(), dxp + o);
+        [&](int64_t o, int64_t len) {
+          grad_input_rows(dyp + o, outp + o, gp ? gp + o : nullptr, xp + o, len, g.tile(), mt.data(), k1t.data(),
+                          k2t.data(), k3t.data(), dxp + o);
         });
   });
   return {dx, gres, from(sum_g_xhat, weight.scalar_type()), from(sum_g, weight.scalar_type())};

@@ -10,7 +10,8 @@
 TORCH_LIBRARY(dlrun, m) {
   // BatchNorm (training: batch statistics, running statistics updated in place; eval: the
   // running statistics) then ReLU. Returns the output and the statistics backward needs:
-  // the mean and inverse standard deviation used (float32, one per channel).
+  // the mean and inverse standard deviation used (one per channel, float32; float64 for a
+  // float64 input).
   m.def(
       "bn_relu(Tensor input, Tensor weight, Tensor bias, Tensor(a!) running_mean, Tensor(b!) running_var, "
       "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");

@@ -68,8 +68,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
 
   out.model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
   out.model->to(placement.device);
-  // dlrun's fused BatchNorm kernels exist for the CPU and CUDA (docs/kernels.md).
-  out.model->use_fused_conv_bn_relu(c.model.fused_conv_bn_relu);
+  out.model->use_fused_conv_bn_relu(use_fused_kernels(c, placement.device));
   if (purpose == Purpose::kEval) {
     out.model->eval();
   } else {

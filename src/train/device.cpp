@@ -28,6 +28,15 @@ CudaSettings cuda_settings(const Config& cfg) {
   return s;
 }
 
+bool use_fused_kernels(const Config& cfg, const torch::Device& device) {
+  switch (cfg.model.fused_conv_bn_relu) {
+    case FusedKernels::kOn: return true;
+    case FusedKernels::kOff: return false;
+    case FusedKernels::kAuto: break;
+  }
+  return device.is_cuda();
+}
+
 nlohmann::json fast_paths(const Config& cfg) {
   const CudaSettings s = cuda_settings(cfg);
   return {{"cudnn_benchmark", s.cudnn_benchmark},
@@ -35,7 +44,7 @@ nlohmann::json fast_paths(const Config& cfg) {
           {"channels_last", cfg.model.channels_last},
           {"amp", cfg.amp.enabled ? name_of(cfg.amp.dtype) : "off"},
           {"cuda_graphs", cfg.train.cuda_graphs},
-          {"fused_conv_bn_relu", cfg.model.fused_conv_bn_relu},
+          {"fused_conv_bn_relu", name_of(cfg.model.fused_conv_bn_relu)},
           {"activation_checkpointing", name_of(cfg.model.activation_checkpointing)}};
 }
 
@@ -47,7 +56,7 @@ std::string describe_fast_paths(const Config& cfg, const torch::Device& device) 
     s += fmt::format("cudnn_benchmark {}, tf32 {}, cuda_graphs {}, ", on("cudnn_benchmark"), on("tf32"),
                      on("cuda_graphs"));
   s += fmt::format("fused_conv_bn_relu {}, amp {}, channels_last {}, activation_checkpointing {}",
-                   on("fused_conv_bn_relu"), j["amp"].get<std::string>(), on("channels_last"),
+                   use_fused_kernels(cfg, device) ? "on" : "off", j["amp"].get<std::string>(), on("channels_last"),
                    j["activation_checkpointing"].get<std::string>());
   return s;
 }

@@ -32,9 +32,15 @@ struct CudaSettings {
 };
 CudaSettings cuda_settings(const Config& cfg);
 
+/// Whether the models run their conv-BN-ReLU triples and ResNet block ends through dlrun's
+/// fused operators on `device` (model.fused_conv_bn_relu: auto means on CUDA only: on the CPU,
+/// ATen's own BatchNorm is faster than dlrun's CPU kernels, docs/benchmarks.md).
+bool use_fused_kernels(const Config& cfg, const torch::Device& device);
+
 /// What a run with `cfg` turns on, for the start of the log and `dlrun info CONFIG`:
-/// cudnn_benchmark, tf32, channels_last, amp ("off", "bf16", "fp16"), cuda_graphs, fused_conv_bn_relu and
-/// activation_checkpointing, as the config resolves them (the CUDA ones only matter on CUDA).
+/// cudnn_benchmark, tf32, channels_last, amp ("off", "bf16", "fp16"), cuda_graphs, fused_conv_bn_relu
+/// ("auto", "true", "false") and activation_checkpointing, as the config resolves them (the CUDA
+/// ones only matter on CUDA).
 nlohmann::json fast_paths(const Config& cfg);
 
 /// fast_paths() in one line for the log: "fast paths on cuda:0: cudnn_benchmark on, tf32 on,

@@ -295,7 +295,9 @@ TEST_CASE("CPU kernels equal the ATen reference: shapes, formats, dtypes, with a
               CHECK_FALSE(a.isnan().any().item<bool>());
               // Sums over a channel (grad weight, grad bias) scale with its count.
               const double scale = i == 6 || i == 7 ? std::max(1.0, b.abs().max().item<double>()) : 1.0;
-              CHECK(torch::allclose(a, b, tol, tol * scale));
+              // The running statistics are float32 buffers, whatever the input's dtype.
+              const double t = i == 3 || i == 4 ? std::max(tol, 1e-6) : tol;
+              CHECK(torch::allclose(a, b, t, t * scale));
             }
           }
         }
