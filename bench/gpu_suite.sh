@@ -88,7 +88,6 @@ fi
 if want kernels; then
 step "benchmark: dlrun bench kernels (fused vs unfused, ResNet-50 shapes, batch 256 bf16 channels_last)"
 "$DLRUN" bench kernels --device cuda > "$OUT/bench-kernels.txt" 2>>"$OUT/suite.log" || fail "bench kernels"
-"$DLRUN" bench kernels --device cuda --json > "$OUT/bench-kernels.json" 2>>"$OUT/suite.log" || fail "bench kernels --json"
 "$DLRUN" bench kernels --device cuda --nchw > "$OUT/bench-kernels-nchw.txt" 2>>"$OUT/suite.log" \
   || fail "bench kernels --nchw"
 tail -3 "$OUT/bench-kernels.txt" | sed 's/^/    /' >> "$summary"

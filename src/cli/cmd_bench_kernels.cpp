@@ -8,7 +8,9 @@
 //     kernels' achieved bandwidth — the bytes their passes move (forward: x twice, out once;
 //     backward: dy, out and x twice, dx once; the residual once more each way) over the time —
 //     against this device's measured copy bandwidth (a large tensor copied: read + write);
-//   - then resnet50 training images/s with model.fused_conv_bn_relu on and off.
+//   - then resnet50 training images/s with model.fused_conv_bn_relu on and off (two models in
+//     one process, stepped in turn: on the CPU that comparison was found biased, and separate
+//     `dlrun train` runs are the check there; docs/benchmarks.md).
 // Defaults follow the device: CUDA batch 256, 224x224, bf16, channels_last; CPU batch 8,
 // 112x112, float32, channels_last (a CPU runs the same shapes, smaller).
 #include <CLI/CLI.hpp>
@@ -72,8 +74,9 @@ std::vector<Unit> resnet50_units(int64_t image) {
     seen[key] = static_cast<int>(units.size());
     units.push_back(u);
   };
-  add({3, 64, 7, 2, image, false, 1});
-  int64_t side = (image / 2 + 1) / 2, in = 64;  // after the stride-2 stem and the stride-2 pool
+  const Unit stem{3, 64, 7, 2, image, false, 1};
+  add(stem);
+  int64_t side = (stem.out_side() - 1) / 2 + 1, in = 64;  // after the 3x3/2 max pool (padding 1)
   const int64_t planes[] = {64, 128, 256, 512}, blocks[] = {3, 4, 6, 3};
   for (int s = 0; s < 4; ++s)
     for (int64_t b = 0; b < blocks[s]; ++b) {

@@ -432,7 +432,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, cons
   at::Tensor out = at::empty_like(x);
   if (s.numel == 0)  // eval of an empty batch, or no channels: nothing to compute
     return {out, running_mean.to(acc_dtype, false, /*copy=*/true), (running_var.to(acc_dtype) + eps).rsqrt()};
-  // The residual is added in x's dtype, as the unfused `bn(x).add_(residual)` does.
+  // The residual, cast to x's dtype, is added in the op-math type before the output's rounding.
   const at::Tensor residual =
       residual_in.defined() ? residual_in.to(x.scalar_type()).contiguous(x.suggest_memory_format()) : at::Tensor();
   const auto opts = x.options().dtype(acc_dtype);

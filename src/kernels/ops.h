@@ -1,7 +1,8 @@
 // dlrun's custom operators (schemas: src/kernels/library.cpp), called through the PyTorch
 // dispatcher by name, so that code outside the dlrun_kernels object library (the models) needs
-// no link-time dependency on it and the device picks the implementation: the reference
-// composed of ATen ops everywhere, CUDA kernels for CUDA tensors where they exist.
+// no link-time dependency on it and the device picks the implementation: dlrun's CPU kernels
+// for CPU tensors, its CUDA kernels for CUDA tensors, the reference composed of ATen ops for
+// anything else (and for what the CPU kernels do not take).
 //
 //   bn_relu(x, weight, bias, running_mean, running_var, training, momentum, eps)
 //     -> (out, save_mean, save_invstd)
@@ -14,7 +15,10 @@
 //   bn_add_relu(x, residual, weight, bias, running_mean, running_var, training, momentum, eps)
 //     -> (out, save_mean, save_invstd)
 //     relu(BatchNorm(x) + residual), residual of x's shape: the end of a ResNet block. The
-//     statistics are bn_relu's; differentiable in x, residual, weight and bias.
+//     statistics are bn_relu's. The kernels cast the residual to x's dtype and add it in the
+//     accumulation type before the output's one rounding (the unfused `bn(x).add_(residual)`
+//     rounds bn(x) first; the reference adds the residual at its own precision).
+//     Differentiable in x, residual, weight and bias.
 //   conv_bn_relu(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training,
 //                momentum, eps, stride, padding, dilation, groups) -> out
 //     conv2d without bias (ATen, cuDNN on CUDA), then bn_relu.

@@ -21,8 +21,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward(
     const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
     const at::Tensor& mean, const at::Tensor& invstd, bool training);
 
-/// The checks every implementation makes of bn_relu's / bn_add_relu's arguments, with errors
-/// that name what was received (`residual` may be undefined).
+/// The reference's and the CPU kernels' checks of bn_relu's / bn_add_relu's arguments, with
+/// errors that name what was received (`residual` may be undefined); the CUDA kernels make the
+/// same checks in their own file.
 void check_bn_inputs(const char* op, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                      const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var);
 

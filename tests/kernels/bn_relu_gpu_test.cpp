@@ -1,7 +1,8 @@
 // The CUDA kernels of dlrun::bn_relu and dlrun::bn_add_relu against the same ops on the CPU
 // (whose kernels tests/kernels/bn_relu_test.cpp holds to the ATen reference): random and odd
 // shapes, both memory formats, fp32 / fp16 / bf16 with stated tolerances, running statistics,
-// forward and backward (the residual's gradient included). Outputs land in memory poisoned with NaN beforehand, so an
+// forward and backward (the residual's gradient included; both backwards from the CPU's forward).
+// Also a tensor larger than one sweep of the grid, and the folded evaluation's cuDNN call. Outputs land in memory poisoned with NaN beforehand, so an
 // element the kernels never write shows up. Label `gpu`: without a CUDA device each case
 // prints "SKIP: no CUDA device".
 #include <catch2/catch.hpp>
@@ -32,6 +33,14 @@ void poison_cuda_memory(int64_t bytes) {
 TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtypes, statistics, gradients",
           "[gpu][kernels][sanitize]") {
   if (no_cuda()) return;
+  using T = const at::Tensor&;
+  static const auto relu_backward = c10::Dispatcher::singleton()
+                                        .findSchemaOrThrow("dlrun::bn_relu_backward", "")
+                                        .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(T, T, T, T, T, T, bool)>();
+  static const auto add_backward =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(T, T, T, T, T, T, bool)>();
   const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7}, {2, 16, 1, 1}, {7, 33, 9, 13}, {32, 64, 14, 14},
                                                     {3, 5, 65, 129}};
   auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
@@ -50,32 +59,56 @@ TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtype
             const auto rm0 = torch::randn({c}, gen), rv0 = torch::rand({c}, gen) + 0.5;
             const auto res_cpu = (torch::randn(shape, gen) * 0.5).to(dtype).contiguous(format);
 
-            auto run = [&](const torch::Device& d) {
-              auto x = x_cpu.to(d).requires_grad_(true);
-              auto w = w_cpu.to(d).requires_grad_(true), b = b_cpu.to(d).requires_grad_(true);
-              auto res = res_cpu.to(d).requires_grad_(true);
-              auto rm = rm0.to(d), rv = rv0.to(d);
-              if (d.is_cuda()) poison_cuda_memory(x.numel() * 16 + (1 << 20));
-              auto y = add ? std::get<0>(kernels::bn_add_relu(x, res, w, b, rm, rv, training, 0.1, 1e-5))
-                           : std::get<0>(kernels::bn_relu(x, w, b, rm, rv, training, 0.1, 1e-5));
-              const auto loss = (y.to(torch::kFloat32) * up_cpu.to(d).to(torch::kFloat32)).sum();
-              auto g = add ? torch::autograd::grad({loss}, {x, w, b, res}) : torch::autograd::grad({loss}, {x, w, b});
-              return std::vector<torch::Tensor>{y.cpu().to(torch::kFloat32), g[0].cpu().to(torch::kFloat32),
-                                                g[1].cpu(), g[2].cpu(), rm.cpu(), rv.cpu(),
-                                                torch::tensor(y.is_contiguous(format)),
-                                                add ? g[3].cpu().to(torch::kFloat32) : torch::zeros({1})};
+            // Forward on each device; backward on each device from the *CPU's* forward (its output,
+            // whose sign is the mask, and its statistics), so that a pre-activation within rounding
+            // of zero, positive on one device and not on the other, cannot make the gradients
+            // differ for a reason that is no bug.
+            struct Fwd {
+              torch::Tensor y, mean, invstd, rm, rv;
             };
-            const auto ref = run(torch::kCPU);
-            const auto got = run(torch::Device(torch::kCUDA, 0));
+            auto forward = [&](const torch::Device& d) {
+              torch::NoGradGuard no_grad;
+              auto rm = rm0.to(d), rv = rv0.to(d);
+              if (d.is_cuda()) poison_cuda_memory(x_cpu.numel() * 16 + (1 << 20));
+              auto r = add ? kernels::bn_add_relu(x_cpu.to(d), res_cpu.to(d), w_cpu.to(d), b_cpu.to(d), rm, rv,
+                                                  training, 0.1, 1e-5)
+                           : kernels::bn_relu(x_cpu.to(d), w_cpu.to(d), b_cpu.to(d), rm, rv, training, 0.1, 1e-5);
+              return Fwd{std::get<0>(r), std::get<1>(r), std::get<2>(r), rm, rv};
+            };
+            const Fwd fc = forward(torch::kCPU);
+            const Fwd fg = forward(torch::Device(torch::kCUDA, 0));
+            auto backward = [&](const torch::Device& d) {
+              torch::NoGradGuard no_grad;
+              if (d.is_cuda()) poison_cuda_memory(x_cpu.numel() * 16 + (1 << 20));
+              const auto args = std::make_tuple(up_cpu.to(d), x_cpu.to(d), fc.y.to(d), w_cpu.to(d), fc.mean.to(d),
+                                                fc.invstd.to(d));
+              std::vector<torch::Tensor> g;
+              if (add) {
+                auto [dx, dres, dw, db] = std::apply([&](auto&&... t) { return add_backward.call(t..., training); }, args);
+                g = {dx, dw, db, dres};
+              } else {
+                auto [dx, dw, db] = std::apply([&](auto&&... t) { return relu_backward.call(t..., training); }, args);
+                g = {dx, dw, db, torch::zeros({1}, torch::TensorOptions().device(d))};
+              }
+              return g;
+            };
+            const auto gc = backward(torch::kCPU);
+            const auto gg = backward(torch::Device(torch::kCUDA, 0));
+            auto f32 = [](const torch::Tensor& t) { return t.cpu().to(torch::kFloat32); };
+            const std::vector<torch::Tensor> ref = {f32(fc.y), f32(gc[0]), f32(gc[1]), f32(gc[2]), f32(fc.rm),
+                                                    f32(fc.rv), f32(gc[3]), f32(fc.mean), f32(fc.invstd)};
+            const std::vector<torch::Tensor> got = {f32(fg.y), f32(gg[0]), f32(gg[1]), f32(gg[2]), f32(fg.rm),
+                                                    f32(fg.rv), f32(gg[3]), f32(fg.mean), f32(fg.invstd)};
             const char* names[] = {"output", "grad input", "grad weight", "grad bias", "running_mean", "running_var",
-                                   "", "grad residual"};
-            for (size_t i : {0, 1, 2, 3, 4, 5, 7}) {
+                                   "grad residual", "save_mean", "save_invstd"};
+            for (size_t i = 0; i < ref.size(); ++i) {
               INFO(names[i]);
               CHECK_FALSE(got[i].isnan().any().item<bool>());
               const double scale = i == 2 || i == 3 ? std::max(1.0, ref[i].abs().max().item<double>()) : 1.0;
               CHECK(torch::allclose(got[i], ref[i], tol, tol * scale));
             }
-            CHECK(got[6].item<bool>());  // the output keeps the input's memory format
+            CHECK(fg.y.is_contiguous(format));  // the output keeps the input's memory format
+            CHECK(gg[0].is_contiguous(format));
           }
         }
       }
@@ -104,7 +137,9 @@ TEST_CASE("bn_relu on CUDA: more elements than one grid covers, both formats", "
     CHECK_FALSE(got.isnan().any().item<bool>());
     CHECK(torch::allclose(mean_got.cpu(), mean_want, 1e-4, 1e-4));
     CHECK(torch::allclose(invstd_got.cpu(), invstd_want, 1e-4, 1e-4));
-    CHECK((got.cpu().to(torch::kFloat32) - want.to(torch::kFloat32)).abs().max().item<double>() <= 3e-2);
+    // Within two bf16 steps (2^-7 relative each): the two devices compute the statistics in
+    // different orders, so a value near a rounding boundary may round to the neighbour.
+    CHECK(torch::allclose(got.cpu().to(torch::kFloat32), want.to(torch::kFloat32), 2e-2, 2e-2));
   }
 }
 
