@@ -2,12 +2,12 @@
 // ops.h; the reference they are tested against: bn_relu.cpp), for float32, float64, fp16 and
 // bf16 inputs in NCHW or channels_last (anything else goes to the reference).
 //
-// Why: the unfused BatchNorm2d + ReLU (+ add) reads and writes each activation five times
-// forward (statistics, normalise, [add,] ReLU) and eight times backward (ReLU's mask, BN's
-// reductions, BN's input gradient); here forward reads x once for the statistics and once
-// more (with the residual) to write the output, and backward reads (dy, out, x) twice and
-// writes dx once (plus the residual's gradient). On a CPU these passes are memory-bound, and on
-// small convnets they are a fifth of the step (docs/benchmarks.md).
+// The passes: forward reads x once for the statistics and once more (with the residual) to
+// write the output; backward reads (dy, out, x) twice and writes dx once (plus the residual's
+// gradient) — fewer than the unfused BatchNorm2d + ReLU (+ add) makes. Fewer passes did not make
+// them faster than ATen's AVX2/AVX-512 BatchNorm on the machine measured (docs/benchmarks.md),
+// so model.fused_conv_bn_relu: auto leaves the CPU to the modules; these kernels are the
+// operators' CPU implementation (`true`, and the CPU side the CUDA tests compare with).
 //
 // Statistics: each channel's values are shifted by the channel's first value before they are
 // summed (sum and sum of squares of x - k are then small against the mean, so the variance
