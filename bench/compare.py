@@ -16,14 +16,25 @@ Workloads (--workloads, comma-separated; `cpu` and `gpu` name the groups):
   cpu-convnet-step   the same with the data resident in memory on both sides (the step alone)
   cpu-resnet18       torchvision's resnet18 (1 channel), 28x28 Fashion-MNIST, batch 128, loaders on
   cpu-resnet18-step  the same, data resident
+  cpu-quickstart-ddp1  cpu-quickstart-step as a DDP world of one (gloo): dlrun through
+                     scripts/dlrun-launch, PyTorch in DistributedDataParallel; the cost of the
+                     gradient all-reduce machinery over the plain step (not in the `cpu` group)
   pipeline           the input pipeline alone on generated JPEGs (random-resized crop 224, flip):
                      `dlrun bench data` vs torchvision ImageFolder + DataLoader (PIL), 1..N workers
   gpu-resnet18       resnet18 28x28 batch 512, bf16, channels_last, data on the GPU (+ CUDA graphs)
   gpu-resnet50       resnet50 224x224 synthetic batch 256, bf16, channels_last, data on the GPU
   gpu-resnet50-jpeg  resnet50 on the generated JPEG folder, loaders on (input pipeline included)
+  gpu-resnet50-ddp1  gpu-resnet50 as a DDP world of one (NCCL), as cpu-quickstart-ddp1
+
+The step-time breakdown counts the gradient all-reduce of DDP in the backward on both sides
+(both overlap it with the backward, bucket by bucket). With CUDA graphs dlrun replays the whole
+step as one graph and has no per-phase times ("n/a").
+
+A workload that fails on one side is reported as failed and the others still run; the exit code
+is then 1.
 
   bench/compare.py --dlrun build/dlrun --workloads cpu [--reps 3] [--steps 150]
-                   [--append docs/benchmarks.md]
+                   [--fmnist DIR] [--append docs/benchmarks.md]
 """
 import argparse
 import datetime
@@ -39,7 +50,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FMNIST = "/usr/share/datasets/fashion-mnist"
+FMNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist; --fmnist for another place
 MEAN, STD = 0.2860, 0.3530  # dlrun's Fashion-MNIST normalisation
 
 # name: what both sides train. data: fmnist (the idx files), fmnist-resident (all of it in
@@ -53,14 +64,18 @@ WORKLOADS = {
     "cpu-convnet-step": dict(model="convnet", batch=128, data="fmnist-resident", device="cpu", augment=[]),
     "cpu-resnet18": dict(model="resnet18", batch=128, data="fmnist", device="cpu", augment=["flip"]),
     "cpu-resnet18-step": dict(model="resnet18", batch=128, data="fmnist-resident", device="cpu", augment=[]),
+    "cpu-quickstart-ddp1": dict(model="convnet", width=16, channels_last=True, batch=128, data="fmnist-resident",
+                                device="cpu", augment=[], ddp=True),
     "gpu-resnet18": dict(model="resnet18", batch=512, data="fmnist-resident", device="cuda", augment=[],
                          amp="bf16", channels_last=True, graphs=True),
     "gpu-resnet50": dict(model="resnet50", batch=256, data="synthetic", side=224, channels=3, device="cuda",
                          augment=[], amp="bf16", channels_last=True),
     "gpu-resnet50-jpeg": dict(model="resnet50", batch=256, data="jpeg", side=224, channels=3, device="cuda",
                               augment=["resized_crop", "flip"], amp="bf16", channels_last=True),
+    "gpu-resnet50-ddp1": dict(model="resnet50", batch=256, data="synthetic", side=224, channels=3, device="cuda",
+                              augment=[], amp="bf16", channels_last=True, ddp=True),
 }
-GROUPS = {"cpu": [k for k in WORKLOADS if k.startswith("cpu-")] + ["pipeline"],
+GROUPS = {"cpu": [k for k in WORKLOADS if k.startswith("cpu-") and not k.endswith("-ddp1")] + ["pipeline"],
           "gpu": [k for k in WORKLOADS if k.startswith("gpu-")]}
 
 
@@ -73,7 +88,7 @@ def dlrun_cmd(a, w, run_dir, steps, jpeg_root):
         model = ["model.name=convnet", f"model.width={w.get('width', 32)}", "model.in_channels=1",
                  "model.num_classes=10"]
     if w["data"] in ("fmnist", "fmnist-resident"):
-        data = ["data.name=fashion_mnist", f"data.workers={a.workers}",
+        data = ["data.name=fashion_mnist", f"data.root={a.fmnist}", f"data.workers={a.workers}",
                 f"data.device_resident={'true' if w['data'] == 'fmnist-resident' else 'false'}"]
     elif w["data"] == "synthetic":
         c, s = w["channels"], w["side"]
@@ -84,14 +99,18 @@ def dlrun_cmd(a, w, run_dir, steps, jpeg_root):
                 f"data.workers={a.gpu_workers}", "data.normalize=true"]
     aug = "[" + ",".join(w["augment"]) + "]"
     amp = ["amp.enabled=false"] if not w.get("amp") else ["amp.enabled=true", f"amp.dtype={w['amp']}"]
-    return [a.dlrun, "train", os.path.join(ROOT, "configs", "quickstart.yaml"), "--run-dir", run_dir,
+    launch, dist = [], []
+    if w.get("ddp"):  # a world of one through the launcher, as torchrun would start it
+        launch = [sys.executable, os.path.join(ROOT, "scripts", "dlrun-launch"), "--nproc-per-node", "1", "--"]
+        dist = ["dist.backend=" + ("nccl" if w["device"] == "cuda" else "gloo")]
+    return [*launch, a.dlrun, "train", os.path.join(ROOT, "configs", "quickstart.yaml"), "--run-dir", run_dir,
             f"run.device={w['device']}", f"run.threads={a.threads}", *model, *data, f"data.augment={aug}",
             f"data.batch_size={w['batch']}", "optim.name=sgd", "optim.lr=0.05", "optim.momentum=0.9",
             "optim.nesterov=false", "optim.weight_decay=0", "sched.name=constant", f"train.max_steps={steps}",
             "train.eval_every_epochs=0", "train.eval_at_end=false", "checkpoint.every_minutes=0",
             "checkpoint.at_end=false", "log.every_steps=10", "log.progress=none", "log.tensorboard=false",
             f"model.channels_last={'true' if w.get('channels_last') else 'false'}",
-            f"train.cuda_graphs={'true' if w.get('graphs') else 'false'}", *amp]
+            f"train.cuda_graphs={'true' if w.get('graphs') else 'false'}", *amp, *dist]
 
 
 def run_measured(cmd, log_path, env=None):
@@ -113,7 +132,8 @@ def dlrun_side(a, w, steps, warm, jpeg_root, log_path):
         recs = [r for r in recs if "event" not in r and r["step"] > warm]
         summary = json.load(open(os.path.join(run_dir, "summary.json")))
         n = recs[-1]["step"] - warm
-        ms = {k: 1000 * sum(r.get(k + "_s", 0.0) for r in recs) / n
+        # A phase no record has (forward/backward/optimizer under CUDA graphs) is None: not measured.
+        ms = {k: 1000 * sum(r.get(k + "_s", 0.0) for r in recs) / n if any(k + "_s" in r for r in recs) else None
               for k in ("data_wait", "forward", "backward", "optimizer")}
         t = [r["time"] for r in recs]
         ips = (recs[-1]["step"] - recs[0]["step"]) * w["batch"] / (t[-1] - t[0])
@@ -149,6 +169,15 @@ def torch_side_main(args):
         model = resnet(w["model"], w.get("channels", 1))
     fmt = torch.channels_last if w.get("channels_last") else torch.contiguous_format
     model = model.to(dev).to(memory_format=fmt).train()
+    if w.get("ddp"):  # a world of one: DistributedDataParallel's defaults (25 MiB buckets), as dlrun's
+        import socket
+        import torch.distributed as tdist
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        tdist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                 world_size=1)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, **({"fused": True} if cuda else {}))
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(w.get("amp") or "")
     batch = w["batch"]
@@ -156,8 +185,8 @@ def torch_side_main(args):
     def batches():
         if w["data"] in ("fmnist", "fmnist-resident"):
             from parity import read_idx
-            x = torch.from_numpy(read_idx(os.path.join(FMNIST, "train-images-idx3-ubyte.gz")).copy())
-            y = torch.from_numpy(read_idx(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz")).astype(np.int64))
+            x = torch.from_numpy(read_idx(os.path.join(args.fmnist, "train-images-idx3-ubyte.gz")).copy())
+            y = torch.from_numpy(read_idx(os.path.join(args.fmnist, "train-labels-idx1-ubyte.gz")).astype(np.int64))
             if w["data"] == "fmnist-resident":  # the whole set normalised in memory, gathered by index
                 xs = ((x.float() / 255 - MEAN) / STD).unsqueeze(1).to(dev)
                 ys = y.to(dev)
@@ -211,9 +240,8 @@ def torch_side_main(args):
     marks = []
     for i in range(args.steps):
         if i == args.warm:
-            if cuda:
+            if cuda:  # the peak stays the whole run's, as dlrun's summary.json reports it
                 torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
             marks = []
         t0 = time.perf_counter()
@@ -241,13 +269,15 @@ def torch_side_main(args):
     n = len(marks)
     out = {"ips": n * batch / seconds, "ms": {k: 1000 * v / n for k, v in phases.items()},
            "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    if w.get("ddp"):
+        torch.distributed.destroy_process_group()
     print(json.dumps(out))
 
 
 def torch_side(a, w, steps, warm, jpeg_root, log_path):
     cmd = [sys.executable, os.path.abspath(__file__), "--side", "torch", "--workload", json.dumps(w),
            "--steps", str(steps), "--warm", str(warm), "--threads", str(a.threads), "--workers", str(a.workers),
-           "--gpu-workers", str(a.gpu_workers), "--jpeg-root", jpeg_root or ""]
+           "--gpu-workers", str(a.gpu_workers), "--jpeg-root", jpeg_root or "", "--fmnist", a.fmnist]
     rc, rss = run_measured(cmd, log_path)
     lines = open(log_path).read().strip().splitlines()
     if rc != 0 or not lines:
@@ -324,7 +354,8 @@ def pipeline_rows(a, jpeg_root, log_dir):
 
 # ---------------------------------------------------------------- the report
 
-def machine():
+def machine(gpu):
+    """The CPU, and with `gpu` the GPU, its driver and the CUDA runtime torch was built with."""
     cpu = "?"
     try:
         for line in open("/proc/cpuinfo"):
@@ -333,11 +364,34 @@ def machine():
                 break
     except OSError:
         pass
-    return f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}"
+    text = f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}"
+    if gpu:
+        import torch
+        driver = "?"
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                    timeout=30).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            pass
+        if torch.cuda.is_available():
+            text += f"; GPU {torch.cuda.get_device_name(0)}, driver {driver}, CUDA {torch.version.cuda}"
+    return text
+
+
+def versions():
+    import torch
+    text = f"torch {torch.__version__}"
+    try:
+        import torchvision
+        text += f", torchvision {torchvision.__version__}"
+    except ImportError:
+        pass
+    return text
 
 
 def fmt_ms(ms):
-    return " / ".join(f"{ms[k]:.1f}" for k in ("data_wait", "forward", "backward", "optimizer"))
+    return " / ".join("n/a" if ms[k] is None else f"{ms[k]:.1f}" for k in ("data_wait", "forward", "backward", "optimizer"))
 
 
 def main():
@@ -356,6 +410,7 @@ def main():
     ap.add_argument("--jpegs", type=int, default=2560, help="images in the generated JPEG folder")
     ap.add_argument("--out", default="", help="directory for the logs (default: a temporary one)")
     ap.add_argument("--append", default="", help="append the report to this Markdown file")
+    ap.add_argument("--fmnist", default=FMNIST, help="directory of the Fashion-MNIST idx files (both sides)")
     a = ap.parse_args()
     if a.side == "torch":
         return torch_side_main(a)
@@ -366,37 +421,46 @@ def main():
     for n in names:
         if n not in WORKLOADS and n != "pipeline":
             raise SystemExit(f"unknown workload {n}; known: {', '.join(list(WORKLOADS) + ['pipeline'])}")
+    warm = 20
+    if a.steps < warm + 20:
+        raise SystemExit(f"--steps {a.steps}: at least {warm + 20} (the first {warm} are warm-up; the rate needs two "
+                         "records after them, one every 10 steps)")
     log_dir = a.out or tempfile.mkdtemp(prefix="dlrun-compare-logs-")
     os.makedirs(log_dir, exist_ok=True)
     jpeg_root = ""
     if any(n == "pipeline" or WORKLOADS[n]["data"] == "jpeg" for n in names):
         jpeg_root = make_jpegs(os.path.join(tempfile.gettempdir(), "dlrun-compare-jpegs"), a.jpegs)
-    warm = 20
-    rows, pipeline = [], []
+    rows, pipeline, failed = [], [], []
+
+    def med(runs):
+        return {"ips": statistics.median(x["ips"] for x in runs),
+                "ms": {k: None if runs[0]["ms"][k] is None else statistics.median(x["ms"][k] for x in runs)
+                       for k in runs[0]["ms"]},
+                "peak_mb": statistics.median(x["peak_mb"] for x in runs)}
+
     for n in names:
-        if n == "pipeline":
-            pipeline = pipeline_rows(a, jpeg_root, log_dir)
-            continue
-        w = WORKLOADS[n]
-        root = jpeg_root if w["data"] == "jpeg" else ""
-        ours, theirs = [], []
-        for r in range(a.reps):  # alternating
-            ours.append(dlrun_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
-            theirs.append(torch_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-torch-{r}.log")))
-            print(f"{n} rep {r + 1}: dlrun {ours[-1]['ips']:.0f} img/s, PyTorch {theirs[-1]['ips']:.0f} img/s",
-                  flush=True)
+        try:  # one workload failing (a missing data set, a side that cannot start) leaves the others
+            if n == "pipeline":
+                pipeline = pipeline_rows(a, jpeg_root, log_dir)
+                continue
+            w = WORKLOADS[n]
+            root = jpeg_root if w["data"] == "jpeg" else ""
+            ours, theirs = [], []
+            for r in range(a.reps):  # alternating
+                ours.append(dlrun_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
+                theirs.append(torch_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-torch-{r}.log")))
+                print(f"{n} rep {r + 1}: dlrun {ours[-1]['ips']:.0f} img/s, PyTorch {theirs[-1]['ips']:.0f} img/s",
+                      flush=True)
+            rows.append((n, med(ours), med(theirs)))
+        except (SystemExit, Exception) as e:  # noqa: BLE001 -- reported, and the exit code says so
+            failed.append((n, str(e) or type(e).__name__))
+            print(f"{n}: FAILED: {failed[-1][1]}", flush=True)
 
-        def med(runs):
-            return {"ips": statistics.median(x["ips"] for x in runs),
-                    "ms": {k: statistics.median(x["ms"][k] for x in runs) for k in runs[0]["ms"]},
-                    "peak_mb": statistics.median(x["peak_mb"] for x in runs)}
-        rows.append((n, med(ours), med(theirs)))
-
-    import torch
     version = subprocess.run([a.dlrun, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
     cmd = "bench/compare.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    gpu = any(n in WORKLOADS and WORKLOADS[n]["device"] == "cuda" for n in names)
     lines = [f"### {datetime.date.today().isoformat()}: `{cmd}`", "",
-             f"Machine: {machine()}; torch {torch.__version__}; {version}; {a.reps} alternating runs of "
+             f"Machine: {machine(gpu)}; {versions()}; {version}; {a.reps} alternating runs of "
              f"{a.steps} steps each (first {warm} not counted), {a.threads} intra-op threads, medians.", ""]
     if rows:
         lines += ["| workload | dlrun img/s | PyTorch img/s | ratio | dlrun ms/step: data / fwd / bwd / opt "
@@ -414,13 +478,16 @@ def main():
         for workers, o, t in pipeline:
             lines.append(f"| {workers} | {o:.0f} | {o / workers:.0f} | {t:.0f} | {t / workers:.0f} | **{o / t:.2f}** |")
         lines.append("")
+    for n, why in failed:
+        lines += [f"**{n} failed**: {why}", ""]
     report = "\n".join(lines)
     print(report)
     if a.append:
         with open(a.append, "a") as f:
             f.write("\n" + report)
     print(f"logs in {log_dir}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

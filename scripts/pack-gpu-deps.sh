@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/pack-gpu-deps.sh — on a machine with Debian's package registry, download the
-# Debian libraries dlrun builds against into .devdeps/debs (ignored by git) and write
+# Debian libraries dlrun builds against (and the Fashion-MNIST files) into .devdeps/debs (ignored by git) and write
 # .devdeps/unpack.sh, which unpacks them under /opt/devdeps on an offline GPU machine (never
 # over /). bench/gpu_suite.sh runs that script first.
 set -euo pipefail
@@ -8,7 +8,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="$ROOT/.devdeps"
 PKGS=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 libcli11-dev catch2 nlohmann-json3-dev
       libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
-      zlib1g-dev zlib1g libssl-dev libssl3 libgloo-dev)
+      zlib1g-dev zlib1g libssl-dev libssl3 libgloo-dev
+      dataset-fashion-mnist)  # the data set (31 MB): the e2e tests, bench/compare.py and fast.yaml read it
 rm -rf "$DEST/debs"
 mkdir -p "$DEST/debs"
 (cd "$DEST/debs" && apt-get download "${PKGS[@]}" 2>&1 | grep -v 'Download is performed unsandboxed' || true)

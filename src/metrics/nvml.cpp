@@ -40,6 +40,7 @@ struct Nvml::Api {
   const char* (*error_string)(int) = nullptr;
   int (*by_bus_id)(const char*, Device*) = nullptr;
   int (*by_index)(unsigned int, Device*) = nullptr;
+  int (*count)(unsigned int*) = nullptr;  // optional
   int (*name)(Device, char*, unsigned int) = nullptr;
   int (*utilization)(Device, Utilization*) = nullptr;
   int (*memory)(Device, Memory*) = nullptr;
@@ -72,6 +73,7 @@ std::unique_ptr<Nvml> Nvml::open(const std::string& pci_bus_id, unsigned index, 
                   bind(api->lib, "nvmlDeviceGetPowerUsage", api->power) &&
                   bind(api->lib, "nvmlDeviceGetTemperature", api->temperature);
   bind(api->lib, "nvmlErrorString", api->error_string);  // optional: only for messages
+  bind(api->lib, "nvmlDeviceGetCount_v2", api->count);    // optional: the one-GPU fallback below
   if (!ok) {
     *why = library + " lacks an NVML entry point dlrun uses (a very old driver?)";
     return nullptr;
@@ -82,7 +84,13 @@ std::unique_ptr<Nvml> Nvml::open(const std::string& pci_bus_id, unsigned index, 
   }
   api->initialised = true;
   Device device = nullptr;
-  const int rc = pci_bus_id.empty() ? api->by_index(index, &device) : api->by_bus_id(pci_bus_id.c_str(), &device);
+  int rc = pci_bus_id.empty() ? api->by_index(index, &device) : api->by_bus_id(pci_bus_id.c_str(), &device);
+  // A bus id NVML does not know, on a machine where NVML sees one GPU: a virtualised PCI view
+  // (containers, sandboxes) numbers the bus differently from the CUDA runtime. The only GPU
+  // is the one CUDA uses, so it is taken; with several, a guess could read the wrong one.
+  unsigned int gpus = 0;
+  if (rc != kSuccess && !pci_bus_id.empty() && api->count && api->count(&gpus) == kSuccess && gpus == 1)
+    rc = api->by_index(0, &device);
   if (rc != kSuccess) {
     *why = "NVML does not know the GPU " + (pci_bus_id.empty() ? "with index " + std::to_string(index)
                                                                : "at PCI bus id " + pci_bus_id) +

@@ -5,6 +5,8 @@
 //
 // Which GPU: the device is looked up by its PCI bus id (from the CUDA runtime), so
 // CUDA_VISIBLE_DEVICES renumbering does not mix GPUs up; by NVML index when no bus id is given.
+// A bus id NVML does not know falls back to NVML's only GPU when it sees exactly one (a
+// container's PCI view can number the bus differently from the CUDA runtime).
 #pragma once
 
 #include <memory>

@@ -2,6 +2,7 @@
 // entry points dlrun's loader binds, answering for one GPU at PCI bus id 0000:3B:00.0 (index
 // 0) with fixed readings. FAKE_NVML_NO_POWER=1: power reads "not supported" (NVML's 3), as on
 // boards without a power sensor. FAKE_NVML_INIT_FAILS=1: nvmlInit fails (no driver loaded).
+// FAKE_NVML_COUNT=N: nvmlDeviceGetCount reports N GPUs (default 1; only index 0 answers).
 #include <cstdlib>
 #include <cstring>
 
@@ -23,6 +24,10 @@ const char* nvmlErrorString(int rc) { return rc == 9 ? "Driver Not Loaded" : rc 
 int nvmlDeviceGetHandleByPciBusId_v2(const char* id, void** device) {
   if (std::strcmp(id, "0000:3B:00.0") != 0) return 6;  // NVML_ERROR_NOT_FOUND
   *device = &the_device;
+  return 0;
+}
+int nvmlDeviceGetCount_v2(unsigned int* count) {
+  *count = std::getenv("FAKE_NVML_COUNT") ? static_cast<unsigned>(std::atoi(std::getenv("FAKE_NVML_COUNT"))) : 1;
   return 0;
 }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {

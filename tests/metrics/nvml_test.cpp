@@ -28,6 +28,14 @@ TEST_CASE("NVML: readings of the GPU at a PCI bus id, or at an index", "[metrics
   }
 }
 
+TEST_CASE("NVML: a bus id NVML does not know, with one GPU in sight, reads that GPU", "[metrics][nvml]") {
+  std::string why;
+  auto nvml = Nvml::open("00000000:AF:00.0", 0, &why, DLRUN_FAKE_NVML);  // a container's numbering
+  REQUIRE(nvml);
+  CHECK(nvml->name() == "Fake GPU 80GB");
+  CHECK(nvml->sample());
+}
+
 TEST_CASE("NVML: a sensor the board lacks reads NaN; the rest still report", "[metrics][nvml]") {
   ::setenv("FAKE_NVML_NO_POWER", "1", 1);
   std::string why;
@@ -44,7 +52,10 @@ TEST_CASE("NVML: absent library, failed init or unknown GPU turn telemetry off w
   CHECK_FALSE(Nvml::open("", 0, &why, "/nonexistent/libnvidia-ml.so.1"));
   CHECK_THAT(why, Catch::Contains("could not be loaded"));
 
+  // An unknown bus id is an error where NVML sees several GPUs: which one CUDA uses is unknown.
+  ::setenv("FAKE_NVML_COUNT", "2", 1);
   CHECK_FALSE(Nvml::open("0000:AF:00.0", 0, &why, DLRUN_FAKE_NVML));
+  ::unsetenv("FAKE_NVML_COUNT");
   CHECK_THAT(why, Catch::Contains("PCI bus id 0000:AF:00.0") && Catch::Contains("Not Found"));
 
   CHECK_FALSE(Nvml::open("", 5, &why, DLRUN_FAKE_NVML));
