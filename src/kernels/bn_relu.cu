@@ -393,6 +393,7 @@ bool small_indices(const Shape& s) { return s.numel < (int64_t{1} << 31); }
 
 void check(const char* op, const at::Tensor& x, std::initializer_list<std::pair<const char*, const at::Tensor*>> params) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 4, op, ": expected a 4-D CUDA input, got ", x.sizes(), " on ", x.device());
+  TORCH_CHECK(x.is_floating_point(), op, ": expected a floating input, got ", x.scalar_type());
   TORCH_CHECK(x.size(1) <= std::numeric_limits<int32_t>::max(), op, ": too many channels: ", x.size(1));
   for (const auto& [name, t] : params) {
     TORCH_CHECK(t->defined() && t->dim() == 1 && t->size(0) == x.size(1), op, ": expected ", name, " of shape (",

@@ -149,6 +149,36 @@ TEST_CASE("bn_relu: bad inputs are refused saying what was received", "[kernels]
                     Catch::Contains("expected input of shape (N, C, H, W)"));
   CHECK_THROWS_WITH(kernels::bn_relu(torch::randn({1, 3, 1, 1}), bn.weight, bn.bias, rm, rv, true, 0.1, 1e-5),
                     Catch::Contains("more than one value per channel"));
+  CHECK_THROWS_WITH(kernels::bn_relu(torch::ones({2, 3, 3, 3}, torch::kLong), bn.weight, bn.bias, rm, rv, true, 0.1,
+                                     1e-5),
+                    Catch::Contains("expected a floating input, got Long"));
+  CHECK_THROWS_WITH(kernels::bn_relu(torch::randn({2, 3, 3, 3}), bn.weight.view({3, 1}), bn.bias, rm, rv, true, 0.1,
+                                     1e-5),
+                    Catch::Contains("expected weight of shape (3)") && Catch::Contains("got [3, 1]"));
+  auto meta_rv = torch::ones({3}, torch::TensorOptions().device(torch::kMeta));
+  CHECK_THROWS_WITH(kernels::bn_relu(torch::randn({2, 3, 3, 3}), bn.weight, bn.bias, rm, meta_rv, true, 0.1, 1e-5),
+                    Catch::Contains("running_var is on meta, input on cpu"));
+  CHECK_THROWS_WITH(kernels::bn_add_relu(torch::randn({2, 3, 3, 3}), torch::randn({2, 3, 3, 2}), bn.weight, bn.bias,
+                                         rm, rv, true, 0.1, 1e-5),
+                    Catch::Contains("dlrun::bn_add_relu: expected residual of the input's shape [2, 3, 3, 3], got "
+                                    "[2, 3, 3, 2]"));
+  // The running statistics were not touched by any refused call.
+  CHECK(torch::equal(rm, bn.running_mean));
+  CHECK(torch::equal(rv, bn.running_var));
+}
+
+TEST_CASE("conv_bias_relu: bad inputs are refused saying what was received", "[kernels]") {
+  const auto x = torch::randn({2, 3, 5, 5}), w = torch::randn({4, 3, 3, 3}), b = torch::randn({4});
+  const std::vector<int64_t> one = {1, 1}, zero = {0, 0};
+  CHECK(kernels::conv_bias_relu(x, w, b, one, zero, one, 1).sizes() == c10::IntArrayRef{2, 4, 3, 3});
+  CHECK_THROWS_WITH(kernels::conv_bias_relu(x, w, torch::randn({3}), one, zero, one, 1),
+                    Catch::Contains("bias must be (4), got [3]"));
+  CHECK_THROWS_WITH(kernels::conv_bias_relu(x[0], w, b, one, zero, one, 1),
+                    Catch::Contains("input must be (N, C, H, W), got [3, 5, 5]"));
+  CHECK_THROWS_WITH(kernels::conv_bias_relu(x, w[0], b, one, zero, one, 1),
+                    Catch::Contains("weight must be (out, in/groups, kh, kw), got [3, 3, 3]"));
+  CHECK_THROWS_WITH(kernels::conv_bias_relu(x.to(torch::kInt), w, b, one, zero, one, 1),
+                    Catch::Contains("input must be floating point, got Int"));
 }
 
 TEST_CASE("bn_add_relu: outputs, gradients and running statistics of BatchNorm2d + add + ReLU", "[kernels]") {
