@@ -305,8 +305,11 @@ TEST_CASE("CPU kernels equal the ATen reference: shapes, formats, dtypes, with a
   const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7}, {2, 16, 1, 1}, {7, 33, 9, 13}, {3, 5, 65, 129},
                                                     {16, 8, 28, 28}};
   auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
-  for (const auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
-    const double tol = dtype == torch::kFloat64 ? 1e-10 : dtype == torch::kFloat32 ? 1e-4 : 2e-2;
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kHalf}) {
+    const double tol = dtype == torch::kFloat64   ? 1e-10
+                       : dtype == torch::kFloat32 ? 1e-4
+                       : dtype == torch::kHalf    ? 1e-2  // 11 significant bits
+                                                  : 2e-2;  // bf16: 8
     for (const auto format : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
       for (const auto& shape : shapes) {
         for (const bool training : {true, false}) {
