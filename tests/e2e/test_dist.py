@@ -160,6 +160,20 @@ def test_without_sync_bn_the_statistics_are_per_rank():
         expect(d > 1e-4, f"without sync_bn the 2-process run equals the 1-process one ({d:.3g}): statistics not per rank?")
 
 
+def test_fused_conv_bn_relu_under_ddp_matches_the_modules():
+    # The fused operators (dlrun's CPU kernels with `true`) under the Reducer, per-rank
+    # statistics (no sync_bn), channels_last: the same parameters as the modules' 2-rank run
+    # within float64 rounding (the kernels sum in another order), and the ranks stay in step.
+    with RunDir() as plain, RunDir() as fused:
+        run_ranks(2, TINY, plain.path, *SAME, *F64, "model.channels_last=true", "model.fused_conv_bn_relu=false")
+        outs = run_ranks(2, TINY, fused.path, *SAME, *F64, "model.channels_last=true", "model.fused_conv_bn_relu=true")
+        expect("fused_conv_bn_relu on" in outs[0], outs[0][-3000:])
+        d = max_rel_diff(final_params(plain), final_params(fused))
+        expect(d < 1e-10, f"2 ranks fused vs 2 ranks unfused: max relative difference {d:.3g}")
+        expect(d > 0, "the fused run equals the unfused one bit for bit: were the fused operators used?")
+        print(f"  2 ranks, fused vs unfused: max relative difference {d:.3g}")
+
+
 def test_a_world_of_one_with_a_named_backend_runs_the_distributed_path():
     # Launched (RANK... set), world size 1: no process group with dist.backend auto, one with
     # gloo named — the Reducer and the collectives on one rank — and the same parameters.
@@ -415,7 +429,7 @@ if __name__ == "__main__":
     main([test_two_processes_match_one_mlp, test_two_processes_match_one_convnet_with_sync_bn,
           test_two_processes_match_one_resnet18_with_sync_bn,
           test_two_processes_match_one_with_accumulation, test_activation_checkpointing_with_ddp_and_sync_bn_changes_nothing,
-          test_without_sync_bn_the_statistics_are_per_rank,
+          test_without_sync_bn_the_statistics_are_per_rank, test_fused_conv_bn_relu_under_ddp_matches_the_modules,
           test_a_world_of_one_with_a_named_backend_runs_the_distributed_path, test_only_rank_0_writes_and_metrics_aggregate,
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
           test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,
