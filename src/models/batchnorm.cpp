@@ -1,7 +1,11 @@
 // set_batchnorm_sync, fold_batchnorm and the conv-BN(-add)-ReLU helpers (see batchnorm.h).
 #include "models/batchnorm.h"
 
+#include <algorithm>
+#include <map>
+
 #include "kernels/ops.h"
+#include "models/model.h"
 
 namespace dlrun::models {
 
@@ -16,6 +20,9 @@ int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNorm
 }
 
 namespace {
+
+/// While folded_state_dict() runs its recording pass: every conv-BN pair that pass folds.
+thread_local std::vector<std::pair<torch::nn::Conv2d, BatchNorm2d>>* fold_record = nullptr;
 
 /// The convolution's explicit padding, or null (a string padding such as "same", or a padding
 /// mode other than zeros, which the dlrun operators do not take).
@@ -51,6 +58,7 @@ std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& 
 
 torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool folded) {
   if (!foldable(conv, bn, folded)) return bn->forward(conv->forward(x));
+  if (fold_record != nullptr) fold_record->emplace_back(conv, bn);
   const auto [w, b] = fold_batchnorm(conv, bn);
   const auto& co = conv->options;
   return torch::conv2d(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
@@ -84,6 +92,7 @@ torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch
                            bool folded) {
   const auto& co = conv->options;
   if (foldable(conv, bn, folded)) {
+    if (fold_record != nullptr) fold_record->emplace_back(conv, bn);
     const auto [w, b] = fold_batchnorm(conv, bn);
     return kernels::conv_bias_relu(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
   }
@@ -103,6 +112,58 @@ torch::Tensor conv_bn_add_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const t
   return kernels::conv_bn_add_relu(x, conv->weight, residual, bn->weight, bn->bias, bn->running_mean,
                                    bn->running_var, bn->is_training(), momentum, bn->options.eps(), *co.stride(),
                                    **plain_padding(conv), *co.dilation(), co.groups());
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& model, int64_t in_channels) {
+  // Which pairs fold is decided where the forward pass folds them (foldable() in conv_bn and
+  // conv_bn_relu), so one evaluation pass on a small input, recorded, names them exactly: no
+  // list per architecture to keep in step with the forward code.
+  std::vector<std::pair<torch::nn::Conv2d, BatchNorm2d>> pairs;
+  {
+    const bool was_training = model.is_training(), was_folded = model.folded_batchnorm();
+    model.eval();
+    model.use_folded_batchnorm(true);
+    torch::NoGradGuard no_grad;
+    const auto some = model.parameters();
+    const auto options = some.empty() ? torch::TensorOptions() : torch::TensorOptions().dtype(some[0].dtype())
+                                                                     .device(some[0].device());
+    fold_record = &pairs;
+    try {
+      model.forward(torch::zeros({1, in_channels, 32, 32}, options));
+    } catch (...) {
+      fold_record = nullptr;
+      throw;
+    }
+    fold_record = nullptr;
+    model.use_folded_batchnorm(was_folded);
+    model.train(was_training);
+  }
+  std::map<const torch::nn::Module*, std::string> names;
+  for (const auto& item : model.named_modules()) names[item.value().get()] = item.key();
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> folded_convs;  // conv name -> weight, bias
+  std::vector<std::string> folded_bns;                                          // "bn_name."
+  for (const auto& [conv, bn] : pairs) {
+    const std::string conv_name = names.at(conv.get()), bn_name = names.at(bn.get());
+    if (folded_convs.count(conv_name)) continue;  // a module used twice in one pass
+    auto [w, b] = fold_batchnorm(conv, bn);
+    folded_convs[conv_name] = {w.contiguous(), b.contiguous()};
+    folded_bns.push_back(bn_name + ".");
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [key, tensor] : state_dict(model)) {
+    const auto dot = key.rfind('.');
+    const std::string owner = key.substr(0, dot), leaf = key.substr(dot + 1);
+    if (std::any_of(folded_bns.begin(), folded_bns.end(), [&](const std::string& p) { return key.rfind(p, 0) == 0; }))
+      continue;  // the BatchNorm's parameters and buffers are in the convolution now
+    const auto f = folded_convs.find(owner);
+    if (f == folded_convs.end()) {
+      out.emplace_back(key, tensor.detach().contiguous());
+    } else if (leaf == "weight") {
+      out.emplace_back(key, f->second.first);
+      out.emplace_back(owner + ".bias", f->second.second);  // the folded bias replaces any own bias
+    }
+  }
+  return out;
 }
 
 }  // namespace dlrun::models

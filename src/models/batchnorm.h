@@ -8,9 +8,13 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace dlrun::models {
+
+class Model;
 
 /// Computes a training-mode BatchNorm forward (statistics, running-statistics update,
 /// normalisation) in some other way than the local batch alone.
@@ -61,5 +65,16 @@ torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Ten
 /// weights) and returned in the weight's dtype and memory format. Empty tensors when the
 /// BatchNorm has no running statistics (it normalises with the batch's, which cannot be folded).
 std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& conv, const BatchNorm2d& bn);
+
+/// `model`'s state dict (names and order of state_dict()) with every BatchNorm that an
+/// evaluation pass with use_folded_batchnorm folds taken into its convolution: the
+/// convolution's "weight" is the folded weight, followed by a "bias" entry (replacing its own,
+/// if it had one), and the BatchNorm's entries are gone. Loads into the same network with those
+/// BatchNorms replaced by identities and those convolutions given biases (what
+/// torch.nn.utils.fusion.fuse_conv_bn_eval makes of each pair); gives its eval-mode outputs.
+/// The pairs are found by one recorded evaluation pass on a zero (1, in_channels, 32, 32)
+/// input; the model's mode, flags, parameters and buffers are left as they were. Tensors are
+/// contiguous, on the model's device.
+std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& model, int64_t in_channels);
 
 }  // namespace dlrun::models

@@ -8,6 +8,58 @@ from common import RunDir, cfg, dlrun, expect, main, train
 TINY = cfg("tiny.yaml")
 
 
+def fuse_like_pytorch(model):
+    """torchvision's resnet with every conv-BN pair fused the way PyTorch does it for inference
+    (torch.nn.utils.fusion.fuse_conv_bn_eval; the BatchNorm becomes an identity)."""
+    import torch
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+    for mod in list(model.modules()):
+        for c, b in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
+            if isinstance(getattr(mod, b, None), torch.nn.BatchNorm2d):
+                setattr(mod, c, fuse_conv_bn_eval(getattr(mod, c), getattr(mod, b)))
+                setattr(mod, b, torch.nn.Identity())
+        if isinstance(mod, torch.nn.Sequential) and len(mod) == 2 and isinstance(mod[1], torch.nn.BatchNorm2d):
+            mod[0] = fuse_conv_bn_eval(mod[0], mod[1])
+            mod[1] = torch.nn.Identity()
+    return model
+
+
+def check_folded_export(run):
+    """`dlrun export --fold-batchnorm` of a resnet18 (cifar stem, 1 channel) checkpoint: the state
+    dict PyTorch's own conv-BN fusion gives, loadable strictly into that fused network, with the
+    unfused network's eval outputs."""
+    import safetensors.torch
+    import torch
+    import torchvision
+    ck = run.file("checkpoints", open(run.file("checkpoints", "LATEST")).read().strip())
+    out = run.file("folded.safetensors")
+    p = dlrun("export", "--checkpoint", ck, "--fold-batchnorm", "--output", out, check=0)
+    expect("BatchNorm folded" in p.stdout, p.stdout)
+    folded = safetensors.torch.load_file(out)
+    net = torchvision.models.resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(1, 64, 3, 1, 1, bias=False)
+    net.maxpool = torch.nn.Identity()
+    net.load_state_dict(torch.load(os.path.join(ck, "model.pt")), strict=True)
+    net.eval()
+    x = torch.randn(4, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = net(x)
+        fused = fuse_like_pytorch(net)
+        ref = fused.state_dict()
+        expect(set(folded) == set(ref), f"keys differ: {sorted(set(folded) ^ set(ref))[:8]}")
+        expect(not any(".bn" in k or "downsample.1" in k for k in folded), sorted(folded)[:8])
+        for k, v in ref.items():
+            expect(torch.allclose(folded[k], v, rtol=1e-5, atol=1e-6), f"{k}: folded by dlrun and by PyTorch differ")
+        fused.load_state_dict(folded, strict=True)
+        got = fused(x)
+    expect(torch.allclose(got, want, rtol=1e-4, atol=1e-4), f"folded export's logits differ: {(got - want).abs().max()}")
+    # The mlp has no BatchNorm: its weights are written unchanged, and say so.
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=2", "model.name=mlp", "model.hidden=[16]")
+        o = dlrun("export", "--checkpoint", r.path, "--fold-batchnorm", "--output", r.file("w.safetensors"), check=0)
+        expect("no BatchNorm" in o.stdout, o.stdout)
+
+
 def test_outputs():
     import safetensors.torch
     import torch
@@ -48,6 +100,8 @@ def test_outputs():
                 expect(folded["fold_batchnorm"] is True, folded)
                 expect(abs(folded["loss"] - plain["loss"]) < 1e-4 * max(1.0, abs(plain["loss"])) and
                        abs(folded["accuracy"] - plain["accuracy"]) <= 1 / plain["samples"], f"{model}: {folded} vs {plain}")
+                if model:
+                    check_folded_export(m)
 
         # Weights load in Python: checkpoint model.pt, exported safetensors and torch files.
         ck = s["checkpoint"]

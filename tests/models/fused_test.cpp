@@ -313,3 +313,35 @@ TEST_CASE("fused conv-BN-ReLU under bf16 autocast and activation checkpointing: 
     for (size_t i = 0; i < fused.buffers.size(); ++i) CHECK(torch::equal(fused.buffers[i], both.buffers[i]));
   }
 }
+
+TEST_CASE("folded_state_dict: every BatchNorm after a convolution taken into it; the model left as it was",
+          "[models][kernels]") {
+  for (auto [opts, side, triples, tails] : model_cases()) {
+    for (const bool channels_last : {false, true}) {
+      opts.channels_last = channels_last;
+      INFO(opts.name << (channels_last ? " NHWC" : " NCHW"));
+      auto model = models::build(opts, 4, side);
+      model->train();
+      const auto before = models::state_dict(*model);
+      std::vector<torch::Tensor> copies;
+      for (const auto& [k, t] : before) copies.push_back(t.clone());
+      const auto folded = models::folded_state_dict(*model, opts.in_channels);
+      // The model: still training, not folding, parameters and buffers untouched.
+      CHECK(model->is_training());
+      CHECK_FALSE(model->folded_batchnorm());
+      for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i].second, copies[i]));
+      // Every BatchNorm of these models follows a convolution: none is left, each gave a bias.
+      int bns = 0, biases = 0;
+      for (const auto& m : model->modules()) bns += dynamic_cast<models::BatchNorm2dImpl*>(m.get()) != nullptr;
+      for (const auto& [k, t] : folded) {
+        INFO(k);
+        CHECK(k.find("bn") == std::string::npos);
+        CHECK(t.is_contiguous());
+        biases += k.size() > 5 && k.compare(k.size() - 5, 5, ".bias") == 0 && t.size(0) != opts.num_classes;
+      }
+      CHECK(bns > 0);
+      CHECK(biases == bns);
+      CHECK(folded.size() == before.size() - 5 * bns + bns);  // weight, bias, 2 statistics, count -> a bias
+    }
+  }
+}
