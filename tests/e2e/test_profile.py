@@ -30,6 +30,14 @@ def test_step_time_breakdown():
         for k in PHASES:
             expect(abs(t[k[:-2]] - sum(m[k] for m in recs)) < 1e-6, (k, t))
         expect(r.summary()["peak_cuda_memory_mb"] is None, "a CPU run reports no CUDA memory")
+        # The same phase times reach TensorBoard, next to the loss.
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        acc = EventAccumulator(r.path)
+        acc.Reload()
+        for k in PHASES + ("data_wait_s",):
+            events = acc.Scalars("train/" + k) if "train/" + k in acc.Tags()["scalars"] else []
+            expect([e.step for e in events] == [4, 8, 12, 16], (k, acc.Tags()["scalars"]))
+            expect(abs(events[-1].value - recs[-1][k]) < 1e-6, (k, events[-1].value, recs[-1][k]))
         expect(r.summary()["profile_trace"] is None, "no trace without profile.steps")
         expect(not os.path.exists(r.file("profile")), "profile/ written without profile.steps")
 
