@@ -120,23 +120,24 @@ std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& mode
   // list per architecture to keep in step with the forward code.
   std::vector<std::pair<torch::nn::Conv2d, BatchNorm2d>> pairs;
   {
-    const bool was_training = model.is_training(), was_folded = model.folded_batchnorm();
+    // Puts the model's mode and flag back, and stops recording, however the pass ends.
+    struct Recording {
+      Model& model;
+      const bool training = model.is_training(), folded = model.folded_batchnorm();
+      ~Recording() {
+        fold_record = nullptr;
+        model.use_folded_batchnorm(folded);
+        model.train(training);
+      }
+    } recording{model};
     model.eval();
     model.use_folded_batchnorm(true);
     torch::NoGradGuard no_grad;
     const auto some = model.parameters();
-    const auto options = some.empty() ? torch::TensorOptions() : torch::TensorOptions().dtype(some[0].dtype())
-                                                                     .device(some[0].device());
+    const auto options =
+        some.empty() ? torch::TensorOptions() : torch::TensorOptions().dtype(some[0].dtype()).device(some[0].device());
     fold_record = &pairs;
-    try {
-      model.forward(torch::zeros({1, in_channels, 32, 32}, options));
-    } catch (...) {
-      fold_record = nullptr;
-      throw;
-    }
-    fold_record = nullptr;
-    model.use_folded_batchnorm(was_folded);
-    model.train(was_training);
+    model.forward(torch::zeros({1, in_channels, 32, 32}, options));
   }
   std::map<const torch::nn::Module*, std::string> names;
   for (const auto& item : model.named_modules()) names[item.value().get()] = item.key();
