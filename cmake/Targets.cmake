@@ -28,6 +28,7 @@ list(REMOVE_ITEM DLRUN_CORE_SOURCES ${DLRUN_BASE_SOURCES} ${DLRUN_KERNEL_SOURCES
 set(DLRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 
 add_library(dlrun_base STATIC ${DLRUN_BASE_SOURCES} ${CMAKE_BINARY_DIR}/generated/build_info.cpp)
+add_dependencies(dlrun_base dlrun_build_info)  # the revision refreshed at every build (Version.cmake)
 target_include_directories(dlrun_base PUBLIC ${_src} ${CMAKE_BINARY_DIR}/generated)
 target_link_libraries(dlrun_base PUBLIC fmt::fmt yaml-cpp nlohmann_json::nlohmann_json
                       ZLIB::ZLIB Threads::Threads OpenSSL::Crypto ${CMAKE_DL_LIBS})
