@@ -13,6 +13,7 @@ on as dlrun's defaults). Prints a TSV (and writes it with --out).
   bench/gpu_amp.py --dlrun build-gpu/dlrun [--steps 60] [--out results.tsv] [--only resnet18]
 """
 import argparse
+import gc
 import os
 import subprocess
 import sys
@@ -125,7 +126,11 @@ def dlrun_ips(dlrun, w, precision, channels_last, graphs, steps, warm, log_dir):
         cmd = [dlrun, "train", cfg, "--run-dir", os.path.join(tmp, "run"), "run.device=cuda",
                f"model.name={w['name']}", f"model.in_channels={c}", f"data.synthetic_shape=[{c},{s},{s}]",
                f"data.batch_size={w['batch']}", f"data.synthetic_train_size={w['batch'] * 8}",
-               "data.device_resident=true", f"train.max_steps={steps}", "log.every_steps=5", "log.progress=none",
+               "data.device_resident=true", f"train.max_steps={steps}", "log.every_steps=10", "log.progress=none",
+               "log.tensorboard=false",
+               # The PyTorch side's optimizer: SGD lr 0.01, momentum 0.9, no weight decay, constant.
+               "optim.name=sgd", "optim.lr=0.01", "optim.momentum=0.9", "optim.nesterov=false",
+               "optim.weight_decay=0", "sched.name=constant",
                f"model.channels_last={'true' if channels_last else 'false'}",
                f"train.cuda_graphs={'true' if graphs else 'false'}", "checkpoint.every_minutes=0", *amp]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -157,6 +162,10 @@ def main():
         for precision in ("fp32", "bf16", "fp16"):
             for cl in (False, True):
                 py = python_ips(w, precision, cl, a.steps, warm)
+                # Give back what PyTorch's caching allocator still holds (tens of GB for resnet50
+                # fp32), or dlrun's runs would start with that much less free memory.
+                gc.collect()
+                torch.cuda.empty_cache()
                 eager, _ = dlrun_ips(a.dlrun, w, precision, cl, False, a.steps, warm, log_dir)
                 graphs, state = dlrun_ips(a.dlrun, w, precision, cl, True, a.steps, warm, log_dir)
                 lines.append(f"{wname}\t{precision}\t{'nhwc' if cl else 'nchw'}\t{py:.0f}\t{eager:.0f}\t{graphs:.0f}\t"

@@ -267,16 +267,36 @@ struct MemoryRig {
 };
 
 #ifdef DLRUN_TORCH_HAS_CUDA
+// Whether `e` says the device ran out of memory. The caching allocator throws
+// c10::OutOfMemoryError, but near the limit cuDNN and cuBLAS fail on their own workspace
+// allocations with plain errors ("unable to find an engine", CUBLAS_STATUS_ALLOC_FAILED,
+// "CUDA error: out of memory").
+bool is_out_of_memory(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string what = e.what_without_backtrace();
+  for (const char* sign : {"out of memory", "unable to find an engine", "ALLOC_FAILED"})
+    if (what.find(sign) != std::string::npos) return true;
+  return false;
+}
+
 // The largest batch whose step fits on the GPU: doubling from `start`, then bisection down to
-// a granularity of 8 (or 1 below 64).
+// a granularity of 8 (or 1 below 64). cuDNN's autotuning is off while it searches: each new
+// batch size would tune every convolution again, and the algorithms it picks depend on the
+// memory that happens to be free.
 int64_t largest_batch(MemoryRig& rig, int64_t start, int64_t side) {
+  struct NoAutotuning {
+    const bool was = at::globalContext().benchmarkCuDNN();
+    NoAutotuning() { at::globalContext().setBenchmarkCuDNN(false); }
+    ~NoAutotuning() { at::globalContext().setBenchmarkCuDNN(was); }
+  } no_autotuning;
   auto fits = [&](int64_t n) {
     try {
       rig.current = rig.batch(n, side);
       rig.step();
       rig.current = {};
       return true;
-    } catch (const c10::OutOfMemoryError&) {
+    } catch (const c10::Error& e) {
+      if (!is_out_of_memory(e)) throw;
       rig.current = {};
       rig.optim->zero_grad(true);
       c10::cuda::CUDACachingAllocator::emptyCache();

@@ -1,7 +1,9 @@
 """The benchmark scripts a GPU session depends on, exercised on the CPU so that their first GPU
 run does not fail on plumbing: bench/compare.py end to end on two short workloads (one of them a
 DDP world of one through the launcher, on both sides), its failure report, and
-bench/gpu_suite.sh's syntax."""
+bench/gpu_suite.sh: its syntax, and its plumbing (carried executables, packed results, the
+time budget, a failing part) on a part that runs here."""
+import json
 import os
 import re
 import subprocess
@@ -59,6 +61,35 @@ def test_compare_rejects_an_unknown_workload():
     expect(p.returncode != 0 and "unknown workload cpu-nothing" in p.stdout, p.stdout)
 
 
+def test_gpu_suite_plumbing_on_the_cpu():
+    # The suite run from carried executables (as a device call after the one that built), with
+    # one part that works here (bench ckpt's CPU half), one that fails (its CUDA half) and one the
+    # budget leaves out: every result packed into $OUT as summary.md and one archive, the failure
+    # and the skip said in the summary, the exit code 1.
+    import tarfile
+    with tempfile.TemporaryDirectory(prefix="dlrun-gpu-suite-test-") as tmp:
+        binaries = os.path.join(tmp, "bin")
+        os.makedirs(binaries)
+        os.symlink(DLRUN, os.path.join(binaries, "dlrun"))
+        out, work = os.path.join(tmp, "out"), os.path.join(tmp, "work")
+        env = dict(os.environ, OUT=out, DLRUN_GPU_WORK=work, DLRUN_GPU_BIN=binaries,
+                   DLRUN_GPU_DEVDEPS=os.path.join(tmp, "none"), DLRUN_GPU_PARTS="ckpt kernels",
+                   DLRUN_GPU_BUDGET_S="100")
+        p = subprocess.run(["bash", os.path.join(SRC, "bench", "gpu_suite.sh")], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=600)
+        expect(p.returncode == 1, (p.returncode, p.stdout))
+        expect(sorted(os.listdir(out)) == ["gpu-results.tgz", "summary.md"], os.listdir(out))
+        summary = open(os.path.join(out, "summary.md")).read()
+        for want in ("executables from", "- FAILED: bench ckpt --device cuda", "- skipped kernels:",
+                     "FAILED steps: bench ckpt --device cuda"):
+            expect(want in summary, (want, summary))
+        with tarfile.open(os.path.join(out, "gpu-results.tgz")) as t:
+            ckpt = json.load(t.extractfile("./bench-ckpt-cpu.json"))
+            names = t.getnames()
+        expect(ckpt["device"] == "cpu" and ckpt["model"] == "resnet50" and len(ckpt["runs"]) == 3, ckpt)
+        expect("./summary.md" in names and "./suite.log" in names, names)
+
+
 def test_gpu_suite_parses():
     p = subprocess.run(["bash", "-n", os.path.join(SRC, "bench", "gpu_suite.sh")], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
@@ -67,4 +98,4 @@ def test_gpu_suite_parses():
 
 if __name__ == "__main__":
     main([test_compare_reports_both_sides, test_compare_reports_a_failed_workload_and_goes_on,
-          test_compare_rejects_an_unknown_workload, test_gpu_suite_parses])
+          test_compare_rejects_an_unknown_workload, test_gpu_suite_plumbing_on_the_cpu, test_gpu_suite_parses])
