@@ -232,7 +232,11 @@ void load_optimizer_state(const OptimOptions& o, torch::optim::Optimizer& opt, t
       DLRUN_CHECK_INPUT(suffix == ".step" || it->second.sizes() == p.sizes(),
                         "optimizer state {}{} has shape {}, parameter has {}", n, suffix,
                         c10::str(it->second.sizes()), c10::str(p.sizes()));
-      return it->second.to(p.device()).clone();
+      if (suffix == ".step") return it->second.clone();
+      // In the parameter's layout: a checkpoint stores the state contiguous, and with
+      // model.channels_last the CUDA fused optimizers refuse state whose strides differ from the
+      // parameter's and gradient's.
+      return torch::empty_like(p, torch::MemoryFormat::Preserve).copy_(it->second);
     };
     if (o.name == OptimName::kSgd) {
       auto buf = get(".momentum_buffer");

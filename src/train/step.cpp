@@ -11,8 +11,14 @@
 #ifdef DLRUN_TORCH_HAS_CUDA
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <functional>
+#include <optional>
 #endif
 
 namespace dlrun::train {
@@ -40,6 +46,10 @@ struct StepRunner::Graph {
   int warm = 0;        ///< eager warm-up steps run so far
   bool captured = false;
   bool told_ragged = false;
+  /// The one side stream of the warm-up steps and the capture. The caching allocator reuses a
+  /// freed block only on the stream it was allocated on: a new stream per warm-up step would
+  /// leave a step's activations cached on each.
+  std::optional<c10::cuda::CUDAStream> side;
 };
 #else
 struct StepRunner::Graph {
@@ -165,6 +175,42 @@ void order_after(const c10::cuda::CUDAStream& from, const c10::cuda::CUDAStream&
   e.block(to);
 }
 
+// After a capture that failed (a kernel that cannot be captured, an allocation that does not
+// fit): end the capture on its own stream if that stream is still capturing (capture_end checks
+// the current stream, hence the guard), consume the error, and close what capture_begin opened
+// and capture_end did not get to close -- the device and pinned-host allocators routing
+// allocations to the graph's pool, and the pool itself -- so that the eager steps that follow
+// allocate, and free cached blocks when memory runs short, as before. Each step tolerates
+// having been done already: capture_end may have got part of the way.
+void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& side, const at::cuda::MempoolId_t& pool) {
+  const c10::cuda::CUDAStreamGuard on_side(side);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+  }
+  (void)cudaGetLastError();
+  bool ended = true;  // capture_end finished: the graph's destructor gives the pool back
+  try {
+    (void)graph.pool();
+  } catch (const c10::Error&) {
+    ended = false;
+  }
+  if (ended) return;
+  const auto device = side.device_index();
+  auto* host = at::getHostAllocator(at::kCUDA);
+  for (const auto& close : std::vector<std::function<void()>>{
+           [&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool); },
+           [&] { host->end_allocate_to_pool(pool); },
+           [&] { c10::cuda::CUDACachingAllocator::releasePool(device, pool); },
+           [&] { host->release_pool(pool); }}) {
+    try {
+      close();
+    } catch (const c10::Error&) {  // already closed by capture_end
+    }
+  }
+}
+
 StepResult copy_of(const StepResult& r) {  // the static outputs change at the next replay
   StepResult c;
   c.loss = r.loss.clone();
@@ -194,7 +240,8 @@ StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) {
     return body(micro);
   }
   const auto current = c10::cuda::getCurrentCUDAStream(device_.index());
-  const auto side = c10::cuda::getStreamFromPool(false, device_.index());
+  if (!g.side) g.side = c10::cuda::getStreamFromPool(false, device_.index());
+  const c10::cuda::CUDAStream side = *g.side;
   if (g.warm < kGraphWarmupSteps) {
     ++g.warm;
     order_after(current, side);
@@ -217,12 +264,17 @@ StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) {
   sb.x = g.x;
   sb.y = g.y;
   const bool cache = at::autocast::is_autocast_cache_enabled();
-  order_after(current, side);
+  // As torch.cuda.graph does: the warm-up steps' work done and the allocator's cached blocks
+  // given back, so that the graph's private pool can take the memory they held (while capturing,
+  // the allocator cannot free cached blocks to make room).
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
   try {
     c10::cuda::CUDAStreamGuard on_side(side);
     at::autocast::set_autocast_cache_enabled(false);
     timer_.set_enabled(false);  // no timing events inside a graph
-    g.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    g.graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     g.out = body({sb});
     g.graph.capture_end();
     timer_.set_enabled(true);
@@ -231,13 +283,9 @@ StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) {
     at::autocast::set_autocast_cache_enabled(cache);
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    try {
-      g.graph.capture_end();
-    } catch (const std::exception&) {  // the capture was already over
-    }
+    abandon_capture(g.graph, side, pool);
     graph_.reset();
     log0::warn("train.cuda_graphs: the step could not be captured ({}); training goes on eagerly", what);
-    order_after(side, current);
     return body(micro);
   }
   at::autocast::set_autocast_cache_enabled(cache);

@@ -87,3 +87,44 @@ TEST_CASE("set_lr changes every group", "[train][optim]") {
   for (auto& g : opt->param_groups()) CHECK(g.options().get_lr() == Approx(0.123));
   CHECK(static_cast<torch::optim::SGDOptions&>(opt->param_groups()[1].options()).weight_decay() == 0.0);
 }
+
+TEST_CASE("optimizer state loads in each parameter's memory format (channels_last)", "[train][optim]") {
+  // A checkpoint stores the state contiguous; with model.channels_last the 4-D parameters are
+  // NHWC, and CUDA's fused optimizers refuse state whose strides differ from the parameter's.
+  ModelOptions m;
+  m.name = "convnet";
+  m.width = 4;
+  m.channels_last = true;
+  for (const auto name : {dlrun::OptimName::kSgd, dlrun::OptimName::kAdamw}) {
+    INFO(dlrun::name_of(name));
+    OptimOptions o;
+    o.name = name;
+    o.lr = 0.01;
+    auto a = models::build(m, 1);
+    auto opt_a = train::build_optimizer(o, *a);
+    train_steps(*a, *opt_a, 2, 7);
+    auto state = train::optimizer_state(o, *opt_a, *a);
+    for (auto& [k, t] : state) t = t.contiguous();  // as read back from a checkpoint
+    auto b = models::build(m, 2);
+    {
+      torch::NoGradGuard no_grad;
+      auto pa = a->parameters(), pb = b->parameters();
+      for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+    }
+    auto opt_b = train::build_optimizer(o, *b);
+    train::load_optimizer_state(o, *opt_b, *b, state);
+    int four_d = 0;
+    for (const auto& p : b->parameters()) {
+      const auto& s = opt_b->state().at(p.unsafeGetTensorImpl());
+      const auto t = name == dlrun::OptimName::kSgd
+                         ? static_cast<torch::optim::SGDParamState&>(*s).momentum_buffer()
+                         : static_cast<torch::optim::AdamWParamState&>(*s).exp_avg_sq();
+      CHECK(t.strides() == p.strides());
+      four_d += p.dim() == 4 && p.is_contiguous(torch::MemoryFormat::ChannelsLast) && !p.is_contiguous();
+    }
+    CHECK(four_d > 0);  // the case is real: some parameters are NHWC
+    train_steps(*a, *opt_a, 2, 99);
+    train_steps(*b, *opt_b, 2, 99);
+    CHECK(same_params(*a, *b));
+  }
+}
