@@ -13,7 +13,7 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-torch::Tensor on(const torch::Tensor& host, const torch::Device& d) { return host.to(d, /*non_blocking=*/false); }
+torch::Tensor on(const torch::Tensor& host, const torch::Device& d) { return to_device_async(host, d); }
 
 /// grid_sample with per-sample affine maps theta (B, 2, 3) from output to source coordinates.
 torch::Tensor warp(const torch::Tensor& x, const std::vector<float>& theta, int64_t oh, int64_t ow) {
@@ -31,6 +31,11 @@ torch::Tensor where_flip(const torch::Tensor& x, const std::vector<uint8_t>& mas
 }
 
 }  // namespace
+
+torch::Tensor to_device_async(const torch::Tensor& host, const torch::Device& d) {
+  if (!d.is_cuda()) return host.to(d);
+  return host.pin_memory().to(d, /*non_blocking=*/true);
+}
 
 torch::Tensor augment_batch(const torch::Tensor& images, const Pipeline& p, const std::vector<SampleParams>& params) {
   const int64_t b = images.size(0), h = images.size(2), w = images.size(3);

@@ -18,4 +18,11 @@ namespace dlrun::data {
 /// Returns (B, C, out_h, out_w) float32 on the same device.
 torch::Tensor augment_batch(const torch::Tensor& images, const Pipeline& p, const std::vector<SampleParams>& params);
 
+/// A small host tensor (indices, per-sample parameters) on `d` without making the host wait
+/// for the device: on CUDA through pinned memory and an asynchronous copy (the caching host
+/// allocator keeps the pinned block until the copy has run). A plain pageable copy would
+/// synchronise the stream, so each batch would wait for the previous step to finish and that
+/// wait would be counted as data wait. Elsewhere `host.to(d)`.
+torch::Tensor to_device_async(const torch::Tensor& host, const torch::Device& d);
+
 }  // namespace dlrun::data

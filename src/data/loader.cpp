@@ -86,7 +86,7 @@ struct Loader::Impl {
     Batch out;
     std::vector<int64_t> idx = task_indices(t, &out.step_in_epoch, &out.micro);
     const int64_t n = static_cast<int64_t>(idx.size());
-    torch::Tensor it = torch::from_blob(idx.data(), {n}, torch::kLong).to(spec.device);
+    torch::Tensor it = to_device_async(torch::from_blob(idx.data(), {n}, torch::kLong), spec.device);
     std::vector<SampleParams> params;
     params.reserve(idx.size());
     for (int64_t i : idx)

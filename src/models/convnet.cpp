@@ -37,6 +37,7 @@ class ConvNet : public Model {
     units_.push_back(add_conv_bn_relu(features_, w, 2 * w));
     units_.push_back(add_conv_bn_relu(features_, 2 * w, 2 * w));
     features_->push_back(torch::nn::MaxPool2d(2));
+    pool_ = features_->size();
     features_->push_back(torch::nn::AdaptiveAvgPool2d(kPoolSide));
     classifier_ = register_module("classifier", torch::nn::Sequential());
     if (opts.dropout > 0) classifier_->push_back(torch::nn::Dropout(opts.dropout));
@@ -62,6 +63,9 @@ class ConvNet : public Model {
         };
         x = recompute_ ? checkpoint(unit, x, {features_->ptr(i), features_->ptr(i + 1)}) : unit(x);
         i += 3;
+      } else if (i == pool_) {
+        x = adaptive_avg_pool(x, kPoolSide, kPoolSide);
+        ++i;
       } else {
         x = forward_span(features_, i, i + 1, x, false);
         ++i;
@@ -74,6 +78,7 @@ class ConvNet : public Model {
   bool channels_last_;
   bool recompute_;
   std::vector<size_t> units_;  ///< where each conv-BN-ReLU unit starts in features_
+  size_t pool_ = 0;            ///< the AdaptiveAvgPool2d's index in features_
   torch::nn::Sequential features_{nullptr};
   torch::nn::Sequential classifier_{nullptr};
 };
@@ -86,3 +91,26 @@ std::shared_ptr<Model> make_convnet(const ModelOptions& opts) {
 }
 
 }  // namespace dlrun::models::detail
+
+namespace dlrun::models {
+
+torch::Tensor adaptive_avg_pool_by_matmul(const torch::Tensor& x, int64_t oh, int64_t ow) {
+  // Row i of the (out, in) matrix averages inputs [floor(i*in/out), ceil((i+1)*in/out)), the
+  // windows of adaptive_avg_pool2d; built with device ops, so no host copy waits on the device.
+  auto averaging = [&](int64_t in, int64_t out) {
+    const auto idx = torch::TensorOptions().dtype(torch::kLong).device(x.device());
+    const auto i = torch::arange(out, idx).view({out, 1});
+    const auto start = torch::div(i * in, out, "floor"), end = torch::div((i + 1) * in + out - 1, out, "floor");
+    const auto j = torch::arange(in, idx).view({1, in});
+    const auto inside = (j >= start) & (j < end);
+    return inside.to(x.scalar_type()) / (end - start).to(x.scalar_type());
+  };
+  return torch::matmul(torch::matmul(averaging(x.size(2), oh), x), averaging(x.size(3), ow).t());
+}
+
+torch::Tensor adaptive_avg_pool(const torch::Tensor& x, int64_t oh, int64_t ow) {
+  if (x.is_cuda() && at::globalContext().deterministicAlgorithms()) return adaptive_avg_pool_by_matmul(x, oh, ow);
+  return torch::adaptive_avg_pool2d(x, {oh, ow});
+}
+
+}  // namespace dlrun::models

@@ -70,6 +70,16 @@ inline torch::Tensor channels_last(const torch::Tensor& x) {
   return torch::empty(y.sizes(), y.options().memory_format(torch::MemoryFormat::ChannelsLast)).copy_(y);
 }
 
+/// adaptive_avg_pool2d to (oh, ow), deterministic on CUDA too: where deterministic algorithms
+/// are on (run.deterministic) and `x` is on CUDA, whose adaptive_avg_pool2d backward adds
+/// atomically and is refused in that mode, it runs as adaptive_avg_pool_by_matmul; elsewhere
+/// as torch::adaptive_avg_pool2d (bit for bit PyTorch's).
+torch::Tensor adaptive_avg_pool(const torch::Tensor& x, int64_t oh, int64_t ow);
+/// The same windows and means as two matrix products with averaging matrices,
+/// (oh, H) @ x @ (W, ow), whose backward is matrix products too. Equal to
+/// torch::adaptive_avg_pool2d within float rounding (tests/models/models_test.cpp).
+torch::Tensor adaptive_avg_pool_by_matmul(const torch::Tensor& x, int64_t oh, int64_t ow);
+
 /// Build the model named by opts.name. Parameters are initialized deterministically from
 /// `seed` (the same seed gives bitwise-identical weights on every machine), using
 /// torchvision's init for ResNets (kaiming_normal fan_out for convs, BN weight 1 bias 0,

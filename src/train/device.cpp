@@ -2,6 +2,7 @@
 #include "train/device.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <stdlib.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -82,7 +83,14 @@ Placement place(const Config& cfg, const dist::World& world) {
     c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(p.device);
   }
   if (run.threads > 0) at::set_num_threads(static_cast<int>(run.threads));
-  if (run.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (run.deterministic) {
+    at::globalContext().setDeterministicAlgorithms(true, false);
+    // cuBLAS is deterministic only with a fixed workspace configuration, which PyTorch demands
+    // in this mode (else every matrix product on CUDA is refused): set before its first use,
+    // unless the user chose one.
+    if (p.device.is_cuda() && ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0) != 0)
+      log0::warn("run.deterministic: could not set CUBLAS_WORKSPACE_CONFIG");
+  }
   const CudaSettings cs = cuda_settings(cfg);
   auto& ctx = at::globalContext();
   ctx.setBenchmarkCuDNN(cs.cudnn_benchmark);

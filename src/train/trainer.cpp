@@ -192,6 +192,10 @@ class Trainer {
   double data_wait_s_ = 0;  ///< time the step loop waited for the loader since the last log line
   double data_wait_total_s_ = 0;
   PhaseTimes phase_total_s_{};  ///< forward, backward, optimizer over the run (this process)
+  /// summary.json's total of phase i, or null once steps were replayed from a CUDA graph.
+  nlohmann::json phase_total(int i) const {
+    return runner_.graph_captured() ? nlohmann::json(nullptr) : nlohmann::json(phase_total_s_[i]);
+  }
   int64_t logs_ = 0;            ///< train records written (the first one includes the warm-up)
   bool told_loader_bound_ = false;
   int64_t last_eval_step_ = -1, last_saved_step_ = -1;
@@ -778,9 +782,11 @@ nlohmann::json Trainer::summary(const std::string& status) {
       {"eval", last_eval_.is_null() ? nlohmann::json(nullptr) : last_eval_},
       {"wall_time_s", wall},
       {"samples_per_s", static_cast<double>(samples_this_process_) / std::max(1e-9, wall)},
-      // Up to the last log line: data wait, forward, backward, optimizer (metrics.jsonl has each interval).
-      {"time_s", {{"data_wait", data_wait_total_s_}, {"forward", phase_total_s_[0]}, {"backward", phase_total_s_[1]},
-                  {"optimizer", phase_total_s_[2]}}},
+      // Up to the last log line: data wait, forward, backward, optimizer (metrics.jsonl has each
+      // interval). Steps replayed from a CUDA graph are not split into phases: their totals would
+      // count the eager warm-up steps alone, so they are null.
+      {"time_s", {{"data_wait", data_wait_total_s_}, {"forward", phase_total(0)}, {"backward", phase_total(1)},
+                  {"optimizer", phase_total(2)}}},
       {"peak_cuda_memory_mb", peak_cuda},
       {"profile_trace", profiler_.written().empty() ? nlohmann::json(nullptr) : nlohmann::json(profiler_.written())},
       {"checkpoint", checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(checkpoint)},

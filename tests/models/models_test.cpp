@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -324,4 +325,26 @@ TEST_CASE("build() time", "[.][bench]") {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WARN(name << ": build " << s << " s");
   }
+}
+
+TEST_CASE("adaptive_avg_pool_by_matmul: adaptive_avg_pool2d's windows and means, forward and backward",
+          "[models]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  for (const auto& [h, w, oh, ow] : std::vector<std::array<int64_t, 4>>{
+           {7, 7, 3, 3}, {8, 8, 3, 3}, {5, 9, 3, 2}, {3, 3, 3, 3}, {1, 4, 1, 3}, {14, 6, 5, 4}}) {
+    INFO(h << "x" << w << " -> " << oh << "x" << ow);
+    const auto x = torch::randn({2, 3, h, w}, gen).to(torch::kFloat64);
+    const auto a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
+    const auto want = torch::adaptive_avg_pool2d(a, {oh, ow});
+    const auto got = models::adaptive_avg_pool_by_matmul(b, oh, ow);
+    REQUIRE(got.sizes() == want.sizes());
+    CHECK(torch::allclose(got, want, 1e-12, 1e-12));
+    const auto up = torch::randn(want.sizes(), gen).to(torch::kFloat64);
+    (want * up).sum().backward();
+    (got * up).sum().backward();
+    CHECK(torch::allclose(b.grad(), a.grad(), 1e-12, 1e-12));
+  }
+  // Off CUDA, or without deterministic algorithms, the model uses ATen's own operator.
+  const auto x = torch::randn({1, 2, 7, 7}, gen);
+  CHECK(torch::equal(models::adaptive_avg_pool(x, 3, 3), torch::adaptive_avg_pool2d(x, {3, 3})));
 }
