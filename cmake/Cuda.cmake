@@ -30,4 +30,12 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR EXISTS "${DLRUN_TORCH_LIBDIR}/li
 endif()
 # cuDNN / NCCL headers (for the summary and USE_C10D_NCCL).
 find_path(DLRUN_CUDNN_INCLUDE cudnn.h HINTS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
-find_path(DLRUN_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
+# NCCL's header: the wheel's own first (site-packages/nvidia/nccl, next to torch/lib), since
+# ProcessGroupNCCL's layout depends on the NCCL version its header announces and dlrun must see
+# the one LibTorch was built with; then the toolkit's and the system's.
+find_path(DLRUN_NCCL_INCLUDE nccl.h
+          HINTS "${DLRUN_TORCH_LIBDIR}/../../nvidia/nccl/include" /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
+if(DLRUN_CUDA STREQUAL "ON" AND DLRUN_TORCH_HAS_CUDA AND NOT DLRUN_NCCL_INCLUDE)
+  message(FATAL_ERROR "DLRUN_CUDA=ON with a CUDA LibTorch, but nccl.h was not found (looked next to "
+                      "${DLRUN_TORCH_LIBDIR} and in the CUDA toolkit): without it dlrun cannot use NCCL")
+endif()

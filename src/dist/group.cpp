@@ -56,9 +56,11 @@ struct Group::Impl {
                 "how long a rank waits for the others");
   }
 
-  /// `t` on the backend's device: itself, or a copy.
+  bool cpu_collectives = false;  ///< a CPU backend is registered too (gloo; beside NCCL for host tensors)
+
+  /// `t` on a device the group has a backend for: itself, or a copy on the default backend's.
   torch::Tensor on_backend(const torch::Tensor& t) const {
-    return t.device() == device ? t : t.to(device);
+    return t.device() == device || (cpu_collectives && t.is_cpu()) ? t : t.to(device);
   }
 };
 
@@ -241,6 +243,15 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
       impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
       impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
       impl->nccl_version = c10d::getNcclVersion();
+      // Host tensors (the per-step stop agreement, metrics) through gloo, as PyTorch's
+      // "cpu:gloo,cuda:nccl": through NCCL they would be copied to the GPU and back, and each
+      // copy waits for the queued step, a host-device synchronisation every step.
+      auto go = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+      go->devices.push_back(gloo_device(world));
+      auto cpu_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "pg-cpu/", tcp);
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu_store, world.rank, world.size, go);
+      impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      impl->cpu_collectives = true;
 #else
       fail_input("dist.backend: this dlrun was built without NCCL (LibTorch without CUDA); use dist.backend: gloo");
 #endif
@@ -250,6 +261,10 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
       auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, world.rank, world.size, o);
       impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
       impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+      // gloo all-reduces CUDA tensors too (through host staging), as PyTorch's gloo backend
+      // does for a model on a GPU: without this the Reducer's CUDA buckets have no backend.
+      impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, backend);
+      impl->cpu_collectives = true;
     }
   } catch (const Error&) {
     throw;
@@ -379,6 +394,12 @@ GradSync::GradSync(Group& group, std::vector<torch::Tensor> params, double bucke
 GradSync::~GradSync() = default;
 
 void GradSync::prepare(const torch::Tensor& loss) {
+  // As DDP before each forward: after the first synchronised backward the Reducer re-buckets in
+  // the order the gradients arrived (a collective: every rank reaches it at the same step). Until
+  // it has, each backward appends every parameter to its record of that order, which would
+  // grow by a few KB a step for the whole run.
+  if (state_->reducer->rebuild_buckets())
+    log0::info("dist: gradient buckets rebuilt in the order the first step's gradients arrived");
   state_->reducer->prepare_for_forward();
   state_->reducer->prepare_for_backward({loss});
 }
