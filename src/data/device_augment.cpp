@@ -13,12 +13,10 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-torch::Tensor on(const torch::Tensor& host, const torch::Device& d) { return to_device_async(host, d); }
-
 /// grid_sample with per-sample affine maps theta (B, 2, 3) from output to source coordinates.
 torch::Tensor warp(const torch::Tensor& x, const std::vector<float>& theta, int64_t oh, int64_t ow) {
   const int64_t b = x.size(0);
-  torch::Tensor t = on(torch::from_blob(const_cast<float*>(theta.data()), {b, 2, 3}, torch::kFloat).clone(), x.device());
+  torch::Tensor t = to_device_async(torch::from_blob(const_cast<float*>(theta.data()), {b, 2, 3}, torch::kFloat).clone(), x.device());
   torch::Tensor grid = F::affine_grid(t, {b, x.size(1), oh, ow}, /*align_corners=*/false);
   return F::grid_sample(x, grid,
                         F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kZeros).align_corners(false));
@@ -26,7 +24,7 @@ torch::Tensor warp(const torch::Tensor& x, const std::vector<float>& theta, int6
 
 torch::Tensor where_flip(const torch::Tensor& x, const std::vector<uint8_t>& mask, int64_t dim) {
   const int64_t b = x.size(0);
-  torch::Tensor m = on(torch::from_blob(const_cast<uint8_t*>(mask.data()), {b}, torch::kBool).clone(), x.device());
+  torch::Tensor m = to_device_async(torch::from_blob(const_cast<uint8_t*>(mask.data()), {b}, torch::kBool).clone(), x.device());
   return torch::where(m.view({b, 1, 1, 1}), x.flip({dim}), x);
 }
 
@@ -87,8 +85,8 @@ torch::Tensor augment_batch(const torch::Tensor& images, const Pipeline& p, cons
       ox.push_back(sp.crop_x);
     }
     auto lopt = torch::TensorOptions().dtype(torch::kLong);
-    torch::Tensor ty = on(torch::from_blob(oy.data(), {b}, lopt).clone(), x.device());
-    torch::Tensor tx = on(torch::from_blob(ox.data(), {b}, lopt).clone(), x.device());
+    torch::Tensor ty = to_device_async(torch::from_blob(oy.data(), {b}, lopt).clone(), x.device());
+    torch::Tensor tx = to_device_async(torch::from_blob(ox.data(), {b}, lopt).clone(), x.device());
     torch::Tensor xp = F::pad(x, F::PadFuncOptions({pad, pad, pad, pad}));  // (B, C, oh+2p, ow+2p)
     torch::Tensor rows = (ty.view({b, 1}) + torch::arange(oh, lopt.device(x.device())).view({1, oh}));  // (B, oh)
     torch::Tensor cols = (tx.view({b, 1}) + torch::arange(ow, lopt.device(x.device())).view({1, ow}));  // (B, ow)
@@ -98,8 +96,8 @@ torch::Tensor augment_batch(const torch::Tensor& images, const Pipeline& p, cons
 
   if (p.normalize) {
     const int64_t c = x.size(1);
-    torch::Tensor mean = on(torch::tensor(std::vector<float>(p.mean.begin(), p.mean.end())), x.device()).view({1, c, 1, 1});
-    torch::Tensor sd = on(torch::tensor(std::vector<float>(p.std.begin(), p.std.end())), x.device()).view({1, c, 1, 1});
+    torch::Tensor mean = to_device_async(torch::tensor(std::vector<float>(p.mean.begin(), p.mean.end())), x.device()).view({1, c, 1, 1});
+    torch::Tensor sd = to_device_async(torch::tensor(std::vector<float>(p.std.begin(), p.std.end())), x.device()).view({1, c, 1, 1});
     x = (x - mean) / sd;
   }
 
@@ -108,7 +106,7 @@ torch::Tensor augment_batch(const torch::Tensor& images, const Pipeline& p, cons
     for (const auto& sp : params)
       box.insert(box.end(), {sp.erase_y, sp.erase_x, sp.erase ? sp.erase_h : 0, sp.erase ? sp.erase_w : 0});
     auto lopt = torch::TensorOptions().dtype(torch::kLong);
-    torch::Tensor t = on(torch::from_blob(box.data(), {b, 4}, lopt).clone(), x.device());
+    torch::Tensor t = to_device_async(torch::from_blob(box.data(), {b, 4}, lopt).clone(), x.device());
     torch::Tensor ry = torch::arange(oh, lopt.device(x.device())).view({1, oh});
     torch::Tensor rx = torch::arange(ow, lopt.device(x.device())).view({1, ow});
     torch::Tensor in_y = (ry >= t.select(1, 0).view({b, 1})) & (ry < (t.select(1, 0) + t.select(1, 2)).view({b, 1}));

@@ -1,8 +1,8 @@
 // set_batchnorm_sync, fold_batchnorm and the conv-BN(-add)-ReLU helpers (see batchnorm.h).
 #include "models/batchnorm.h"
 
-#include <algorithm>
 #include <map>
+#include <set>
 
 #include "kernels/ops.h"
 #include "models/model.h"
@@ -56,10 +56,19 @@ std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& 
   return {folded_w, bias.to(w.scalar_type())};
 }
 
+namespace {
+
+/// fold_batchnorm for an evaluation pass, which folded_state_dict() may be recording.
+std::pair<torch::Tensor, torch::Tensor> fold_in_pass(const torch::nn::Conv2d& conv, const BatchNorm2d& bn) {
+  if (fold_record != nullptr) fold_record->emplace_back(conv, bn);
+  return fold_batchnorm(conv, bn);
+}
+
+}  // namespace
+
 torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x, bool folded) {
   if (!foldable(conv, bn, folded)) return bn->forward(conv->forward(x));
-  if (fold_record != nullptr) fold_record->emplace_back(conv, bn);
-  const auto [w, b] = fold_batchnorm(conv, bn);
+  const auto [w, b] = fold_in_pass(conv, bn);
   const auto& co = conv->options;
   return torch::conv2d(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
 }
@@ -92,8 +101,7 @@ torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch
                            bool folded) {
   const auto& co = conv->options;
   if (foldable(conv, bn, folded)) {
-    if (fold_record != nullptr) fold_record->emplace_back(conv, bn);
-    const auto [w, b] = fold_batchnorm(conv, bn);
+    const auto [w, b] = fold_in_pass(conv, bn);
     return kernels::conv_bias_relu(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
   }
   if (!fused || !fusable(conv, bn)) return bn->forward(conv->forward(x)).relu_();
@@ -142,20 +150,19 @@ std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& mode
   std::map<const torch::nn::Module*, std::string> names;
   for (const auto& item : model.named_modules()) names[item.value().get()] = item.key();
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> folded_convs;  // conv name -> weight, bias
-  std::vector<std::string> folded_bns;                                          // "bn_name."
+  std::set<std::string> folded_bns;
   for (const auto& [conv, bn] : pairs) {
-    const std::string conv_name = names.at(conv.get()), bn_name = names.at(bn.get());
+    const std::string conv_name = names.at(conv.get());
     if (folded_convs.count(conv_name)) continue;  // a module used twice in one pass
     auto [w, b] = fold_batchnorm(conv, bn);
     folded_convs[conv_name] = {w.contiguous(), b.contiguous()};
-    folded_bns.push_back(bn_name + ".");
+    folded_bns.insert(names.at(bn.get()));
   }
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& [key, tensor] : state_dict(model)) {
     const auto dot = key.rfind('.');
     const std::string owner = key.substr(0, dot), leaf = key.substr(dot + 1);
-    if (std::any_of(folded_bns.begin(), folded_bns.end(), [&](const std::string& p) { return key.rfind(p, 0) == 0; }))
-      continue;  // the BatchNorm's parameters and buffers are in the convolution now
+    if (folded_bns.count(owner)) continue;  // the BatchNorm's parameters and buffers are in the convolution now
     const auto f = folded_convs.find(owner);
     if (f == folded_convs.end()) {
       out.emplace_back(key, tensor.detach().contiguous());

@@ -17,7 +17,6 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <functional>
 #include <optional>
 #endif
 
@@ -199,16 +198,16 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& si
   if (ended) return;
   const auto device = side.device_index();
   auto* host = at::getHostAllocator(at::kCUDA);
-  for (const auto& close : std::vector<std::function<void()>>{
-           [&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool); },
-           [&] { host->end_allocate_to_pool(pool); },
-           [&] { c10::cuda::CUDACachingAllocator::releasePool(device, pool); },
-           [&] { host->release_pool(pool); }}) {
+  auto quietly = [](auto&& close) {
     try {
       close();
     } catch (const c10::Error&) {  // already closed by capture_end
     }
-  }
+  };
+  quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool); });
+  quietly([&] { host->end_allocate_to_pool(pool); });
+  quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(device, pool); });
+  quietly([&] { host->release_pool(pool); });
 }
 
 StepResult copy_of(const StepResult& r) {  // the static outputs change at the next replay
