@@ -3,13 +3,16 @@ by a kill -9 from outside at any moment, or at any file-write point of a checkpo
 (synchronous or in the background), and resumed, ends with the same params_sha256 as an
 uninterrupted run — mid-epoch, at epoch boundaries, with several loader workers, and across
 optimizers, schedules, accumulation, augmentations, datasets and thread counts."""
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
+import sys
 import time
 
-from common import DLRUN, RunDir, cfg, dlrun, expect, main, train
+from common import DATA, DLRUN, RunDir, cfg, dlrun, expect, main, train
 
 TINY = cfg("tiny.yaml")
 SYNC = "checkpoint.async=false"  # where a test needs the save before the kill to be committed
@@ -181,7 +184,43 @@ def test_exact_resume_on_an_image_folder():
                 expect(s["params_sha256"] == ref, f"image_folder: killed at step {k}: params differ after resume")
 
 
+GOLDEN = os.path.join(DATA, "golden", "step-00000020")
+
+
+def test_golden_checkpoint_trains_on():
+    """A checkpoint committed by an earlier dlrun (tests/e2e/data/golden/README.md: tiny.yaml
+    stopped after step 20) loads, and training on from it ends where an uninterrupted run does;
+    a checkpoint written now at the same step holds the same files, tensors and state.json keys
+    and values."""
+    with RunDir() as r:
+        shutil.copytree(GOLDEN, r.file("checkpoints", "step-00000020"))
+        p = train(TINY, r.path)
+        expect("differs from the checkpoint" not in p.stdout, p.stdout[-2000:])
+        s = r.summary()
+        expect(s["resumed_from_step"] == 20, f"resumed from {s['resumed_from_step']}")
+        expect(s["params_sha256"] == baseline(), "training on from the golden checkpoint ends with other parameters")
+    with RunDir() as r:  # today's checkpoint of step 20, beside the golden one
+        train(TINY, r.path, SYNC, env={"DLRUN_FAULT": "abort_at_step:21"}, check=None)
+        now = r.file("checkpoints", "step-00000020")
+        manifests = [json.load(open(os.path.join(d, "manifest.json"))) for d in (GOLDEN, now)]
+        files = [sorted(f["name"] for f in m["files"]) for m in manifests]
+        expect(files[0] == files[1], f"checkpoint files: golden {files[0]}, now {files[1]}")
+        states = [json.load(open(os.path.join(d, "state.json"))) for d in (GOLDEN, now)]
+        expect(sorted(states[0]) == sorted(states[1]), f"state.json keys: golden {sorted(states[0])}, now {sorted(states[1])}")
+        for key in states[0]:
+            if key not in ("time", "versions", "config_hash"):  # config_hash: checkpoint.async=false here
+                expect(states[0][key] == states[1][key], f"state.json {key}: golden {states[0][key]}, now {states[1][key]}")
+        # The tensor files: the same names, dtypes and shapes, as Python's torch.load sees them.
+        script = ("import sys, torch\n"
+                  "for stem in ('model', 'optim', 'rng-rank00000'):\n"
+                  "    d = torch.load(f'{sys.argv[1]}/{stem}.pt')\n"
+                  "    print(stem, [(k, str(v.dtype), tuple(v.shape)) for k, v in d.items()])\n")
+        seen = [subprocess.run([sys.executable, "-c", script, d], capture_output=True, text=True, check=True).stdout
+                for d in (GOLDEN, now)]
+        expect(seen[0] == seen[1], f"tensor files differ:\ngolden {seen[0]}\nnow {seen[1]}")
+
+
 if __name__ == "__main__":
     main([test_kill_at_random_steps, test_external_kill_9_at_random_moments, test_kill_at_every_checkpoint_write_point,
           test_corrupt_checkpoint_is_skipped_not_deleted, test_steps_lost_and_goodput,
-          test_exact_resume_across_settings, test_exact_resume_on_an_image_folder])
+          test_exact_resume_across_settings, test_exact_resume_on_an_image_folder, test_golden_checkpoint_trains_on])
