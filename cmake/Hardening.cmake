@@ -36,7 +36,7 @@ file(GLOB DLRUN_PARSER_SOURCES CONFIGURE_DEPENDS ${_src}/data/*.cpp ${_src}/chec
 add_library(dlrun_parsers STATIC ${DLRUN_PARSER_SOURCES})
 target_include_directories(dlrun_parsers PUBLIC ${TORCH_INCLUDE_DIRS})
 target_compile_options(dlrun_parsers PRIVATE ${DLRUN_WARNINGS})
-target_precompile_headers(dlrun_parsers PRIVATE ${_src}/core/torch_pch.h)
+target_precompile_headers(dlrun_parsers PRIVATE ${_src}/pch/torch.h)
 target_compile_definitions(dlrun_parsers PUBLIC FMT_HEADER_ONLY=1)  # torch's fmt, as in dlrun_core
 separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(dlrun_parsers PUBLIC ${_torch_flags})
@@ -56,9 +56,11 @@ target_link_libraries(dlrun_test_support PUBLIC dlrun_base Catch2::Catch2)
 target_include_directories(dlrun_test_support PUBLIC ${_t})
 target_compile_definitions(dlrun_test_support PUBLIC DLRUN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 
-file(GLOB _base_tests CONFIGURE_DEPENDS ${_t}/base/*_test.cpp ${_t}/config/*_test.cpp ${_t}/metrics/*_test.cpp
-     ${_t}/preempt/*_test.cpp ${_t}/remote/*_test.cpp)
-list(APPEND _base_tests ${_t}/train/triggers_test.cpp ${_t}/train/run_dir_test.cpp ${_t}/dist/world_test.cpp)
+set(_base_tests)
+foreach(_folder ${DLRUN_BASE_FOLDERS})  # tests/ mirrors src/: the base folders' tests
+  file(GLOB _files CONFIGURE_DEPENDS ${_t}/${_folder}/*_test.cpp)
+  list(APPEND _base_tests ${_files})
+endforeach()
 # sanitizer_defaults.cpp as a source of each executable (in an archive nothing would pull it in).
 set(_defaults ${CMAKE_SOURCE_DIR}/fuzz/sanitizer_defaults.cpp)
 add_executable(dlrun_base_tests ${_base_tests} ${_defaults})

@@ -1,7 +1,8 @@
 # Targets:
-#   dlrun_base     no LibTorch: errors, logging, clocks, SHA-256, files, HTTP, fault injection,
-#                  the config system, metrics sinks, preemption, the S3 client, and the torch-free parts of
-#                  training (triggers, run directory). Fast to compile; its tests link only it.
+#   dlrun_base     no LibTorch: errors, logging, clocks, SHA-256, files, HTTP, fault injection
+#                  (base), the S3 client (remote), the config system (config), metrics sinks
+#                  (metrics), preemption (preempt), the run directory and the triggers (run), the
+#                  job layout (world). Fast to compile; its tests link only it.
 #   dlrun_kernels  OBJECT library: operators registered with the PyTorch dispatcher
 #                  (TORCH_LIBRARY in src/kernels/) and every CUDA source. Object files rather
 #                  than an archive, because the linker drops archive members nobody calls by
@@ -10,15 +11,25 @@
 #   dlrun_core     LibTorch-based library: models, data, checkpoints, training.
 #   dlrun_cli      the command line; CLI11 is its private dependency.
 #   dlrun          the executable: src/main.cpp.
+#
+# A folder is a build target: each folder of src/ is compiled whole into exactly one target,
+# and no target picks single files out of another's folder. The folders in layer order (an
+# include runs downhill only; tools/check_layers.py checks it, as the test lint:layers):
+#   base < remote < config < metrics, preempt, run, world     (dlrun_base)
+#   < kernels                                                 (dlrun_kernels)
+#   < data, models < checkpoint < distributed < export, train (dlrun_core)
+#   < cli                                                     (dlrun_cli)
 set(_src ${CMAKE_SOURCE_DIR}/src)
-file(GLOB_RECURSE DLRUN_BASE_SOURCES CONFIGURE_DEPENDS
-     ${_src}/base/*.cpp ${_src}/config/*.cpp ${_src}/metrics/*.cpp ${_src}/preempt/*.cpp ${_src}/remote/*.cpp)
-list(APPEND DLRUN_BASE_SOURCES ${_src}/train/triggers.cpp ${_src}/train/run_dir.cpp ${_src}/dist/world.cpp
-     ${_src}/dist/listen.cpp)
-file(GLOB_RECURSE DLRUN_KERNEL_SOURCES CONFIGURE_DEPENDS ${_src}/kernels/*.cpp ${_src}/cuda/*.cpp)
+set(DLRUN_BASE_FOLDERS base remote config metrics preempt run world)
+set(DLRUN_BASE_SOURCES)
+foreach(_folder ${DLRUN_BASE_FOLDERS})
+  file(GLOB_RECURSE _files CONFIGURE_DEPENDS ${_src}/${_folder}/*.cpp)
+  list(APPEND DLRUN_BASE_SOURCES ${_files})
+endforeach()
+file(GLOB_RECURSE DLRUN_KERNEL_SOURCES CONFIGURE_DEPENDS ${_src}/kernels/*.cpp)
 file(GLOB_RECURSE DLRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${_src}/*.cu)
 if(NOT DLRUN_TORCH_HAS_CUDA)  # the operator kernels use ATen's CUDA side; the device query does not
-  list(FILTER DLRUN_CUDA_SOURCES EXCLUDE REGEX "/src/kernels/")
+  list(FILTER DLRUN_CUDA_SOURCES EXCLUDE REGEX "/src/kernels/bn_relu")
 endif()
 file(GLOB_RECURSE DLRUN_CLI_SOURCES CONFIGURE_DEPENDS ${_src}/cli/*.cpp)
 file(GLOB_RECURSE DLRUN_CORE_SOURCES CONFIGURE_DEPENDS ${_src}/*.cpp)
@@ -64,7 +75,7 @@ target_compile_options(dlrun_core PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARN
 # Debian's. The two live in different inline namespaces (fmt::v9, fmt::v12), so they do not
 # clash at link time. docs/development.md explains this.
 target_compile_definitions(dlrun_core PUBLIC FMT_HEADER_ONLY=1)
-target_precompile_headers(dlrun_core PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${_src}/core/torch_pch.h>)
+target_precompile_headers(dlrun_core PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${_src}/pch/torch.h>)
 if(DLRUN_TORCH_HAS_CUDA)
   target_compile_definitions(dlrun_core PUBLIC DLRUN_TORCH_HAS_CUDA=1)
 endif()
@@ -81,7 +92,7 @@ if(DLRUN_TORCH_HAS_CUDA AND DLRUN_NCCL_INCLUDE)
   list(APPEND _c10d_defs USE_C10D_NCCL=1)
   list(APPEND _c10d_incs ${DLRUN_NCCL_INCLUDE})
 endif()
-set_source_files_properties(${_src}/dist/group.cpp PROPERTIES
+set_source_files_properties(${_src}/distributed/group.cpp PROPERTIES
   COMPILE_DEFINITIONS "${_c10d_defs}" INCLUDE_DIRECTORIES "${_c10d_incs}" SKIP_PRECOMPILE_HEADERS ON)
 
 add_library(dlrun_kernels OBJECT ${DLRUN_KERNEL_SOURCES})

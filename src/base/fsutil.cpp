@@ -1,7 +1,6 @@
 // POSIX implementations of the durable writes used by the checkpoint commit protocol.
 #include "base/fsutil.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -10,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +17,7 @@
 #include "base/fault.h"
 
 namespace dlrun::fsutil {
+namespace fs = std::filesystem;
 namespace {
 
 std::string errstr(int err) { return std::strerror(err); }
@@ -123,52 +124,44 @@ bool exchange_paths(const std::string& a, const std::string& b) {
 #endif
 }
 
+// The path helpers: std::filesystem, but for removal (below).
+
 bool path_exists(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0;
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));  // a dangling link exists too (lstat)
 }
 
 bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  std::error_code ec;
+  return fs::is_directory(path, ec);
 }
 
 bool is_regular_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
 }
 
 std::vector<std::string> list_names(const std::string& dir) {
   std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") out.push_back(name);
-  }
-  ::closedir(d);
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    out.push_back(it->path().filename().string());
   return out;
 }
 
-namespace {
-/// mkdir -p; returns 0 or the errno of the component `failed` that could not be created.
-int make_dirs_errno(const std::string& dir, std::string* failed) {
-  if (dir.empty() || is_directory(dir)) return 0;
-  const std::string parent = parent_of(dir);
-  if (parent != dir && parent != "." && parent != "/")
-    if (int err = make_dirs_errno(parent, failed)) return err;
-  if (::mkdir(dir.c_str(), 0755) == 0 || is_directory(dir)) return 0;
-  *failed = dir;
-  return errno == EEXIST ? ENOTDIR : errno;
-}
-}  // namespace
-
 void make_dirs(const std::string& dir) {
-  std::string failed;
-  if (int err = make_dirs_errno(dir, &failed))
-    fail_runtime("{}: cannot create directory ({}: {})", dir, failed, errstr(err));
+  std::error_code ec;
+  if (dir.empty() || fs::create_directories(dir, ec) || !ec) return;
+  // Name the component that could not be made: the deepest one that is not a directory.
+  fs::path failed = dir;
+  while (failed.has_parent_path() && failed.parent_path() != failed && !is_directory(failed.parent_path().string()))
+    failed = failed.parent_path();
+  fail_runtime("{}: cannot create directory ({}: {})", dir, failed.string(), ec.message());
 }
 
+// Plain POSIX, not std::filesystem::remove_all: in a process that loads libtorch.so the dynamic
+// linker binds remove_all to the copy libtorch exports, which jumped to a null address in the
+// checkpoint writer's thread (docs/development.md, "std::filesystem").
 void remove_tree(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
@@ -183,20 +176,21 @@ void remove_tree(const std::string& path) {
   }
 }
 
-std::string parent_of(const std::string& path) {
-  std::string p = path;
+namespace {
+std::string without_trailing_slashes(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
-  const auto slash = p.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
+  return p;
+}
+}  // namespace
+
+std::string parent_of(const std::string& path) {
+  const fs::path parent = fs::path(without_trailing_slashes(path)).parent_path();
+  return parent.empty() ? "." : parent.string();
 }
 
 std::string base_name(const std::string& path) {
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  const auto slash = p.find_last_of('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
+  const std::string p = without_trailing_slashes(path);
+  return p == "/" ? p : fs::path(p).filename().string();
 }
 
 }  // namespace dlrun::fsutil

@@ -3,9 +3,9 @@
 // directories are fsynced after entries change, and renames are followed by an fsync of the
 // parent. No LibTorch: part of dlrun_base.
 //
-// Plain POSIX on purpose, not std::filesystem: the protocol needs explicit fsyncs of files
-// and directories, and libtorch.so exports its own copies of std::filesystem symbols, which we
-// prefer not to depend on (docs/development.md).
+// The durable writes are plain POSIX: the protocol needs explicit fsyncs of files and
+// directories, which std::filesystem does not offer. The path helpers below them (exists, list,
+// mkdir -p, rm -rf, dirname) are std::filesystem.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -46,6 +46,14 @@ struct Snapshot {
   int world_size = 1;
 };
 
+/// The file names of a checkpoint directory (and of the LATEST file beside them).
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kStateFile = "state.json";
+inline constexpr const char* kConfigFile = "config.yaml";
+inline constexpr const char* kModelFile = "model.pt";
+inline constexpr const char* kOptimFile = "optim.pt";
+inline constexpr const char* kLatestFile = "LATEST";
+
 /// Copy tensors to host memory (pinned when `pinned` and CUDA is available), detached.
 TensorDict host_copy(const TensorDict& tensors, bool pinned = false);
 
@@ -57,6 +65,8 @@ struct FileSet {
   nlohmann::json manifest;   ///< manifest.json, parsed
   std::vector<std::pair<std::string, std::vector<char>>> files;  ///< file name -> bytes; manifest.json last
   uint64_t bytes() const;
+  /// The bytes of the file `name` (kModelFile, kConfigFile, ...), or null when the set has none.
+  const std::vector<char>* find(const std::string& name) const;
 };
 
 /// Serialize a snapshot: tensor files, state.json, config.yaml, and the manifest with the
@@ -161,30 +171,42 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
 void apply_retention(const std::string& checkpoints_dir, int64_t keep_last, int64_t keep_every,
                      const std::string& just_committed = {}, const std::vector<std::string>& in_use = {});
 
-/// Background writer: save() waits for any write still running, then (async) hands the
-/// snapshot to a thread that writes, hashes and commits it, then applies retention.
-class Writer {
+/// What a live run hands its snapshots to: the background Writer below, or a stand-in in tests
+/// (the checkpointer is tested against a fake writer and clock).
+class SnapshotWriter {
  public:
-  Writer(std::string checkpoints_dir, CheckpointOptions opts);
-  ~Writer();  ///< waits for a pending write
-  /// Write `snap` (async: hand it to the background thread). With async writes, a failure of
-  /// the previous background write is rethrown here, after `snap` has been queued.
-  void save(Snapshot snap);
-  /// Block until nothing is pending; rethrows a failure of the last write.
-  void wait();
   struct Stats {
     int64_t step = -1;
     std::string path;
     double write_s = 0;   ///< time the write+commit took (background)
     double wait_s = 0;    ///< time save() blocked waiting for the previous write
   };
+  virtual ~SnapshotWriter() = default;
+  /// Write `snap` (async: hand it to the background thread). With async writes, a failure of
+  /// the previous background write is rethrown here, after `snap` has been queued.
+  virtual void save(Snapshot snap) = 0;
+  /// Block until nothing is pending; rethrows a failure of the last write.
+  virtual void wait() = 0;
   /// Stats of the last committed checkpoint (step -1 if none yet).
-  Stats last() const;
+  virtual Stats last() const = 0;
   /// Called after each commit (before retention), from the thread that wrote it: how the
   /// remote uploader learns of a new checkpoint.
-  void on_commit(std::function<void(const Stats&)> callback);
+  virtual void on_commit(std::function<void(const Stats&)> callback) = 0;
   /// Asked at each retention: checkpoint directories that must not be removed yet.
-  void in_use(std::function<std::vector<std::string>()> callback);
+  virtual void in_use(std::function<std::vector<std::string>()> callback) = 0;
+};
+
+/// Background writer: save() waits for any write still running, then (async) hands the
+/// snapshot to a thread that writes, hashes and commits it, then applies retention.
+class Writer : public SnapshotWriter {
+ public:
+  Writer(std::string checkpoints_dir, CheckpointOptions opts);
+  ~Writer() override;  ///< waits for a pending write
+  void save(Snapshot snap) override;
+  void wait() override;
+  Stats last() const override;
+  void on_commit(std::function<void(const Stats&)> callback) override;
+  void in_use(std::function<std::vector<std::string>()> callback) override;
 
  private:
   struct Impl;

@@ -94,6 +94,12 @@ uint64_t FileSet::bytes() const {
   return n;
 }
 
+const std::vector<char>* FileSet::find(const std::string& name) const {
+  for (const auto& [file, data] : files)
+    if (file == name) return &data;
+  return nullptr;
+}
+
 FileSet serialize(const Snapshot& snap) {
   DLRUN_CHECK(snap.tensor_files.count("model") == 1, ExitCode::kRuntime,
               "checkpoint step {}: the snapshot has no 'model' tensors", snap.step);

@@ -14,11 +14,11 @@
 
 namespace dlrun::ckpt::detail {
 
-inline constexpr const char* kManifest = "manifest.json";
-inline constexpr const char* kState = "state.json";
-inline constexpr const char* kConfig = "config.yaml";
-inline constexpr const char* kModel = "model.pt";
-inline constexpr const char* kLatest = "LATEST";
+inline constexpr const char* kManifest = kManifestFile;
+inline constexpr const char* kState = kStateFile;
+inline constexpr const char* kConfig = kConfigFile;
+inline constexpr const char* kModel = kModelFile;
+inline constexpr const char* kLatest = kLatestFile;
 inline constexpr int kFormatVersion = 1;
 /// A manifest lists a handful of files; anything larger is not one.
 inline constexpr int64_t kMaxManifestBytes = 1 << 20;

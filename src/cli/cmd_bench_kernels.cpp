@@ -12,7 +12,8 @@
 //     one process, stepped in turn: on the CPU that comparison was found biased, and separate
 //     `dlrun train` runs are the check there; docs/benchmarks.md).
 // Defaults follow the device: CUDA batch 256, 224x224, bf16, channels_last; CPU batch 8,
-// 112x112, float32, channels_last (a CPU runs the same shapes, smaller).
+// 112x112, float32, channels_last (a CPU runs the same shapes, smaller). The shapes come from
+// the model's definition (models::resnet_conv_bn_units, models/shapes.h).
 #include <CLI/CLI.hpp>
 
 #include <ATen/ATen.h>
@@ -20,15 +21,18 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/stats.h"
 #include "cli/app.h"
 #include "kernels/ops.h"
 #include "models/model.h"
+#include "models/shapes.h"
 #include "train/device.h"
 #include "train/optim.h"
 #include "train/step.h"
@@ -49,46 +53,11 @@ struct BenchKernelsOptions {
 };
 
 /// One conv-BN-ReLU (tail: conv-BN-add-ReLU) of ResNet-50 and how many times the network has it.
-struct Unit {
-  int64_t in, out, k, stride, side;  // side: the input's
-  bool tail;
-  int count;
-  int64_t out_side() const { return (side + 2 * (k / 2) - k) / stride + 1; }
-  std::string name() const {
-    return fmt::format("{}{}x{} {}->{} /{} @{}", tail ? "tail " : "", k, k, in, out, stride, side);
-  }
-};
+using Unit = models::ConvBnUnit;
 
-// ResNet-50 v1.5 (models/resnet.cpp): the stem, then per block conv1 1x1, conv2 3x3 (strided in
-// a stage's first block) and the tail conv3 1x1 + BN + shortcut + ReLU.
-std::vector<Unit> resnet50_units(int64_t image) {
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>, int> seen;
-  std::vector<Unit> units;
-  auto add = [&](Unit u) {
-    auto key = std::make_tuple(u.in, u.out, u.k, u.stride, u.side, u.tail);
-    auto it = seen.find(key);
-    if (it != seen.end()) {
-      ++units[it->second].count;
-      return;
-    }
-    seen[key] = static_cast<int>(units.size());
-    units.push_back(u);
-  };
-  const Unit stem{3, 64, 7, 2, image, false, 1};
-  add(stem);
-  int64_t side = (stem.out_side() - 1) / 2 + 1, in = 64;  // after the 3x3/2 max pool (padding 1)
-  const int64_t planes[] = {64, 128, 256, 512}, blocks[] = {3, 4, 6, 3};
-  for (int s = 0; s < 4; ++s)
-    for (int64_t b = 0; b < blocks[s]; ++b) {
-      const int64_t p = planes[s], stride = (s > 0 && b == 0) ? 2 : 1;
-      add({in, p, 1, 1, side, false, 1});
-      Unit c2{p, p, 3, stride, side, false, 1};
-      add(c2);
-      side = c2.out_side();
-      add({p, 4 * p, 1, 1, side, true, 1});
-      in = 4 * p;
-    }
-  return units;
+/// "tail 1x1 64->256 /1 @56": the unit's row name.
+std::string unit_name(const Unit& u) {
+  return fmt::format("{}{}x{} {}->{} /{} @{}", u.tail ? "tail " : "", u.k, u.k, u.in, u.out, u.stride, u.side);
 }
 
 class Timer {
@@ -123,10 +92,6 @@ class Timer {
       vb.push_back(round(iters, b));
     }
     return {median(va), median(vb)};
-  }
-  static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
   }
 
  private:
@@ -163,7 +128,7 @@ void bn_part(const at::Tensor& y, const at::Tensor& residual, Bn& bn, const at::
 // The whole unit: conv2d (no bias) then the BatchNorm part.
 void whole_unit(const Unit& u, const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual, Bn& bn,
                 const at::Tensor& dz, bool fused) {
-  const int64_t pad = u.k / 2;
+  const int64_t pad = u.pad;
   at::Tensor z;
   if (fused) {
     z = residual.defined() ? kernels::conv_bn_add_relu(x, w, residual, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1,
@@ -191,7 +156,7 @@ double copy_bandwidth(const torch::Device& d, const Timer& timer, int repeat) {
   dst.copy_(src);
   std::vector<double> v;
   for (int r = 0; r < repeat; ++r) v.push_back(timer.round(d.is_cuda() ? 10 : 3, [&] { dst.copy_(src); }));
-  return 2.0 * static_cast<double>(bytes) / Timer::median(v);
+  return 2.0 * static_cast<double>(bytes) / median(v);
 }
 
 /// resnet50 training images/s (synthetic data, SGD) with the fused operators off and on: two
@@ -261,7 +226,7 @@ void bench_kernels(const BenchKernelsOptions& o) {
 
   nlohmann::json rows = nlohmann::json::array();
   double unit_plain = 0, unit_fused = 0, part_plain = 0, part_fused = 0;  // over the network, counts included
-  for (const Unit& u : resnet50_units(image)) {
+  for (const Unit& u : models::resnet_conv_bn_units(50, image)) {
     auto x = at::randn({batch, u.in, u.side, u.side}, act).contiguous(format).requires_grad_(u.in != 3);
     auto w = (at::randn({u.out, u.in, u.k, u.k}, act) * 0.05).contiguous(format).requires_grad_(true);
     const int64_t os = u.out_side();
@@ -279,7 +244,7 @@ void bench_kernels(const BenchKernelsOptions& o) {
     unit_fused += u.count * tu_fused;
     part_plain += u.count * tp_plain;
     part_fused += u.count * tp_fused;
-    rows.push_back({{"unit", u.name()},
+    rows.push_back({{"unit", unit_name(u)},
                     {"count", u.count},
                     {"shape", {batch, u.out, os, os}},
                     {"unit_ms_unfused", tu_plain * 1e3},
@@ -291,7 +256,7 @@ void bench_kernels(const BenchKernelsOptions& o) {
                     {"bn_fused_gb_per_s", bw / 1e9},
                     {"bn_fused_of_copy", bw / copy_bw}});
     if (!o.json)
-      log::info("bench kernels: {} done ({:.2f}x on the BN part)", u.name(), tp_plain / tp_fused);
+      log::info("bench kernels: {} done ({:.2f}x on the BN part)", unit_name(u), tp_plain / tp_fused);
   }
   const auto [e2e_plain, e2e_fused] = e2e_images_per_s(o, d, dtype, batch, image, e2e_steps);
   nlohmann::json j = {{"device", d.str()},

@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/remote.h"
+#include "checkpoint/remote_store.h"
 #include "cli/app.h"
 #include "cli/remote_args.h"
 

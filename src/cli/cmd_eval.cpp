@@ -12,7 +12,7 @@
 #include "cli/config_args.h"
 #include "train/components.h"
 #include "train/evaluate.h"
-#include "train/run_dir.h"
+#include "run/run_dir.h"
 
 namespace dlrun::cli {
 namespace {

@@ -10,7 +10,7 @@
 #include "base/build_info.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
-#include "cuda/device_query.h"
+#include "kernels/device_query.h"
 #include "train/device.h"
 
 namespace dlrun::cli {

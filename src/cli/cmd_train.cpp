@@ -5,9 +5,9 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "config/loader.h"
-#include "dist/world.h"
+#include "world/world.h"
 #include "preempt/preempt.h"
-#include "train/run_dir.h"
+#include "run/run_dir.h"
 #include "train/trainer.h"
 
 namespace dlrun::cli {

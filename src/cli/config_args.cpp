@@ -6,7 +6,7 @@
 #include "base/log.h"
 #include "config/loader.h"
 #include "config/validate.h"
-#include "dist/world.h"
+#include "world/world.h"
 
 namespace dlrun::cli {
 

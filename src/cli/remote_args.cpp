@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 
 #include "checkpoint/layout.h"
+#include "config/options.h"
+#include "config/remote_options.h"
 
 namespace dlrun::cli {
 
@@ -21,9 +23,7 @@ std::unique_ptr<ckpt::RemoteStore> remote_store_for(const std::string& url, cons
   o.remote = url;
   o.remote_endpoint = a.endpoint;
   o.remote_region = a.region;
-  o.remote_addressing = a.addressing == "path"      ? S3Addressing::kPath
-                        : a.addressing == "virtual" ? S3Addressing::kVirtual
-                                                    : S3Addressing::kAuto;
+  o.remote_addressing = parse_enum<S3Addressing>(a.addressing).value_or(S3Addressing::kAuto);  // checked by CLI11
   remote::S3Url u = remote::parse_s3_url(url, "path");
   name->clear();
   const auto slash = u.prefix.rfind('/');
@@ -34,7 +34,7 @@ std::unique_ptr<ckpt::RemoteStore> remote_store_for(const std::string& url, cons
     *name = last;
     u.prefix = slash == std::string::npos ? "" : u.prefix.substr(0, slash);
   }
-  return std::make_unique<ckpt::RemoteStore>(remote::s3_config(o), u);
+  return std::make_unique<ckpt::RemoteStore>(config::s3_config(o), u);
 }
 
 }  // namespace dlrun::cli

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint/remote.h"
+#include "checkpoint/remote_store.h"
 
 namespace CLI {
 class App;

@@ -1,12 +1,18 @@
 // The few behaviours of the option structs (see options.h).
 #include "config/options.h"
 
+#include "base/error.h"
+
 namespace dlrun {
 
 SourceLoc Config::where(const std::string& key) const {
   auto it = origin.find(key);
   if (it != origin.end()) return it->second;
   return SourceLoc{source_file, 0, 0};
+}
+
+void Config::refuse(const std::string& key, const std::string& message, const std::string& hint) const {
+  throw Error(ExitCode::kBadInput, where(key), key, message, hint);
 }
 
 double PreemptionOptions::deadline_or_default() const {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@ enum class NoticeSource { kNone, kAws, kGcp, kAzure, kFile };
 enum class ProgressMode { kAuto, kBar, kLines, kNone };
 enum class NonfinitePolicy { kStop, kSkip };
 enum class S3Addressing { kAuto, kPath, kVirtual };
-enum class RemoteErrorPolicy { kContinue, kStop };
+enum class SaveErrorPolicy { kContinue, kStop };
 enum class FusedKernels { kAuto, kOn, kOff };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
@@ -56,7 +57,7 @@ template <> struct EnumNames<NoticeSource> {
 template <> struct EnumNames<ProgressMode> { static constexpr std::array<const char*, 4> names{"auto", "bar", "lines", "none"}; };
 template <> struct EnumNames<NonfinitePolicy> { static constexpr std::array<const char*, 2> names{"stop", "skip"}; };
 template <> struct EnumNames<S3Addressing> { static constexpr std::array<const char*, 3> names{"auto", "path", "virtual"}; };
-template <> struct EnumNames<RemoteErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
+template <> struct EnumNames<SaveErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
 // model.fused_conv_bn_relu: the YAML booleans are two of its values.
 template <> struct EnumNames<FusedKernels> { static constexpr std::array<const char*, 3> names{"auto", "true", "false"}; };
 
@@ -67,6 +68,27 @@ inline bool is_auto(double v) { return v != v; }
 template <typename E>
 const char* name_of(E value) {
   return EnumNames<E>::names.at(static_cast<size_t>(value));
+}
+
+/// The value whose config spelling is `text` (kAdamw for "adamw"): the inverse of name_of,
+/// or nullopt when `text` names no value of E.
+template <typename E>
+std::optional<E> parse_enum(const std::string& text) {
+  const auto& names = EnumNames<E>::names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (text == names[i]) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+/// parse_enum, for a value given on the command line: a name that is none of E's is
+/// dlrun::Error (exit 2) "<what> <text>: expected one of <names, comma-separated>", where
+/// `what` is the flag ("--checkpointing").
+template <typename E>
+E parse_enum_or_fail(const std::string& text, const std::string& what) {
+  if (const std::optional<E> value = parse_enum<E>(text)) return *value;
+  std::string names;
+  for (const char* name : EnumNames<E>::names) names += (names.empty() ? "" : ", ") + std::string(name);
+  fail_input("{} {}: expected one of {}", what, text, names);
 }
 
 // ---- sections ------------------------------------------------------------------------------
@@ -194,7 +216,7 @@ struct CheckpointOptions {
   std::string remote_region;
   S3Addressing remote_addressing = S3Addressing::kAuto;
   int64_t remote_part_mb = 512;
-  RemoteErrorPolicy on_error = RemoteErrorPolicy::kContinue;  ///< a failed periodic write or upload
+  SaveErrorPolicy on_error = SaveErrorPolicy::kContinue;  ///< a failed periodic write or upload
 };
 
 struct PreemptionOptions {
@@ -246,6 +268,9 @@ struct Config {
 
   /// Location of a key's value, or {source_file} when it was left at its default.
   SourceLoc where(const std::string& key) const;
+  /// Refuse this config: dlrun::Error (exit 2) at the dotted `key`, located where its value was
+  /// set, with `message` and a `hint`. The one way config checks after loading report.
+  [[noreturn]] void refuse(const std::string& key, const std::string& message, const std::string& hint = {}) const;
 };
 
 }  // namespace dlrun

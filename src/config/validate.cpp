@@ -9,13 +9,6 @@
 namespace fs = std::filesystem;
 
 namespace dlrun::config {
-namespace {
-
-[[noreturn]] void bad(const Config& c, const std::string& key, const std::string& msg, const std::string& hint = {}) {
-  throw Error(ExitCode::kBadInput, c.where(key), key, msg, hint);
-}
-
-}  // namespace
 
 std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   std::vector<std::string> warnings;
@@ -24,12 +17,12 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   const bool cuda_index = dev.size() > 5 && dev.size() <= 9 && dev.compare(0, 5, "cuda:") == 0 &&
                           dev.find_first_not_of("0123456789", 5) == std::string::npos;
   if (!(dev == "auto" || dev == "cpu" || dev == "cuda" || cuda_index))
-    bad(c, "run.device", "invalid device '" + c.run.device + "'", "use auto, cpu, cuda or cuda:N");
+    c.refuse("run.device", "invalid device '" + c.run.device + "'", "use auto, cpu, cuda or cuda:N");
 
   // Batch geometry: the global batch is split over ranks and accumulation steps.
   int64_t split = static_cast<int64_t>(ctx.world_size) * c.train.grad_accum;
   if (c.data.batch_size % split != 0)
-    bad(c, "data.batch_size",
+    c.refuse("data.batch_size",
         fmt::format("global batch size {} is not divisible by world size {} x train.grad_accum {} = {}",
                     c.data.batch_size, ctx.world_size, c.train.grad_accum, split),
         fmt::format("use a multiple of {}", split));
@@ -39,72 +32,72 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (ds != "synthetic") {
     const std::string root = c.data.root_or_default();
     if (root.empty())
-      bad(c, "data.root", "data.name=" + ds + " needs data.root (the directory with its files)");
+      c.refuse("data.root", "data.name=" + ds + " needs data.root (the directory with its files)");
     if (!fs::is_directory(root))
-      bad(c, c.data.root.empty() ? "data.name" : "data.root", "data directory does not exist: " + root,
+      c.refuse(c.data.root.empty() ? "data.name" : "data.root", "data directory does not exist: " + root,
           ds == "fashion_mnist" ? "install Debian's dataset-fashion-mnist (scripts/setup.sh does)" : "");
   } else {
     if (c.data.synthetic_shape.size() != 3)
-      bad(c, "data.synthetic_shape", fmt::format("expected [C, H, W], got {} values", c.data.synthetic_shape.size()));
+      c.refuse("data.synthetic_shape", fmt::format("expected [C, H, W], got {} values", c.data.synthetic_shape.size()));
     if (c.data.synthetic_shape[0] != c.model.in_channels)
-      bad(c, "data.synthetic_shape",
+      c.refuse("data.synthetic_shape",
           fmt::format("{} channels, but model.in_channels is {}", c.data.synthetic_shape[0], c.model.in_channels));
   }
   if (!c.data.mean.empty() && static_cast<int64_t>(c.data.mean.size()) != c.model.in_channels)
-    bad(c, "data.mean", fmt::format("{} values for {} channels (model.in_channels)", c.data.mean.size(), c.model.in_channels));
+    c.refuse("data.mean", fmt::format("{} values for {} channels (model.in_channels)", c.data.mean.size(), c.model.in_channels));
   if (!c.data.std.empty() && static_cast<int64_t>(c.data.std.size()) != c.model.in_channels)
-    bad(c, "data.std", fmt::format("{} values for {} channels (model.in_channels)", c.data.std.size(), c.model.in_channels));
+    c.refuse("data.std", fmt::format("{} values for {} channels (model.in_channels)", c.data.std.size(), c.model.in_channels));
   for (size_t i = 0; i < c.data.std.size(); ++i)
-    if (c.data.std[i] <= 0) bad(c, "data.std", "standard deviations must be > 0");
+    if (c.data.std[i] <= 0) c.refuse("data.std", "standard deviations must be > 0");
   if (c.data.resized_crop_scale.size() != 2 || c.data.resized_crop_scale[0] > c.data.resized_crop_scale[1] ||
       c.data.resized_crop_scale[0] <= 0)
-    bad(c, "data.resized_crop_scale", "expected [min, max] with 0 < min <= max <= 1");
+    c.refuse("data.resized_crop_scale", "expected [min, max] with 0 < min <= max <= 1");
 
   // Model.
-  if (c.model.name == "mlp" && c.model.hidden.empty()) bad(c, "model.hidden", "mlp needs at least one hidden layer");
+  if (c.model.name == "mlp" && c.model.hidden.empty()) c.refuse("model.hidden", "mlp needs at least one hidden layer");
   if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && c.model.name.rfind("resnet", 0) != 0)
-    bad(c, "model.activation_checkpointing", fmt::format("stages are a ResNet notion; {} has none", c.model.name),
+    c.refuse("model.activation_checkpointing", fmt::format("stages are a ResNet notion; {} has none", c.model.name),
         "use blocks (or none)");
 
   // Optimizer and schedule.
-  if (c.optim.betas.size() != 2) bad(c, "optim.betas", fmt::format("expected [beta1, beta2], got {} values", c.optim.betas.size()));
+  if (c.optim.betas.size() != 2) c.refuse("optim.betas", fmt::format("expected [beta1, beta2], got {} values", c.optim.betas.size()));
   if (c.sched.name == SchedName::kMultistep) {
-    if (c.sched.milestones.empty()) bad(c, "sched.milestones", "multistep needs at least one milestone (in epochs)");
+    if (c.sched.milestones.empty()) c.refuse("sched.milestones", "multistep needs at least one milestone (in epochs)");
     for (size_t i = 1; i < c.sched.milestones.size(); ++i)
       if (c.sched.milestones[i] <= c.sched.milestones[i - 1])
-        bad(c, "sched.milestones", "milestones must be strictly increasing");
+        c.refuse("sched.milestones", "milestones must be strictly increasing");
   }
   if (c.optim.name == OptimName::kAdamw && c.optim.nesterov) warnings.push_back("optim.nesterov has no effect with adamw");
 
   // Devices.
   if (c.amp.enabled && c.model.dtype == ModelDtype::kFloat64)
-    bad(c, "amp.enabled", "automatic mixed precision needs model.dtype float32, but it is float64");
+    c.refuse("amp.enabled", "automatic mixed precision needs model.dtype float32, but it is float64");
   if (c.amp.enabled && c.run.device == "cpu" && c.amp.dtype == AmpDtype::kFp16)
-    bad(c, "amp.dtype", "fp16 autocast needs a CUDA device, but run.device is cpu", "use amp.dtype: bf16 on the CPU");
+    c.refuse("amp.dtype", "fp16 autocast needs a CUDA device, but run.device is cpu", "use amp.dtype: bf16 on the CPU");
   if (c.train.cuda_graphs && c.run.device == "cpu")
-    bad(c, "train.cuda_graphs", "CUDA graphs need a CUDA device, but run.device is cpu");
+    c.refuse("train.cuda_graphs", "CUDA graphs need a CUDA device, but run.device is cpu");
   if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")
-    bad(c, "dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=gloo (or auto)");
+    c.refuse("dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=gloo (or auto)");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
     warnings.push_back("data.workers is unused with data.device_resident: true");
 
   // Preemption.
   if (c.preemption.watch == NoticeSource::kFile && c.preemption.endpoint.empty())
-    bad(c, "preemption.endpoint", "preemption.watch=file needs the path to watch in preemption.endpoint");
+    c.refuse("preemption.endpoint", "preemption.watch=file needs the path to watch in preemption.endpoint");
 
   // Checkpoints.
   if (!c.checkpoint.remote.empty()) {
     try {
       remote::parse_s3_url(c.checkpoint.remote);
     } catch (const Error& e) {
-      bad(c, "checkpoint.remote", e.message(), "write s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs/exp1");
+      c.refuse("checkpoint.remote", e.message(), "write s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs/exp1");
     }
     if (!http::available())
-      bad(c, "checkpoint.remote", "this dlrun was built without libcurl, which remote checkpoints need",
+      c.refuse("checkpoint.remote", "this dlrun was built without libcurl, which remote checkpoints need",
           "install libcurl4-openssl-dev and rebuild (scripts/setup.sh does)");
   }
   if (is_auto(c.checkpoint.every_minutes) && !(c.preemption.mtbf_hours > 0))
-    bad(c, "checkpoint.every_minutes",
+    c.refuse("checkpoint.every_minutes",
         "auto needs the mean time between interruptions: set preemption.mtbf_hours (e.g. 24 for an instance type "
         "that is reclaimed about once a day)");
   if (c.checkpoint.keep_last == 0 && c.checkpoint.keep_every > 0)

@@ -33,6 +33,7 @@ struct Loader::Impl {
 
   // The current epoch.
   bool started = false;
+  Position pos;  // what next() has handed out (Loader::position)
   int64_t epoch = 0, first_step = 0, ntasks = 0, next_task = 0;
   std::shared_ptr<const std::vector<int64_t>> perm;
 
@@ -174,13 +175,24 @@ Loader::~Loader() { impl_->stop_workers(); }
 
 int64_t Loader::steps_per_epoch() const { return impl_->geo.steps(); }
 
-void Loader::start_epoch(int64_t epoch, int64_t cursor) {
+void Loader::seek(Position p) {
   Impl& m = *impl_;
   m.stop_workers();
   const int64_t steps = m.geo.steps();
-  DLRUN_CHECK_INPUT(cursor >= 0 && cursor % m.geo.batch == 0 && cursor / m.geo.batch <= steps,
-                    "data cursor {} is not a multiple of the global batch {} within the epoch ({} steps)", cursor,
+  DLRUN_CHECK_INPUT(p.cursor >= 0 && p.cursor % m.geo.batch == 0 && p.cursor / m.geo.batch <= steps,
+                    "data cursor {} is not a multiple of the global batch {} within the epoch ({} steps)", p.cursor,
                     m.geo.batch, steps);
+  m.pos = p;
+  m.started = false;
+}
+
+Position Loader::position() const { return impl_->pos; }
+
+bool Loader::epoch_consumed() const { return impl_->pos.cursor >= impl_->geo.steps() * impl_->geo.batch; }
+
+void Loader::start_epoch(int64_t epoch, int64_t cursor) {
+  Impl& m = *impl_;
+  seek({epoch, cursor});
   m.epoch = epoch;
   m.first_step = cursor / m.geo.batch;
   m.perm = std::make_shared<const std::vector<int64_t>>(
@@ -196,7 +208,7 @@ void Loader::start_epoch(int64_t epoch, int64_t cursor) {
 
 std::optional<Batch> Loader::next() {
   Impl& m = *impl_;
-  if (!m.started) start_epoch(0, 0);
+  if (!m.started) start_epoch(m.pos.epoch, m.pos.cursor);
   if (m.next_task >= m.ntasks) return std::nullopt;
   const int64_t t = m.next_task++;
   Batch b;
@@ -222,6 +234,7 @@ std::optional<Batch> Loader::next() {
     b.x = b.x.to(m.spec.device, /*non_blocking=*/m.pin);
     b.y = b.y.to(m.spec.device, /*non_blocking=*/m.pin);
   }
+  if (b.micro == m.geo.accum - 1) m.pos.cursor = (b.step_in_epoch + 1) * m.geo.batch;  // a whole step handed out
   return b;
 }
 

@@ -36,6 +36,13 @@ struct LoaderSpec {
   bool train = true;                   ///< false: no shuffle, no augmentation, keep the last partial batch
 };
 
+/// Where the loader stands in the data: a checkpoint carries it (the loader's checkpoint part,
+/// train/parts.h) and a resume seeks back to it.
+struct Position {
+  int64_t epoch = 0;   ///< the epoch in progress
+  int64_t cursor = 0;  ///< samples of it consumed by all ranks: a multiple of the global batch
+};
+
 struct Batch {
   torch::Tensor x;  ///< (b, C, H, W) float32, normalized, on the target device
   torch::Tensor y;  ///< (b) int64
@@ -51,8 +58,16 @@ class Loader {
   int64_t steps_per_epoch() const;
   /// Begin epoch `epoch` at global sample `cursor` (a multiple of the global batch).
   void start_epoch(int64_t epoch, int64_t cursor = 0);
+  /// Go to `p` (exit 2 when its cursor is not a multiple of the global batch within the epoch);
+  /// the workers start at the next next().
+  void seek(Position p);
+  /// The samples consumed so far: after the last micro-batch of global step s of an epoch was
+  /// handed out, {epoch, (s+1) x global batch}; seek() and start_epoch() set it.
+  Position position() const;
+  /// Every step of the epoch in progress has been handed out.
+  bool epoch_consumed() const;
   /// Next micro-batch of this rank, or nullopt at the end of the epoch. Without a prior
-  /// start_epoch() the loader starts epoch 0 at cursor 0.
+  /// start_epoch() or seek() the loader starts at position() ({0, 0} when new).
   std::optional<Batch> next();
 
  private:

@@ -1,7 +1,7 @@
 // BatchNorm2d for every dlrun model: torch::nn::BatchNorm2d (same parameters, buffers and
 // state-dict names, so checkpoints and torchvision exports are unchanged) whose training-mode
 // forward can be handed to a BatchNormSync — synchronised BatchNorm across ranks
-// (dist.sync_bn, src/dist/sync_bn.h), set on a built model by set_batchnorm_sync, the way
+// (dist.sync_bn, src/distributed/sync_bn.h), set on a built model by set_batchnorm_sync, the way
 // torch.nn.SyncBatchNorm.convert_sync_batchnorm converts one.
 #pragma once
 

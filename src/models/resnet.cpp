@@ -5,11 +5,21 @@
 // torchvision.models.resnetXX().state_dict()'s and exported weights load there with
 // strict=True. Bottleneck strides on its 3x3 conv (v1.5). The `cifar` stem swaps the 7x7/2
 // conv + max pool for a 3x3/1 conv (same name, conv1) for 32x32 inputs.
+//
+// The convolutions are written once, as ConvSpecs (the stem's, each block's, the stage table):
+// the constructors build the network from them, and resnet_conv_bn_units (models/shapes.h) walks
+// the same specs to list the network's conv-BN-ReLU shapes for `dlrun bench kernels`.
 #include <fmt/ranges.h>
 
 #include <array>
+#include <map>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "models/recompute.h"
+#include "models/shapes.h"
 #include "models/zoo.h"
 
 namespace dlrun::models::detail {
@@ -20,6 +30,25 @@ namespace nn = torch::nn;
 nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
 }
+
+// One convolution (square kernel, no bias) as a constructor makes it.
+struct ConvSpec {
+  int64_t in, out, k, stride, pad;
+};
+
+nn::Conv2d conv(const ConvSpec& c) { return conv(c.in, c.out, c.k, c.stride, c.pad); }
+
+// The stem's convolution: 7x7/2 (imagenet, followed by the max pool below) or 3x3/1 (cifar).
+ConvSpec stem_conv(int64_t in_channels, bool imagenet) {
+  return imagenet ? ConvSpec{in_channels, 64, 7, 2, 3} : ConvSpec{in_channels, 64, 3, 1, 1};
+}
+// The imagenet stem's max pool: 3x3, stride 2, padding 1.
+constexpr int64_t kPoolKernel = 3, kPoolStride = 2, kPoolPad = 1;
+
+// The stages: output planes of each (before a block's expansion); every stage but the first
+// halves the side in its first block.
+constexpr std::array<int64_t, 4> kPlanes = {64, 128, 256, 512};
+int64_t block_stride(size_t stage, int64_t block) { return (stage > 0 && block == 0) ? 2 : 1; }
 
 // A residual block: (N, in, H, W) -> (N, planes*expansion, H/stride, W/stride).
 class Block : public nn::Module {
@@ -49,10 +78,15 @@ nn::Sequential projection(int64_t in, int64_t out, int64_t stride) {
 class BasicBlock : public Block {
  public:
   static constexpr int64_t kExpansion = 1;
+  /// Its conv-BN-ReLUs in forward order, the last one the block end (conv-BN-add-ReLU).
+  static std::array<ConvSpec, 2> convs(int64_t in, int64_t planes, int64_t stride) {
+    return {{{in, planes, 3, stride, 1}, {planes, planes, 3, 1, 1}}};
+  }
   BasicBlock(int64_t in, int64_t planes, int64_t stride) {
-    conv1_ = register_module("conv1", conv(in, planes, 3, stride, 1));
+    const auto c = convs(in, planes, stride);
+    conv1_ = register_module("conv1", conv(c[0]));
     bn1_ = register_module("bn1", BatchNorm2d(planes));
-    conv2_ = register_module("conv2", conv(planes, planes, 3, 1, 1));
+    conv2_ = register_module("conv2", conv(c[1]));
     bn2_ = register_module("bn2", BatchNorm2d(planes));
     if (stride != 1 || in != planes) downsample_ = register_module("downsample", projection(in, planes, stride));
   }
@@ -73,13 +107,18 @@ class BasicBlock : public Block {
 class Bottleneck : public Block {
  public:
   static constexpr int64_t kExpansion = 4;
+  /// Its conv-BN-ReLUs in forward order, the last one the block end (conv-BN-add-ReLU).
+  static std::array<ConvSpec, 3> convs(int64_t in, int64_t planes, int64_t stride) {
+    return {{{in, planes, 1, 1, 0}, {planes, planes, 3, stride, 1}, {planes, planes * kExpansion, 1, 1, 0}}};
+  }
   Bottleneck(int64_t in, int64_t planes, int64_t stride) {
     const int64_t out = planes * kExpansion;
-    conv1_ = register_module("conv1", conv(in, planes, 1, 1, 0));
+    const auto c = convs(in, planes, stride);
+    conv1_ = register_module("conv1", conv(c[0]));
     bn1_ = register_module("bn1", BatchNorm2d(planes));
-    conv2_ = register_module("conv2", conv(planes, planes, 3, stride, 1));
+    conv2_ = register_module("conv2", conv(c[1]));
     bn2_ = register_module("bn2", BatchNorm2d(planes));
-    conv3_ = register_module("conv3", conv(planes, out, 1, 1, 0));
+    conv3_ = register_module("conv3", conv(c[2]));
     bn3_ = register_module("bn3", BatchNorm2d(out));
     if (stride != 1 || in != out) downsample_ = register_module("downsample", projection(in, out, stride));
   }
@@ -105,20 +144,18 @@ class ResNet : public Model {
         imagenet_stem_(opts.stem == ResnetStem::kImagenet),
         dropout_(opts.dropout),
         recompute_(opts.activation_checkpointing) {
-    conv1_ = register_module("conv1", imagenet_stem_ ? conv(opts.in_channels, 64, 7, 2, 3)
-                                                     : conv(opts.in_channels, 64, 3, 1, 1));
-    bn1_ = register_module("bn1", BatchNorm2d(64));
-    int64_t in = 64;
-    const std::array<int64_t, 4> planes = {64, 128, 256, 512};
+    const ConvSpec stem = stem_conv(opts.in_channels, imagenet_stem_);
+    conv1_ = register_module("conv1", conv(stem));
+    bn1_ = register_module("bn1", BatchNorm2d(stem.out));
+    int64_t in = stem.out;
     for (size_t i = 0; i < 4; ++i) {
       nn::Sequential layer;
       for (int64_t b = 0; b < blocks[i]; ++b) {
-        const int64_t stride = (i > 0 && b == 0) ? 2 : 1;
-        auto block = std::make_shared<B>(in, planes[i], stride);
+        auto block = std::make_shared<B>(in, kPlanes[i], block_stride(i, b));
         block->fused = &fused_;
         block->folded = &folded_;
         layer->push_back(block);
-        in = planes[i] * B::kExpansion;
+        in = kPlanes[i] * B::kExpansion;
       }
       layers_[i] = register_module(fmt::format("layer{}", i + 1), layer);
     }
@@ -132,7 +169,7 @@ class ResNet : public Model {
     x = as_input(x);
     if (channels_last_) x = channels_last(x);
     x = conv_bn_relu(conv1_, bn1_, x, fused_, folded_);
-    if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (N, 64, H/4, W/4)
+    if (imagenet_stem_) x = torch::max_pool2d(x, kPoolKernel, kPoolStride, kPoolPad);  // (N, 64, H/4, W/4)
     for (auto& layer : layers_) {
       if (recompute_ == ActivationCheckpointing::kBlocks) {
         for (size_t b = 0; b < layer->size(); ++b) x = forward_span(layer, b, b + 1, x, true);
@@ -159,15 +196,80 @@ class ResNet : public Model {
   nn::Linear fc_{nullptr};
 };
 
-}  // namespace
-
-std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth) {
+// f(block type tag, blocks per stage) for resnet`depth`: the one table of the depths.
+template <typename F>
+auto with_depth(int depth, F&& f) {
   switch (depth) {
-    case 18: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{2, 2, 2, 2}, static_cast<BasicBlock*>(nullptr));
-    case 34: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{3, 4, 6, 3}, static_cast<BasicBlock*>(nullptr));
-    case 50: return std::make_shared<ResNet>(opts, std::array<int64_t, 4>{3, 4, 6, 3}, static_cast<Bottleneck*>(nullptr));
+    case 18: return f(static_cast<BasicBlock*>(nullptr), std::array<int64_t, 4>{2, 2, 2, 2});
+    case 34: return f(static_cast<BasicBlock*>(nullptr), std::array<int64_t, 4>{3, 4, 6, 3});
+    case 50: return f(static_cast<Bottleneck*>(nullptr), std::array<int64_t, 4>{3, 4, 6, 3});
     default: fail_runtime("resnet{} is not implemented (18, 34, 50 are)", depth);
   }
 }
 
+// The side of a convolution's (or pool's) output for an input of side `side`.
+int64_t out_side(int64_t side, int64_t k, int64_t stride, int64_t pad) { return (side + 2 * pad - k) / stride + 1; }
+
+// The distinct units in order of first appearance, each with its count.
+class UnitList {
+ public:
+  // Adds the unit `c` on an input of side `side`; returns its output's side.
+  int64_t add(const ConvSpec& c, int64_t side, bool tail) {
+    const auto key = std::make_tuple(c.in, c.out, c.k, c.stride, side, tail);
+    const auto it = seen_.find(key);
+    if (it != seen_.end()) {
+      ++units_[it->second].count;
+    } else {
+      seen_[key] = units_.size();
+      ConvBnUnit u;
+      u.in = c.in;
+      u.out = c.out;
+      u.k = c.k;
+      u.stride = c.stride;
+      u.pad = c.pad;
+      u.side = side;
+      u.tail = tail;
+      u.count = 1;
+      units_.push_back(u);
+    }
+    return out_side(side, c.k, c.stride, c.pad);
+  }
+  std::vector<ConvBnUnit> take() { return std::move(units_); }
+
+ private:
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>, size_t> seen_;
+  std::vector<ConvBnUnit> units_;
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth) {
+  return with_depth(depth, [&](auto* tag, const std::array<int64_t, 4>& blocks) -> std::shared_ptr<Model> {
+    return std::make_shared<ResNet>(opts, blocks, tag);
+  });
+}
+
 }  // namespace dlrun::models::detail
+
+namespace dlrun::models {
+
+std::vector<ConvBnUnit> resnet_conv_bn_units(int depth, int64_t image) {
+  using namespace detail;
+  return with_depth(depth, [&](auto* tag, const std::array<int64_t, 4>& blocks) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    UnitList units;
+    const ConvSpec stem = stem_conv(3, true);
+    int64_t side = units.add(stem, image, false);
+    side = out_side(side, kPoolKernel, kPoolStride, kPoolPad);
+    int64_t in = stem.out;
+    for (size_t s = 0; s < 4; ++s)
+      for (int64_t b = 0; b < blocks[s]; ++b) {
+        const auto convs = B::convs(in, kPlanes[s], block_stride(s, b));
+        for (size_t i = 0; i < convs.size(); ++i) side = units.add(convs[i], side, i + 1 == convs.size());
+        in = kPlanes[s] * B::kExpansion;
+      }
+    return units.take();
+  });
+}
+
+}  // namespace dlrun::models

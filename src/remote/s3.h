@@ -4,7 +4,7 @@
 // libcurl's own AWS SigV4 (CURLOPT_AWS_SIGV4); dlrun writes no signing code, but it builds
 // each URL in canonical form (keys and query encoded, query parameters sorted), because the
 // libcurl of Debian 12 (7.88) signs the path and query exactly as given. Credentials come from
-// the environment only and are never logged.
+// the caller (config/remote_options.h reads them from the environment) and are never logged.
 #pragma once
 
 #include <atomic>
@@ -13,8 +13,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "config/options.h"
 
 namespace dlrun::remote {
 
@@ -41,13 +39,6 @@ struct S3Config {
   std::string access_key, secret_key, session_token;
   uint64_t part_bytes = 512ull << 20;  ///< files above go up in parts of this size
 };
-
-/// The configuration of checkpoint.remote_*: endpoint (checkpoint.remote_endpoint, else
-/// AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS's for the region),
-/// region (checkpoint.remote_region, else AWS_REGION, AWS_DEFAULT_REGION, else us-east-1),
-/// addressing (auto: virtual-host for AWS's endpoint, path for any other), credentials from
-/// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (exit 2 when missing).
-S3Config s3_config(const CheckpointOptions& opts);
 
 /// A failed request: the HTTP status (0: no answer), S3's error code and message.
 class S3Error : public std::runtime_error {

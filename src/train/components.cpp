@@ -10,10 +10,6 @@ namespace dlrun::train {
 
 namespace {
 
-[[noreturn]] void bad(const Config& c, const std::string& key, const std::string& msg) {
-  throw Error(ExitCode::kBadInput, c.where(key), key, msg);
-}
-
 // The image side the model is built for: the dataset's native size, else data.image_size
 // (only mlp depends on it; the conv models pool adaptively).
 int64_t input_side(const Config& c, const data::DatasetInfo& info) {
@@ -30,15 +26,15 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
   d.eval = data::open(c.data, data::Split::kEval, c.run.seed);
   d.info = (d.train ? d.train : d.eval)->info();
   if (d.info.channels != c.model.in_channels)
-    bad(c, "model.in_channels",
+    c.refuse("model.in_channels",
         fmt::format("data.name={} has {} channel(s) but model.in_channels is {}", c.data.name, d.info.channels,
                     c.model.in_channels));
   if (d.info.num_classes > c.model.num_classes)
-    bad(c, "model.num_classes",
+    c.refuse("model.num_classes",
         fmt::format("data.name={} has {} classes but model.num_classes is {}", c.data.name, d.info.num_classes,
                     c.model.num_classes));
   if (d.train && d.train->size() < c.data.batch_size)
-    bad(c, "data.batch_size",
+    c.refuse("data.batch_size",
         fmt::format("the training set ({} samples) is smaller than one global batch ({})", d.train->size(),
                     c.data.batch_size));
   return d;

@@ -4,6 +4,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <stdlib.h>
 
+#ifdef DLRUN_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include "base/error.h"
 #include "base/log.h"
 
@@ -102,6 +106,19 @@ Placement place(const Config& cfg, const dist::World& world) {
   ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, fp32);
   torch::manual_seed(run.seed);
   return p;
+}
+
+nlohmann::json peak_cuda_memory_mb(const torch::Device& device) {
+#ifdef DLRUN_TORCH_HAS_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return {{"allocated", static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 20)},
+            {"reserved", static_cast<double>(stats.reserved_bytes[agg].peak) / (1 << 20)}};
+  }
+#endif
+  (void)device;
+  return nullptr;
 }
 
 }  // namespace dlrun::train

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/options.h"
-#include "dist/world.h"
+#include "world/world.h"
 
 namespace dlrun::train {
 
@@ -53,5 +53,9 @@ std::string describe_fast_paths(const Config& cfg, const torch::Device& device);
 /// cuda:N is kept, with a warning when several local ranks would share it), made the
 /// current CUDA device.
 Placement place(const Config& cfg, const dist::World& world = {});
+
+/// summary.json's peak_cuda_memory_mb: the caching allocator's high-water marks on `device`,
+/// {"allocated", "reserved"} in MiB; null off CUDA.
+nlohmann::json peak_cuda_memory_mb(const torch::Device& device);
 
 }  // namespace dlrun::train

@@ -3,7 +3,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "train/optim.h"
 
 #include <ATen/record_function.h>

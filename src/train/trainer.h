@@ -22,7 +22,7 @@ struct TrainArgs {
   std::string save_init;       ///< write the initial weights here (torch.load-able dict) before step 1
 };
 
-/// Run training, as one rank of the job the environment describes (dist/world.h; one process
+/// Run training, as one rank of the job the environment describes (world/world.h; one process
 /// when nothing is set). Returns the process exit code: 0 finished, 75 interrupted (a checkpoint is
 /// committed, or nothing had been trained yet). Throws dlrun::Error for bad input (2) and
 /// runtime failures (1). Every refusal happens before the run directory is written to, so a

@@ -255,3 +255,14 @@ TEST_CASE("resume does not report the directories dlrun set aside itself", "[ckp
 TEST_CASE("fault points are listed in commit order", "[ckpt]") {
   CHECK(ckpt::fault_points() == std::vector<std::string>{"file", "files", "manifest", "rename", "latest"});
 }
+
+TEST_CASE("a file set finds a file by its name", "[checkpoint]") {
+  const ckpt::FileSet set = ckpt::serialize(dlrun::testing::sample_snapshot(7));
+  REQUIRE(set.find(ckpt::kModelFile) != nullptr);
+  CHECK_FALSE(set.find(ckpt::kModelFile)->empty());
+  REQUIRE(set.find(ckpt::kConfigFile) != nullptr);
+  CHECK(std::string(set.find(ckpt::kConfigFile)->begin(), set.find(ckpt::kConfigFile)->end()) ==
+        dlrun::testing::sample_snapshot(7).config_yaml);
+  CHECK(set.find(ckpt::kManifestFile) != nullptr);
+  CHECK(set.find("nothing.pt") == nullptr);
+}

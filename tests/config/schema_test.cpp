@@ -65,3 +65,12 @@ TEST_CASE("the key reference lists every key with its default, once", "[config][
     CHECK(bars == 6);
   }
 }
+
+TEST_CASE("an enum's config spelling parses back to it; another word is refused naming the choices",
+          "[config][enum]") {
+  CHECK(dlrun::parse_enum<dlrun::OptimName>("adamw") == dlrun::OptimName::kAdamw);
+  CHECK(dlrun::name_of(*dlrun::parse_enum<dlrun::SaveErrorPolicy>("stop")) == std::string("stop"));
+  CHECK_FALSE(dlrun::parse_enum<dlrun::OptimName>("adam").has_value());
+  dlrun::testing::require_error([] { dlrun::parse_enum_or_fail<dlrun::SaveErrorPolicy>("retry", "--on-error"); },
+                                {"--on-error retry: expected one of continue, stop"});
+}

@@ -1,6 +1,6 @@
 // The pieces of the S3 client that need no server: s3:// URLs, AWS's URI encoding (the
-// canonical form libcurl signs as given), XML answers, and the configuration from the
-// environment. The client against a real S3 implementation: tests/e2e/test_remote.py.
+// canonical form libcurl signs as given), XML answers. The client against a real S3
+// implementation: tests/e2e/test_remote.py; its settings: tests/config/remote_options_test.cpp.
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
@@ -51,33 +51,6 @@ TEST_CASE("XML answers: values, repeated blocks, entities", "[remote][s3]") {
   CHECK(remote::xml_value(items[1], "Size") == "3");
   CHECK(remote::xml_value(xml, "Missing").empty());
   CHECK(remote::xml_blocks(xml, "CommonPrefixes").size() == 1);
-}
-
-TEST_CASE("the S3 configuration comes from the options and the environment", "[remote][s3]") {
-  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), secret("AWS_SECRET_ACCESS_KEY", "s3cr3t"),
-      token("AWS_SESSION_TOKEN", nullptr), region("AWS_REGION", "eu-west-3"), region2("AWS_DEFAULT_REGION", nullptr),
-      ep("AWS_ENDPOINT_URL_S3", nullptr), ep2("AWS_ENDPOINT_URL", nullptr);
-  CheckpointOptions o;
-  auto c = remote::s3_config(o);
-  CHECK(c.region == "eu-west-3");
-  CHECK(c.endpoint == "https://s3.eu-west-3.amazonaws.com");
-  CHECK_FALSE(c.path_style);  // AWS: the bucket in the host name
-  CHECK(c.part_bytes == 512ull << 20);
-  o.remote_endpoint = "http://127.0.0.1:9000/";
-  o.remote_region = "auto-r2";
-  c = remote::s3_config(o);
-  CHECK(c.endpoint == "http://127.0.0.1:9000");
-  CHECK(c.region == "auto-r2");
-  CHECK(c.path_style);  // any other endpoint: the bucket in the path, unless asked otherwise
-  o.remote_addressing = S3Addressing::kVirtual;
-  CHECK_FALSE(remote::s3_config(o).path_style);
-  {
-    ScopedEnv env_ep("AWS_ENDPOINT_URL_S3", "https://storage.googleapis.com");
-    CheckpointOptions g;
-    CHECK(remote::s3_config(g).endpoint == "https://storage.googleapis.com");
-  }
-  ScopedEnv no_secret("AWS_SECRET_ACCESS_KEY", nullptr);
-  dlrun::testing::require_error([&] { remote::s3_config(o); }, {"AWS_SECRET_ACCESS_KEY", "never read from the config"});
 }
 
 TEST_CASE("which S3 failures are worth retrying", "[remote][s3]") {

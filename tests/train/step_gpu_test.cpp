@@ -8,7 +8,8 @@
 
 #include "models/model.h"
 #include "train/optim.h"
-#include "train/resume.h"
+#include "config/loader.h"
+#include "train/live.h"
 #include "train/step.h"
 
 using namespace dlrun;
@@ -95,13 +96,12 @@ TEST_CASE("bf16 autocast trains without a loss scaler", "[gpu][train][step]") {
 TEST_CASE("a snapshot of a CUDA model is a host copy in pinned memory", "[gpu][train][resume]") {
   if (no_cuda()) return;
   const torch::Device cuda(torch::kCUDA, 0);
-  Config cfg;
-  cfg.model = convnet();
-  auto model = models::build(cfg.model, 1, 16);
-  model->to(cuda);
-  auto optim = train::build_optimizer(cfg.optim, *model);
-  train::GradScaler scaler(cfg.amp, false);
-  const auto snap = train::make_snapshot(cfg, *model, *optim, scaler, {}, 10, cuda);
+  Config cfg = config::load_text("model: {name: convnet, width: 8, in_channels: 1, num_classes: 10}\n"
+                                 "data: {name: synthetic, synthetic_shape: [1, 16, 16], synthetic_train_size: 64,\n"
+                                 "       synthetic_eval_size: 16, batch_size: 16}\nrun: {device: cuda}\n",
+                                 "gpu.yaml");
+  dlrun::testing::Live live(cfg, cuda);
+  const auto snap = live.snapshot();
   for (const auto& [name, t] : snap.tensor_files.at("model")) {
     CHECK(t.device().is_cpu());
     CHECK(t.is_pinned());

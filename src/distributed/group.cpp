@@ -1,0 +1,409 @@
+// The c10d process group and DDP's Reducer behind dist::Group and dist::GradSync (see
+// group.h). This is the one translation unit that includes c10d's headers: ProcessGroupGloo
+// needs gloo's headers (Debian's libgloo-dev; the compiled gloo is the copy inside
+// libtorch_cpu, never Debian's library) and ProcessGroupNCCL needs USE_C10D_NCCL and nccl.h.
+#include "distributed/group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "world/listen.h"
+#include "base/log.h"
+#include "preempt/preempt.h"
+
+namespace dlrun::dist {
+
+struct Group::Impl {
+  World world;
+  std::string backend;
+  std::string nccl_version;
+  torch::Device device = torch::kCPU;  ///< where the backend's tensors live
+  std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::Store> store;  ///< dlrun's keys, under "dlrun/<restart>/"
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+
+  [[noreturn]] void fail(const char* what, const std::exception& e) {
+    std::string who;
+    try {  // a rank that failed on its own says so in the store (report_failure)
+      if (store->check({"failed"})) {
+        const auto v = store->get("failed");
+        who = std::string(v.begin(), v.end());
+      }
+    } catch (const std::exception&) {
+      who = world.rank != 0 ? "rank 0, which hosts the rendezvous store, is gone" : "";
+    }
+    throw Error(ExitCode::kRuntime,
+                fmt::format("{} across {} ranks failed{}: {}", what, world.size, who.empty() ? "" : " (" + who + ")",
+                            e.what()),
+                "another rank failed or was killed (its own error is above, or in its log); dist.timeout_s bounds "
+                "how long a rank waits for the others");
+  }
+
+  bool cpu_collectives = false;  ///< a CPU backend is registered too (gloo; beside NCCL for host tensors)
+
+  /// `t` on a device the group has a backend for: itself, or a copy on the default backend's.
+  torch::Tensor on_backend(const torch::Tensor& t) const {
+    return t.device() == device || (cpu_collectives && t.is_cpu()) ? t : t.to(device);
+  }
+};
+
+namespace {
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
+/// The gloo transport device: GLOO_SOCKET_IFNAME as in PyTorch; loopback when the job runs
+/// on this host alone; otherwise the address this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (is_loopback(w.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+/// keys[i] for every rank i: "<what>/<i>".
+std::vector<std::string> rank_keys(const char* what, int size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", what, r));
+  return keys;
+}
+
+/// The rendezvous, in two rounds on the store, so that a stop request (SIGTERM, a notice) that
+/// arrives meanwhile ends every rank's start-up with exit 75 instead of leaving some waiting:
+///
+/// 1. Arrival: every rank writes "arrived/<rank>" and waits for the others' keys until the
+///    deadline (those missing then are named, exit 1). A rank asked to stop meanwhile writes
+///    "stop/<rank>" and leaves.
+/// 2. Agreement: every rank that got through writes "go/<rank>" — or "stop/<rank>" if a stop
+///    request came in the meantime — once, and proceeds to open the backend only when every
+///    rank wrote "go". One "stop" makes every rank leave: none is left waiting in the backend's
+///    own connection set-up, which cannot be interrupted. A stop request after a rank's "go" is
+///    seen by the start-up checks that follow (every rank together).
+///
+/// A store that stops answering while this rank has a stop request of its own (rank 0, which
+/// hosts it, left for the same reason) also counts as a stop.
+void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
+  const std::string me = std::to_string(w.rank);
+  const auto stopped = [&](const std::string& why) {
+    return StoppedDuringRendezvous(fmt::format("{} {} at {}:{}", why, "during the rendezvous", w.master_addr,
+                                               w.master_port));
+  };
+  const auto leave = [&]() {
+    const std::string reason = preempt::stop_reason() + " received";
+    try {
+      store.set("stop/" + me, "1");
+    } catch (const std::exception&) {
+    }
+    return stopped(reason);
+  };
+  const auto ask = [&](const std::vector<std::string>& keys) {
+    try {
+      return store.check(keys);
+    } catch (const std::exception&) {
+      if (preempt::stop_requested()) throw leave();
+      throw;
+    }
+  };
+  const double deadline = mono_now() + timeout_s;
+  const auto wait_a_little = [&](const std::vector<std::string>& keys, const char* round) {
+    if (mono_now() > deadline) {
+      std::vector<int> missing;
+      for (int r = 0; r < w.size; ++r)
+        if (!ask({keys[r]})) missing.push_back(r);
+      throw Error(ExitCode::kRuntime,
+                  fmt::format("rendezvous at {}:{}: rank(s) {} of {} did not {} within dist.timeout_s={} s",
+                              w.master_addr, w.master_port, fmt::join(missing, ", "), w.size, round, timeout_s),
+                  "start every rank (torchrun / scripts/dlrun-launch with the same --nnodes, --master-addr and "
+                  "--master-port on each host), or raise dist.timeout_s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
+
+  store.set("arrived/" + me, fmt::format("{} (pid {})", hostname(), getpid()));
+  const auto arrived = rank_keys("arrived", w.size);
+  while (!ask(arrived)) {
+    if (preempt::stop_requested()) throw leave();
+    wait_a_little(arrived, "arrive");
+  }
+  if (preempt::stop_requested()) throw leave();
+  store.set("go/" + me, "1");
+  const auto go = rank_keys("go", w.size), stop = rank_keys("stop", w.size);
+  while (!ask(go)) {
+    for (int r = 0; r < w.size; ++r)
+      if (ask({stop[r]})) throw stopped(fmt::format("rank {} received a stop request", r));
+    wait_a_little(go, "agree to start");
+  }
+}
+
+c10d::ReduceOp reduce_op(Reduce op) {
+  switch (op) {
+    case Reduce::kMax: return c10d::ReduceOp::MAX;
+    case Reduce::kMin: return c10d::ReduceOp::MIN;
+    case Reduce::kSum: break;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+}  // namespace
+
+std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opts, const torch::Device& device) {
+  auto impl = std::make_unique<Impl>();
+  impl->world = world;
+  impl->timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.timeout_s * 1000));
+  const bool nccl = device.is_cuda() && opts.backend != DistBackend::kGloo;
+  DLRUN_CHECK_INPUT(!(opts.backend == DistBackend::kNccl && !device.is_cuda()),
+                    "dist.backend=nccl needs run.device cuda (this rank trains on {}); use dist.backend: gloo or auto",
+                    device.str());
+  impl->backend = nccl ? "nccl" : "gloo";
+  impl->device = nccl ? device : torch::Device(torch::kCPU);
+
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(world.master_port);
+  so.isServer = world.rank == 0 && !world.agent_store;
+  so.waitWorkers = false;  // await_ranks waits, and names who is missing
+  so.timeout = impl->timeout;
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  try {
+    if (so.isServer) {  // listen on MASTER_ADDR only, where possible (world/listen.h)
+      const Listener l = bind_listener(world.master_addr, world.master_port);
+      if (l.fd >= 0) {
+        so.masterListenFd = l.fd;
+        log::info("rendezvous store on {}:{}", l.address, world.master_port);
+      } else {
+        log::info("rendezvous store on every interface, port {}: {}", world.master_port, l.note);
+      }
+    }
+    if (so.isServer) {
+      tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, so);
+    } else {
+      // Connect in attempts of at most a second, so that a stop request is seen while rank 0's
+      // store is not up yet (rank 0 may have been stopped by the same request before hosting it).
+      const double deadline = mono_now() + opts.timeout_s;
+      for (;;) {
+        so.timeout = std::chrono::milliseconds(
+            std::max<int64_t>(50, std::min<int64_t>(1000, static_cast<int64_t>((deadline - mono_now()) * 1000))));
+        try {
+          tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, so);
+          break;
+        } catch (const std::exception&) {
+          if (preempt::stop_requested())
+            throw StoppedDuringRendezvous(fmt::format("{} received while connecting to the rendezvous store at {}:{}",
+                                                      preempt::stop_reason(), world.master_addr, world.master_port));
+          if (mono_now() >= deadline) throw;
+        }
+      }
+      tcp->setTimeout(impl->timeout);
+    }
+  } catch (const StoppedDuringRendezvous&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ExitCode::kRuntime,
+                so.isServer ? fmt::format("rank 0 could not host the rendezvous store on port {}: {}", world.master_port,
+                                          e.what())
+                            : fmt::format("rank {} could not reach the rendezvous store at {}:{} within "
+                                          "dist.timeout_s={} s: {}",
+                                          world.rank, world.master_addr, world.master_port, opts.timeout_s, e.what()),
+                so.isServer ? "another job may use this port: pick another --master-port / MASTER_PORT"
+                            : "rank 0 hosts the store: is it running, is MASTER_ADDR its address, and is the port open?");
+  }
+  const std::string prefix = fmt::format("dlrun/{}/", world.restart_count);
+  impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
+  await_ranks(*impl->store, world, opts.timeout_s);
+
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "pg/", tcp);
+  impl->pg = c10::make_intrusive<c10d::ProcessGroup>(pg_store, world.rank, world.size);
+  try {
+    if (nccl) {
+#ifdef USE_C10D_NCCL
+      auto o = c10d::ProcessGroupNCCL::Options::create();
+      o->timeout = impl->timeout;
+      auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, world.rank, world.size, o);
+      impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
+      impl->nccl_version = c10d::getNcclVersion();
+      // Host tensors (the per-step stop agreement, metrics) through gloo, as PyTorch's
+      // "cpu:gloo,cuda:nccl": through NCCL they would be copied to the GPU and back, and each
+      // copy waits for the queued step, a host-device synchronisation every step.
+      auto go = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+      go->devices.push_back(gloo_device(world));
+      auto cpu_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "pg-cpu/", tcp);
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu_store, world.rank, world.size, go);
+      impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      impl->cpu_collectives = true;
+#else
+      fail_input("dist.backend: this dlrun was built without NCCL (LibTorch without CUDA); use dist.backend: gloo");
+#endif
+    } else {
+      auto o = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+      o->devices.push_back(gloo_device(world));
+      auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, world.rank, world.size, o);
+      impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+      // gloo all-reduces CUDA tensors too (through host staging), as PyTorch's gloo backend
+      // does for a model on a GPU: without this the Reducer's CUDA buckets have no backend.
+      impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, backend);
+      impl->cpu_collectives = true;
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_runtime("opening the {} process group of {} ranks failed: {}", impl->backend, world.size, e.what());
+  }
+  return std::unique_ptr<Group>(new Group(std::move(impl)));
+}
+
+Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Group::~Group() = default;
+
+int Group::rank() const { return impl_->world.rank; }
+int Group::size() const { return impl_->world.size; }
+const World& Group::world() const { return impl_->world; }
+const std::string& Group::backend() const { return impl_->backend; }
+
+std::string Group::describe() const {
+  const World& w = impl_->world;
+  return fmt::format("distributed: {}{}, world size {} ({} node(s) x {} process(es), launched by {}), rendezvous "
+                     "{}:{}{}",
+                     impl_->backend, impl_->nccl_version.empty() ? "" : " (NCCL " + impl_->nccl_version + ")", w.size,
+                     w.nodes(), w.local_size, w.launcher, w.master_addr, w.master_port,
+                     w.restart_count > 0 ? fmt::format(", restart {}", w.restart_count) : "");
+}
+
+void Group::all_reduce(torch::Tensor& t, Reduce op) {
+  auto c = impl_->on_backend(t);
+  try {
+    std::vector<at::Tensor> v{c};
+    c10d::AllreduceOptions o;
+    o.reduceOp = reduce_op(op);
+    impl_->pg->allreduce(v, o)->wait();
+  } catch (const std::exception& e) {
+    impl_->fail("an all-reduce", e);
+  }
+  if (!c.is_same(t)) t.copy_(c);
+}
+
+void Group::broadcast(std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  std::vector<torch::Tensor> c;
+  c.reserve(tensors.size());
+  for (const auto& t : tensors) c.push_back(impl_->on_backend(t.is_contiguous() ? t : t.contiguous()));
+  try {
+    c10d::broadcast_coalesced(impl_->pg, c, 256u << 20, 0);
+  } catch (const std::exception& e) {
+    impl_->fail("a broadcast from rank 0", e);
+  }
+  for (size_t i = 0; i < c.size(); ++i)
+    if (!c[i].is_same(tensors[i])) tensors[i].copy_(c[i]);
+}
+
+std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& t) {
+  auto c = impl_->on_backend(t).contiguous();
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < size(); ++r) out[0].push_back(torch::empty_like(c));
+  try {
+    std::vector<at::Tensor> in{c};
+    impl_->pg->allgather(out, in)->wait();
+  } catch (const std::exception& e) {
+    impl_->fail("an all-gather", e);
+  }
+  if (t.device() != c.device())
+    for (auto& o : out[0]) o = o.to(t.device());
+  return out[0];
+}
+
+bool Group::any(bool flag) {
+  auto t = torch::full({1}, flag ? 1 : 0, torch::kInt32);
+  all_reduce(t, Reduce::kMax);
+  return t.item<int>() != 0;
+}
+
+std::string Group::share(const std::string& key, const std::string& text) {
+  try {
+    if (rank() == 0) {
+      impl_->store->set("share/" + key, std::vector<uint8_t>(text.begin(), text.end()));
+      return text;
+    }
+    const auto v = impl_->store->get("share/" + key);  // waits for rank 0, up to dist.timeout_s
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    impl_->fail(("sharing " + key + " from rank 0").c_str(), e);
+  }
+}
+
+void Group::report_failure(const std::string& what) noexcept {
+  try {
+    impl_->store->set("failed", fmt::format("rank {} failed: {}", rank(), what.substr(0, 2000)));
+  } catch (...) {
+  }
+}
+
+// ---- gradient averaging ---------------------------------------------------------------
+
+struct GradSync::State {
+  std::shared_ptr<c10d::Reducer> reducer;
+  size_t buckets = 0;
+};
+
+GradSync::GradSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb)
+    : state_(std::make_unique<State>()) {
+  // Buckets as PyTorch DDP ends up with them once it has rebuilt them in gradient-ready
+  // order after its first step: filled from the last parameter backwards (backward produces
+  // the last layers' gradients first), the first bucket capped at 1 MiB so communication
+  // starts early, the others at bucket_mb MiB. Bucket 0 is ready first and all-reduced first.
+  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
+  const int64_t first = 1024 * 1024;
+  const std::vector<bool> sparse(params.size(), false);
+  std::vector<int64_t> backward_order;  // the original index of each tensor in `reversed`
+  std::vector<torch::Tensor> reversed;
+  for (size_t i = params.size(); i-- > 0;) {
+    backward_order.push_back(static_cast<int64_t>(i));
+    reversed.push_back(params[i]);
+  }
+  auto [indices, limits] = c10d::compute_bucket_assignment_by_size(
+      reversed, {static_cast<size_t>(first), static_cast<size_t>(std::max<int64_t>(cap, 1))}, sparse, backward_order);
+  std::vector<int64_t> limit_list(limits.begin(), limits.end());
+  state_->buckets = indices.size();
+  state_->reducer = std::make_shared<c10d::Reducer>(
+      std::move(params), std::move(indices), group.impl_->pg, sparse, cap, /*find_unused_parameters=*/false,
+      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{}, first,
+      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, std::move(limit_list));
+}
+
+GradSync::~GradSync() = default;
+
+void GradSync::prepare(const torch::Tensor& loss) {
+  // As DDP before each forward: after the first synchronised backward the Reducer re-buckets in
+  // the order the gradients arrived (a collective: every rank reaches it at the same step). Until
+  // it has, each backward appends every parameter to its record of that order, which would
+  // grow by a few KB a step for the whole run.
+  if (state_->reducer->rebuild_buckets())
+    log0::info("dist: gradient buckets rebuilt in the order the first step's gradients arrived");
+  state_->reducer->prepare_for_forward();
+  state_->reducer->prepare_for_backward({loss});
+}
+
+size_t GradSync::buckets() const { return state_->buckets; }
+
+}  // namespace dlrun::dist

@@ -1,0 +1,92 @@
+// The process group of a multi-process run: rendezvous through c10d's TCPStore, collectives
+// through c10d's ProcessGroupGloo (CPU tensors) or ProcessGroupNCCL (CUDA tensors), and
+// gradient averaging through c10d::Reducer — PyTorch DDP's own engine, reused rather than
+// rewritten (docs/distributed.md, "Engine"). The c10d types stay inside group.cpp: this
+// header is what the trainer, the step runner and synchronised BatchNorm see.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/options.h"
+#include "world/world.h"
+
+namespace dlrun::dist {
+
+enum class Reduce { kSum, kMax, kMin };
+
+/// Thrown by Group::connect when a stop request (SIGTERM, SIGUSR1, a notice) arrives while this
+/// rank waits for the rendezvous store or for the other ranks: nothing has been trained, and a
+/// peer stopped by the same request would never arrive. `dlrun train` exits 75.
+class StoppedDuringRendezvous : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Group {
+ public:
+  /// Meet the other ranks at world.master_addr:master_port (rank 0 hosts the store unless
+  /// torchrun's agent does) and open the backend: NCCL when `device` is CUDA (dist.backend
+  /// auto|nccl), gloo otherwise. Ranks that do not arrive within dist.timeout_s are named
+  /// in the error (exit 1); dist.timeout_s also bounds every collective.
+  static std::unique_ptr<Group> connect(const World& world, const DistOptions& opts, const torch::Device& device);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const;
+  int size() const;
+  const World& world() const;
+  /// "gloo" or "nccl".
+  const std::string& backend() const;
+  /// One line for the start-up log: backend (and NCCL version), world layout, this rank's device.
+  std::string describe() const;
+
+  /// Collectives; tensors on another device than the backend's are copied there and back.
+  /// Each throws dlrun::Error (exit 1) on a timeout or a lost peer, naming a rank that
+  /// reported its own failure (report_failure) when one did.
+  void all_reduce(torch::Tensor& t, Reduce op = Reduce::kSum);
+  /// Rank 0's values into `tensors` on every rank (coalesced into large messages).
+  void broadcast(std::vector<torch::Tensor>& tensors);
+  /// Every rank's `t` (same shape and dtype everywhere), in rank order.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& t);
+  /// Whether `flag` is true on any rank (an all-reduce MAX).
+  bool any(bool flag);
+  /// Rank 0's `text` on every rank (through the store; for small texts: configs, manifests).
+  std::string share(const std::string& key, const std::string& text);
+
+  /// Record this rank's failure in the store, so the others name it in their error instead of
+  /// a bare "connection closed". Never throws.
+  void report_failure(const std::string& what) noexcept;
+
+  struct Impl;
+
+ private:
+  explicit Group(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class GradSync;
+};
+
+/// Gradient averaging for one model, PyTorch DDP-style: buckets of dist.bucket_mb (the
+/// first 1 MB) all-reduced by c10d::Reducer as backward produces them, overlapping the
+/// communication with the rest of backward; after backward every rank holds the same mean
+/// gradients. Every parameter in `params` must receive a gradient in every step.
+class GradSync {
+ public:
+  GradSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb);
+  ~GradSync();
+  /// Before the backward of the micro-batch that ends a step: its gradients (accumulated
+  /// with the earlier micro-batches', DDP's no_sync) are averaged during that backward. Not
+  /// called for the other micro-batches, whose backward stays local.
+  void prepare(const torch::Tensor& loss);
+  size_t buckets() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dlrun::dist

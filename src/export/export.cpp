@@ -1,0 +1,76 @@
+// Exporting a checkpoint's model weights (see export.h).
+#include "export/export.h"
+
+#include <string>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/tensor_file.h"
+#include "config/loader.h"
+#include "export/format.h"
+#include "models/batchnorm.h"
+#include "models/model.h"
+
+namespace dlrun::exporting {
+namespace {
+
+/// The checkpoint's weights with every foldable BatchNorm folded into its convolution: the
+/// model is rebuilt from the checkpoint's own config.yaml and loaded with `tensors`.
+ckpt::TensorDict fold(const ckpt::FileSet& set, const std::string& ck, const ckpt::TensorDict& tensors) {
+  const std::vector<char>* bytes = set.find(ckpt::kConfigFile);
+  const std::string yaml = bytes ? std::string(bytes->begin(), bytes->end()) : std::string();
+  DLRUN_CHECK_INPUT(!yaml.empty(), "{}: the checkpoint has no config.yaml, which --fold-batchnorm needs", ck);
+  const Config cfg = config::load_text(yaml, ck + "/config.yaml");
+  if (cfg.model.name == "mlp") {
+    log::info("--fold-batchnorm: model.name=mlp has no BatchNorm; the weights are written unchanged");
+    return tensors;
+  }
+  // The convolutional models pool adaptively: their parameters do not depend on the image size.
+  auto model = models::build(cfg.model, cfg.run.seed, 32);
+  models::load_state_dict(*model, tensors, ck + "/model.pt");
+  return models::folded_state_dict(*model, cfg.model.in_channels);
+}
+
+/// The checked files of the checkpoint `from` names, and where they came from.
+ckpt::FileSet checked_files(const Source& from, std::string* where) {
+  if (from.store == nullptr) {
+    *where = ckpt::resolve(from.path);
+    return ckpt::read_set(*where);  // every file checked against the manifest as it is read
+  }
+  std::string name = from.name;
+  if (name.empty()) {
+    const auto latest = from.store->latest();
+    DLRUN_CHECK_INPUT(latest.has_value(), "{}: no LATEST (no checkpoint was uploaded there)", from.path);
+    name = *latest;
+  }
+  *where = from.store->url().str(name);
+  return from.store->fetch(name);
+}
+
+}  // namespace
+
+ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
+  const Format* format = find_format(o.format);
+  if (format == nullptr) {
+    std::string valid;
+    for (const std::string& n : format_names()) valid += (valid.empty() ? "" : ", ") + n;
+    fail_input("unknown export format '{}' (valid: {})", o.format, valid);
+  }
+  ExportResult r;
+  const ckpt::FileSet set = checked_files(from, &r.source);
+  const auto& m = set.manifest;
+  r.step = m.value("step", int64_t{-1});
+  const int64_t epoch = m.value("epoch", int64_t{-1});
+  ckpt::TensorDict tensors;
+  if (const std::vector<char>* bytes = set.find(ckpt::kModelFile))
+    tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + ckpt::kModelFile);
+  DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no model.pt", r.source);
+  r.unfolded = tensors.size();
+  if (o.fold_batchnorm) tensors = fold(set, r.source, tensors);
+  format->write(o.output, Weights{tensors, m, r.step, epoch, o.fold_batchnorm});
+  r.tensors = tensors.size();
+  return r;
+}
+
+}  // namespace dlrun::exporting

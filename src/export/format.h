@@ -1,0 +1,47 @@
+// An export format: how `dlrun export` writes a checkpoint's model weights as one file. A new
+// format is one file of this folder defining its write function, declared below and given its
+// line in the table of formats.cpp. (It cannot register itself from its own file: the linker
+// drops the members of a static library that nobody names, cmake/Targets.cmake.)
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+
+namespace dlrun::exporting {
+
+/// What a format writes, and where it came from.
+struct Weights {
+  const ckpt::TensorDict& tensors;  ///< name -> tensor, in state-dict order
+  const nlohmann::json& manifest;   ///< the checkpoint's manifest.json (config_hash, versions, ...)
+  int64_t step = -1;                ///< the checkpoint's step (-1: unknown)
+  int64_t epoch = -1;               ///< the checkpoint's epoch (-1: unknown)
+  bool folded_batchnorm = false;    ///< the tensors are a folded state dict
+};
+
+/// Writes `weights` to the file `path`, atomically and durably.
+using WriteFn = void (*)(const std::string& path, const Weights& weights);
+
+struct Format {
+  const char* name;  ///< what --format takes
+  WriteFn write;
+};
+
+/// Every format, in the order --format lists them.
+const std::vector<Format>& formats();
+/// The format called `name`, or nullptr.
+const Format* find_format(const std::string& name);
+
+// The formats, one file each.
+
+/// safetensors, with the checkpoint's step, epoch, config hash and versions as metadata
+/// (safetensors_format.cpp).
+void write_as_safetensors(const std::string& path, const Weights& weights);
+/// torch.load-able dict of tensors, as a checkpoint's model.pt (torch_format.cpp).
+void write_as_torch(const std::string& path, const Weights& weights);
+
+}  // namespace dlrun::exporting

@@ -1,0 +1,12 @@
+// Fallback for builds without CUDA sources (DLRUN_CUDA=OFF or no toolkit): no devices.
+#ifndef DLRUN_WITH_CUDA
+#include "kernels/device_query.h"
+
+namespace dlrun::cuda {
+bool cuda_compiled() { return false; }
+std::string driver_version() { return {}; }
+std::string runtime_version() { return {}; }
+std::vector<DeviceInfo> devices() { return {}; }
+std::string pci_bus_id(int) { return {}; }
+}  // namespace dlrun::cuda
+#endif

@@ -1,0 +1,23 @@
+// The state the parts of the training loop share (Marian's TrainingState): where training
+// stands and what it has cost so far. Plain data, no LibTorch: the trainer advances it, the
+// step meter counts skipped steps into it, and a checkpoint part carries it across
+// interruptions (train/parts.h). Where the data stands is the loader's (data::Position).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+namespace dlrun::train {
+
+struct TrainState {
+  int64_t step = 0;                ///< optimizer steps done
+  int64_t skipped_steps = 0;       ///< steps whose update was skipped (non-finite, fp16 overflow)
+  int64_t steps_lost_total = 0;    ///< steps computed but lost to interruptions (at least)
+  int64_t steps_lost_last = 0;     ///< lost by the interruption this process resumed from
+  int64_t resumed_from_step = -1;  ///< -1: fresh start
+  bool eval_pending = false;       ///< an evaluation was due when the run was interrupted
+  nlohmann::json preemption;       ///< the preempt event of this process, if any
+};
+
+}  // namespace dlrun::train

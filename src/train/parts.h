@@ -1,0 +1,56 @@
+// Today's checkpointed state as checkpoint parts (checkpoint/part.h), in the order a snapshot
+// saves them and a resume checks and loads them: the model, the optimizers, the loss scaler,
+// every rank's RNG, the train state, the data loader's position. The files and state.json keys
+// each part writes are listed in docs/checkpoints.md; averaged weights will be one more part.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "checkpoint/part.h"
+#include "config/options.h"
+#include "data/loader.h"
+#include "models/model.h"
+#include "run/state.h"
+#include "train/amp.h"
+#include "train/optimizers.h"
+#include "train/replicas.h"
+
+namespace dlrun::train {
+
+/// What the parts save and load: the live objects of one rank.
+struct LiveState {
+  const Config& cfg;
+  models::Model& model;
+  Optimizers& optimizers;
+  GradScaler& scaler;
+  TrainState& state;
+  data::Loader& loader;
+  Replicas& replicas;
+  int64_t total_steps = 0;
+  torch::Device device = torch::kCPU;
+};
+
+class CheckpointParts {
+ public:
+  explicit CheckpointParts(const LiveState& live);
+  ~CheckpointParts();
+  /// Every rank: each part's gather() (collectives), in order. Then, on the leader, the host
+  /// copy of every part with the config and versions: what training stalls for. The other
+  /// ranks get nullopt.
+  std::optional<ckpt::Snapshot> snapshot();
+  /// Check every part against the config (an incompatible model or optimizer: exit 2, naming
+  /// the difference; a changed schedule, batch, world size or config key: a warning), then load
+  /// every part, with this rank's RNG. A checkpoint whose files hash correctly but hold values
+  /// of the wrong kind (written by hand, or by another program) is exit 2, never a crash.
+  void restore(const ckpt::Snapshot& snap);
+
+ private:
+  LiveState live_;  ///< references to the live objects, which outlive this
+  std::vector<std::unique_ptr<ckpt::Part>> parts_;
+};
+
+}  // namespace dlrun::train

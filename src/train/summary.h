@@ -1,0 +1,39 @@
+// summary.json (docs/design.md, "The run directory"): a pure function of what the run's parts
+// measured, so each field and each null is tested on its own (tests/train/summary_test.cpp).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "run/state.h"
+#include "train/step_meter.h"
+
+namespace dlrun::train {
+
+/// Everything summary.json is made of, gathered from the trainer's parts at the end.
+struct SummaryInputs {
+  std::string status;                ///< completed | interrupted | failed
+  const TrainState* state = nullptr; ///< step, skipped steps, steps lost, preemption, resume
+  int64_t steps_per_epoch = 1;
+  StepMeter::Totals meter;           ///< loss, samples, data wait, phase times
+  nlohmann::json eval;               ///< the last evaluation, or null
+  double wall_time_s = 0;            ///< since this process started training
+  nlohmann::json checkpointer;       ///< Checkpointer::summary(): checkpoint, checkpoint_errors, remote
+  nlohmann::json params_sha256;      ///< hex, or null when it could not be computed
+  nlohmann::json peak_cuda_memory_mb;  ///< {allocated, reserved} or null (not on CUDA)
+  std::string profile_trace;         ///< "" when none was written
+  std::string device;
+  int world_size = 1;
+  std::string version;
+};
+
+/// summary.json. Null where a value is not known: final_train_loss before any loss was read
+/// (or when it is not finite), eval without an evaluation, time_s's forward/backward/optimizer
+/// once steps were replayed from a CUDA graph (they would count the eager warm-up alone),
+/// peak_cuda_memory_mb off CUDA, profile_trace and checkpoint when there is none, remote
+/// without checkpoint.remote.
+nlohmann::json run_summary(const SummaryInputs& in);
+
+}  // namespace dlrun::train

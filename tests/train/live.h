@@ -1,0 +1,35 @@
+// A live run's objects for the resume and snapshot tests: the components of a config (model,
+// optimizer, loaders), a loss scaler, the train state, a world of one, and the checkpoint parts
+// over them — what the trainer holds, without the loop.
+#pragma once
+
+#include <memory>
+
+#include "config/loader.h"
+#include "train/components.h"
+#include "train/parts.h"
+
+namespace dlrun::testing {
+
+struct Live {
+  Config cfg;
+  train::Components c;
+  train::GradScaler scaler;
+  train::TrainState st;
+  train::Replicas replicas;
+  train::Optimizers optimizers;
+  train::CheckpointParts parts;
+  explicit Live(Config config, const torch::Device& device = torch::kCPU)
+      : cfg(std::move(config)),
+        c(train::build_components(cfg, train::Placement{device, 0, 1}, train::Purpose::kTrain)),
+        scaler(cfg.amp, false, device),
+        replicas(nullptr, cfg, device),
+        optimizers(cfg.optim, *c.optimizer, *c.model),
+        parts({cfg, *c.model, optimizers, scaler, st, *c.train_loader, replicas, c.total_steps, device}) {}
+  models::Model& model() { return *c.model; }
+  torch::optim::Optimizer& optim() { return *c.optimizer; }
+  data::Loader& loader() { return *c.train_loader; }
+  ckpt::Snapshot snapshot() { return *parts.snapshot(); }
+};
+
+}  // namespace dlrun::testing
