@@ -146,13 +146,21 @@ def test_a_kill_during_an_upload_leaves_latest_complete():
             expect(fresh.summary()["params_sha256"] == ref, "params differ after resuming past a cut upload")
 
 
+def two_stops(s3, vm, remote):
+    """A run stopped at step 12, then resumed and stopped at step 17: each stop waits for its own
+    upload, so the bucket holds at least two complete checkpoints (12 and 17) however slowly the
+    uploads of the periodic saves in between go (the uploader skips a waiting one for a newer)."""
+    run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:12"}, check=75)
+    run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:17"}, check=75)
+
+
 def test_a_corrupt_remote_object_is_detected_and_skipped():
     ref = baseline()
     with S3Server() as s3:
         remote = s3.overrides("exp4", "checkpoint.keep_last=3")
         with RunDir() as vm:
-            run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:17"}, check=75)  # 17 and earlier ones uploaded
-        # Complete ones only: an upload still going on at the stop gives way to step 17's.
+            two_stops(s3, vm, remote)
+        # Complete ones only: an upload still going on at a stop gives way to the stop's own.
         older = sorted({k.split("/")[0] for k in s3.keys("exp4") if k.endswith("/manifest.json")})[:-1]
         expect(older, "only one checkpoint was uploaded")
         obj = "exp4/step-00000017/model.pt"
@@ -176,7 +184,7 @@ def test_a_remote_manifest_too_large_is_skipped_and_a_newer_format_stops():
     with S3Server() as s3:
         remote = s3.overrides("exp4b", "checkpoint.keep_last=3")
         with RunDir() as vm:
-            run(s3, vm, *remote, env={"DLRUN_FAULT": "signal_at_step:17"}, check=75)
+            two_stops(s3, vm, remote)
         key = "exp4b/step-00000017/manifest.json"
         manifest = json.loads(s3.read(key))
         older = sorted({k.split("/")[0] for k in s3.keys("exp4b") if k.endswith("/manifest.json")})[:-1]
