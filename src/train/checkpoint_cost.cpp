@@ -54,7 +54,7 @@ CheckpointCost measure_checkpoint_cost(const CheckpointCostOptions& o) {
                 fs::temp_directory_path().string());
     dir = tmpl;
   }
-  fs::create_directories(dir);
+  fsutil::make_dirs(dir);
   CheckpointOptions copts;
   copts.keep_last = 1;
   copts.async = true;

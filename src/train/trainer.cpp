@@ -17,6 +17,7 @@
 #include <ATen/record_function.h>
 
 #include <optional>
+#include <utility>
 
 #include "base/build_info.h"
 #include "base/clock.h"
@@ -191,8 +192,7 @@ void Trainer::begin() {
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
   meter_.watch_gpu();
-  ckpt_.open(std::move(plan_.fetched));
-  plan_.fetched.reset();
+  ckpt_.open(std::exchange(plan_.fetched, std::nullopt));  // the download's bytes are released here
   metrics::Event e{"start", st_.step};
   e.fields = {{"epoch", epoch()}, {"total_steps", c_.total_steps}, {"world_size", c_.placement.world_size},
               {"resumed_from", ckpt_.resumed_from()}, {"steps_lost", st_.steps_lost_last},
