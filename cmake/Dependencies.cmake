@@ -9,6 +9,8 @@ find_package(Threads REQUIRED)
 # SHA-256 of every checkpoint byte (OpenSSL's libcrypto; Debian: libssl-dev).
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(PkgConfig)
+# The XML answers of S3 and STS, read as untrusted input (Debian: libexpat1-dev).
+find_package(EXPAT REQUIRED)
 
 # libjpeg-turbo's TurboJPEG API (Debian: libturbojpeg0-dev).
 find_path(TURBOJPEG_INCLUDE_DIR turbojpeg.h)

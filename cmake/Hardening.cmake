@@ -95,7 +95,7 @@ catch_discover_tests(dlrun_parser_tests TEST_SPEC "${_spec}" TEST_PREFIX "${_kin
 # ---- fuzzers -----------------------------------------------------------------------------
 if(DLRUN_FUZZERS)
   set(_fz ${CMAKE_SOURCE_DIR}/fuzz)
-  foreach(name config notice)
+  foreach(name config notice s3)
     add_executable(fuzz_${name} ${_fz}/${name}_fuzz.cpp)
     target_link_libraries(fuzz_${name} PRIVATE dlrun_base)
     target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)

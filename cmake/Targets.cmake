@@ -42,7 +42,7 @@ add_library(dlrun_base STATIC ${DLRUN_BASE_SOURCES} ${CMAKE_BINARY_DIR}/generate
 add_dependencies(dlrun_base dlrun_build_info)  # the revision refreshed at every build (Version.cmake)
 target_include_directories(dlrun_base PUBLIC ${_src} ${CMAKE_BINARY_DIR}/generated)
 target_link_libraries(dlrun_base PUBLIC fmt::fmt yaml-cpp nlohmann_json::nlohmann_json
-                      ZLIB::ZLIB Threads::Threads OpenSSL::Crypto ${CMAKE_DL_LIBS})
+                      ZLIB::ZLIB Threads::Threads OpenSSL::Crypto EXPAT::EXPAT ${CMAKE_DL_LIBS})
 target_compile_options(dlrun_base PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARNINGS}>)
 if(DLRUN_HAVE_CURL)
   target_link_libraries(dlrun_base PUBLIC CURL::libcurl)

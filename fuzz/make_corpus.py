@@ -49,6 +49,40 @@ def notice_seeds():
     put("notice", "aws404", bytes([3]) + b"")
 
 
+def s3_seeds():
+    """Answers as S3, STS and the metadata services send them (the first byte picks the parser;
+    0x80 adds the prefix runs/exp1/)."""
+    ns = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    listing = (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult {ns}><Name>b</Name><Prefix>runs/exp1/</Prefix>'
+               '<KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>'
+               '<NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>'
+               '<Contents><Key>runs/exp1/step-00000012/model.pt</Key><LastModified>2026-11-25T10:00:00.000Z</LastModified>'
+               '<ETag>&quot;a1b2&quot;</ETag><Size>30344</Size><StorageClass>STANDARD</StorageClass></Contents>'
+               '<Contents><Key>runs/exp1/LATEST</Key><Size>14</Size></Contents>'
+               '<CommonPrefixes><Prefix>runs/exp1/step%2000000013/</Prefix></CommonPrefixes></ListBucketResult>')
+    put("s3", "list", bytes([0x80]) + listing.encode())
+    put("s3", "list_cdata", bytes([0]) + b'<ListBucketResult><Contents><Key><![CDATA[a&b]]></Key><Size>0</Size>'
+        b'</Contents><IsTruncated>false</IsTruncated><NextContinuationToken/></ListBucketResult>')
+    put("s3", "uploads", bytes([0x81]) + (
+        f'<ListMultipartUploadsResult {ns}><Bucket>b</Bucket><KeyMarker></KeyMarker><NextKeyMarker>runs/exp1/step-00000015/model.pt'
+        '</NextKeyMarker><NextUploadIdMarker>x</NextUploadIdMarker><IsTruncated>false</IsTruncated><Upload>'
+        '<Key>runs/exp1/step-00000015/model.pt</Key><UploadId>VXBsb2FkIElE</UploadId><Initiated>2026-11-25T10:00:00.000Z'
+        '</Initiated></Upload></ListMultipartUploadsResult>').encode())
+    put("s3", "upload_id", bytes([2]) + f'<InitiateMultipartUploadResult {ns}><Bucket>b</Bucket><Key>k</Key>'
+        '<UploadId>VXBsb2FkIElE</UploadId></InitiateMultipartUploadResult>'.encode())
+    put("s3", "error", bytes([3]) + b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code>'
+        b'<Message>The provided token has expired.</Message><RequestId>4442587FB7D0A2F9</RequestId></Error>')
+    put("s3", "sts", bytes([4]) + (
+        '<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+        '<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIAEXAMPLE</AccessKeyId><SecretAccessKey>s</SecretAccessKey>'
+        '<SessionToken>t</SessionToken><Expiration>2026-11-25T11:00:00Z</Expiration></Credentials>'
+        '<AssumedRoleUser><Arn>arn:aws:sts::1:assumed-role/r/s</Arn></AssumedRoleUser></AssumeRoleWithWebIdentityResult>'
+        '</AssumeRoleWithWebIdentityResponse>').encode())
+    put("s3", "imds", bytes([5]) + json.dumps({"Code": "Success", "LastUpdated": "2026-11-25T10:00:00Z", "Type": "AWS-HMAC",
+        "AccessKeyId": "ASIAEXAMPLE", "SecretAccessKey": "s", "Token": "t", "Expiration": "2026-11-25T16:00:00Z"}).encode())
+    put("s3", "urldecode", bytes([6]) + b"runs/exp%201/step-00000005+x%2B/model.pt")
+
+
 def idx(n, h, w):
     images = struct.pack(">IIII", 0x803, n, h, w) + bytes((i * 7) % 256 for i in range(n * h * w))
     labels = struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
@@ -98,6 +132,7 @@ def main():
     shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
     config_seeds()
     notice_seeds()
+    s3_seeds()
     idx_seeds()
     cifar_seeds()
     image_seeds()

@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="$ROOT/.devdeps"
 PKGS=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 libcli11-dev catch2 nlohmann-json3-dev
       libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
-      zlib1g-dev zlib1g libssl-dev libssl3 libgloo-dev
+      zlib1g-dev zlib1g libssl-dev libssl3 libexpat1-dev libexpat1 libgloo-dev
       dataset-fashion-mnist)  # the data set (31 MB): the e2e tests, bench/compare.py and fast.yaml read it
 rm -rf "$DEST/debs"
 mkdir -p "$DEST/debs"

@@ -2,6 +2,7 @@
 #include "base/clock.h"
 
 #include <chrono>
+#include <ctime>
 
 namespace dlrun {
 
@@ -13,6 +14,15 @@ double wall_now() {
 double mono_now() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string utc_stamp() {
+  const std::time_t t = static_cast<std::time_t>(wall_now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
 }
 
 namespace {

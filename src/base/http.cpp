@@ -34,6 +34,7 @@ struct Transfer {
   uint64_t left = 0;           ///< file bytes still to send
   size_t body_pos = 0;         ///< in-memory body bytes sent
   bool aborted_by_sink = false;
+  bool too_large = false;      ///< the body passed max_body
   std::exception_ptr sink_error;  ///< thrown by the sink: rethrown after the transfer
 };
 
@@ -51,7 +52,10 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
     t->aborted_by_sink = true;
     return 0;
   }
-  if (t->resp->body.size() + n > t->req->max_body) return 0;  // aborts: not what we asked for
+  if (t->resp->body.size() + n > t->req->max_body) {  // aborts: not what we asked for
+    t->too_large = true;
+    return 0;
+  }
   t->resp->body.append(data, n);
   return n;
 }
@@ -199,8 +203,10 @@ Response perform(const Request& req) {
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
   } else {
     r.cancelled = rc == CURLE_ABORTED_BY_CALLBACK && req.cancel && req.cancel->load();
+    r.too_large = t.too_large;
     r.error = r.cancelled        ? "cancelled"
               : t.aborted_by_sink ? "aborted by the receiver"
+              : t.too_large       ? fmt::format("the answer is larger than {} bytes", req.max_body)
               : errbuf[0]         ? errbuf
                                   : curl_easy_strerror(rc);
     r.status = 0;

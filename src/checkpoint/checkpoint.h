@@ -157,6 +157,18 @@ struct Loaded {
 std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
                                   const std::function<void(const std::string&, const std::string&)>& on_skip = {});
 
+/// The checkpoint a resume continues (`--resume auto`, `dlrun eval --checkpoint auto`): the one
+/// LATEST names when it loads, else the newest that loads (load_newest), so a rollback with
+/// `--resume PATH` is not undone by a later automatic resume. Skipped ones go to `on_skip`.
+std::optional<Loaded> load_preferred(const std::string& checkpoints_dir,
+                                     const std::function<void(const std::string&, const std::string&)>& on_skip = {});
+
+/// A resume from step `step` abandons the timeline of the committed checkpoints newer than it:
+/// each step-N/ is renamed step-N.abandoned-<stamp>/ (never deleted; `dlrun ckpt list` shows
+/// it, resume and retention leave it alone), and LATEST then names the newest committed
+/// checkpoint left, or is removed when none is. Returns the directories set aside.
+std::vector<std::string> set_aside_after(const std::string& checkpoints_dir, int64_t step, const std::string& stamp);
+
 /// Retention: keep the newest `keep_last` verified checkpoints (0 = all) plus those whose
 /// step is a multiple of `keep_every`; never remove the newest verified one; partial and
 /// set-aside directories are left alone (reported by `dlrun ckpt list`). Also never removes

@@ -2,9 +2,12 @@
 // step-N.tmp/), picking the newest one that verifies for resume (skipping, reporting and
 // never deleting the rest), reading LATEST, and turning a user's PATH into a checkpoint.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 
 #include "base/error.h"
 #include "base/fsutil.h"
@@ -63,6 +66,8 @@ std::string partial_reason(const Entry& e) {
     return "set aside: an interrupted write of this step, found when it was saved again; not deleted";
   if (has(".corrupt-"))
     return "set aside: failed verification when this step was saved again; not deleted";
+  if (has(".abandoned-"))
+    return "set aside: newer than the checkpoint a run was resumed from (an abandoned timeline); not deleted";
   return "partial: not a committed checkpoint directory; ignored by resume, not deleted";
 }
 
@@ -104,6 +109,34 @@ std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
   return s;
+}
+
+std::vector<std::string> set_aside_after(const std::string& checkpoints_dir, int64_t step, const std::string& stamp) {
+  std::vector<std::string> moved;
+  std::string newest_left;
+  for (const auto& e : detail::scan(checkpoints_dir)) {
+    if (e.partial) continue;
+    if (e.step <= step) {
+      newest_left = e.name;
+      continue;
+    }
+    const std::string to = e.path + ".abandoned-" + stamp;
+    fsutil::rename_durable(e.path, to);
+    moved.push_back(to);
+  }
+  const auto latest = read_latest(checkpoints_dir);
+  int64_t latest_step = -1;
+  std::string suffix;
+  if (latest && (!detail::parse_dir_name(*latest, &latest_step, &suffix) || latest_step > step)) {
+    const std::string path = checkpoints_dir + "/" + detail::kLatest;
+    if (newest_left.empty()) {
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail_runtime("{}: cannot remove: {}", path, std::strerror(errno));
+      fsutil::fsync_dir(checkpoints_dir);
+    } else {
+      fsutil::write_file_atomic(path, newest_left + "\n");
+    }
+  }
+  return moved;
 }
 
 std::string checkpoints_dir_of(const std::string& path) {

@@ -107,3 +107,26 @@ std::optional<Loaded> load_newest(const std::string& checkpoints_dir,
 }
 
 }  // namespace dlrun::ckpt
+
+namespace dlrun::ckpt {
+
+std::optional<Loaded> load_preferred(const std::string& checkpoints_dir,
+                                     const std::function<void(const std::string&, const std::string&)>& on_skip) {
+  if (const auto latest = read_latest(checkpoints_dir)) {
+    const std::string path = checkpoints_dir + "/" + *latest;
+    int64_t step = -1;
+    std::string suffix;
+    if (detail::parse_dir_name(*latest, &step, &suffix) && suffix.empty() && fsutil::is_directory(path)) {
+      try {
+        return Loaded{path, load(path)};
+      } catch (const Error& e) {
+        // Damaged: load_newest() below tries it again among the others and reports it (or
+        // refuses it, when a newer dlrun wrote it).
+        if (e.code() != ExitCode::kBadInput) throw;
+      }
+    }
+  }
+  return load_newest(checkpoints_dir, on_skip);
+}
+
+}  // namespace dlrun::ckpt

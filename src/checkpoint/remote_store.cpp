@@ -5,6 +5,7 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -26,6 +27,32 @@ namespace {
 
 }  // namespace
 
+Patience::Patience(double budget_s, std::function<bool()> stop, std::function<void(double)> sleep)
+    : budget_s_(budget_s), stop_(std::move(stop)), sleep_(std::move(sleep)) {}
+
+void Patience::wait(const std::string& what, const remote::S3Error& e) {
+  const double now = mono_now();
+  if (first_failure_ < 0) first_failure_ = now;
+  const double spent = now - first_failure_, left = budget_s_ - spent;
+  if (left <= 0 || (stop_ && stop_()))
+    throw Error(ExitCode::kInterrupted,
+                stop_ && stop_() ? fmt::format("{}: a stop was requested while the store did not answer ({})", what, e.what())
+                                 : fmt::format("{}: the store did not answer for {:.0f} s (checkpoint.remote_wait_s): {}; "
+                                               "exiting 75 to be tried again later, never starting over",
+                                               what, spent, e.what()),
+                "nothing was trained or written; requeue the job (the exit code asks for it) once the store answers");
+  const double delay = std::min(delay_, left);
+  ++retries_;
+  log::warn("{}: {}; retry {} in {:.0f} s ({:.0f} s of checkpoint.remote_wait_s left)", what, e.what(), retries_, delay, left);
+  if (sleep_) {
+    sleep_(delay);
+  } else {  // in slices, so that a signal ends the wait at once
+    for (double until = mono_now() + delay; mono_now() < until && !(stop_ && stop_());)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  delay_ = std::min(30.0, delay_ * 2);
+}
+
 RemoteStore::RemoteStore(remote::S3Config config, remote::S3Url url)
     : config_(config), client_(std::move(config), url.bucket), url_(std::move(url)) {
   client_.set_cancel(&cancelled_);
@@ -37,15 +64,18 @@ void RemoteStore::check_access() {
   } catch (const remote::S3Error& e) {
     if (e.transient()) fail_runtime("checkpoint.remote {}: {}", url_.str(), e.what());
     throw Error(ExitCode::kBadInput, fmt::format("checkpoint.remote {}: bucket {}: {}", url_.str(), url_.bucket, e.what()),
-                "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the bucket name, checkpoint.remote_endpoint and "
-                "checkpoint.remote_region");
+                e.code() == remote::kMalformed
+                    ? "the endpoint does not answer as S3 does: check checkpoint.remote_endpoint"
+                    : fmt::format("check the credentials (from {}), the bucket name, checkpoint.remote_endpoint and "
+                                  "checkpoint.remote_region (docs/checkpoints.md, \"Credentials\")",
+                                  config_.credentials->source()));
   }
 }
 
 uint64_t RemoteStore::upload(const std::string& local_dir) {
   const std::string name = fsutil::base_name(local_dir);
   const VerifyResult v = detail::read_manifest(local_dir);
-  if (!v.ok) throw remote::S3Error(fmt::format("{}: not uploaded: {}", local_dir, v.reason), 0, "local");
+  if (!v.ok) throw remote::S3Error(fmt::format("{}: not uploaded: {}", local_dir, v.reason), 0, remote::kLocal);
   // The same step may be there from an earlier timeline (a resume from an older checkpoint):
   // its manifest goes first, so the step is incomplete, never a mix that looks complete.
   client_.remove(url_.key(name + "/" + detail::kManifest));
@@ -72,7 +102,7 @@ std::vector<RemoteEntry> RemoteStore::list() {
   const std::string base = url_.dir();
   std::map<int64_t, RemoteEntry> by_step;
   for (const auto& obj : client_.list(base).objects) {
-    const std::string rel = obj.key.substr(base.size());
+    const std::string rel = obj.key.substr(base.size());  // the client checked the prefix
     const auto slash = rel.find('/');
     if (slash == std::string::npos) continue;
     const std::string dir = rel.substr(0, slash);
@@ -183,28 +213,74 @@ VerifyResult RemoteStore::verify(const std::string& name) {
   return r;
 }
 
-std::vector<std::string> RemoteStore::apply_retention(int64_t keep_last, int64_t keep_every) {
+void RemoteStore::remove_entry(const std::string& name) {
+  // The manifest first: a removal cut short leaves an incomplete checkpoint, never one that
+  // looks complete with files missing.
+  const std::string base = url_.key(name) + "/";
+  client_.remove(base + detail::kManifest);
+  for (const auto& obj : client_.list(base).objects) client_.remove(obj.key);
+}
+
+std::vector<std::string> RemoteStore::apply_retention(int64_t keep_last, int64_t keep_every, int64_t uploaded) {
   std::vector<std::string> removed;
-  if (keep_last <= 0) return removed;
   const auto latest_name = latest();
-  std::vector<RemoteEntry> complete;
-  for (auto& e : list())
-    if (e.complete) complete.push_back(std::move(e));
+  const std::vector<RemoteEntry> entries = list();
+  std::vector<const RemoteEntry*> complete;
+  for (const auto& e : entries)
+    if (e.complete && e.step <= uploaded) complete.push_back(&e);
+  const int64_t newest_complete = complete.empty() ? -1 : complete.back()->step;
   int64_t kept = 0;
-  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+  for (auto it = complete.rbegin(); it != complete.rend() && keep_last > 0; ++it) {
     if (kept < keep_last) {
       ++kept;
       continue;
     }
-    if ((keep_every > 0 && it->step % keep_every == 0) || (latest_name && *latest_name == it->name)) continue;
-    // The manifest first: a removal cut short leaves an incomplete checkpoint, never one that
-    // looks complete with files missing.
-    const std::string base = url_.key(it->name) + "/";
-    client_.remove(base + detail::kManifest);
-    for (const auto& obj : client_.list(base).objects) client_.remove(obj.key);
-    removed.push_back(it->name);
+    const RemoteEntry& e = **it;
+    if ((keep_every > 0 && e.step % keep_every == 0) || (latest_name && *latest_name == e.name)) continue;
+    remove_entry(e.name);
+    removed.push_back(e.name);
+  }
+  // Incomplete step prefixes older than the newest complete checkpoint: an upload cut short,
+  // which nothing will finish or read.
+  for (const auto& e : entries) {
+    if (e.complete || e.step >= newest_complete) continue;
+    for (const auto& obj : client_.list(url_.key(e.name) + "/").objects) client_.remove(obj.key);
+    removed.push_back(e.name + " (incomplete)");
+  }
+  // Multipart uploads of checkpoint files that were started and never finished.
+  for (const auto& u : client_.pending_uploads(url_.dir())) {
+    const std::string rel = u.key.substr(url_.dir().size());
+    int64_t step = -1;
+    std::string suffix;
+    if (!detail::parse_dir_name(rel.substr(0, rel.find('/')), &step, &suffix) || !suffix.empty()) continue;
+    client_.abort_upload(u);
+    removed.push_back(rel + " (unfinished multipart upload)");
   }
   return removed;
+}
+
+std::vector<std::string> RemoteStore::set_aside_after(int64_t step, const std::string& suffix) {
+  std::vector<std::string> moved;
+  int64_t newest_left = -1;
+  std::string newest_left_name;
+  for (const auto& e : list()) {
+    if (e.step <= step) {
+      if (e.complete) newest_left = e.step, newest_left_name = e.name;
+      continue;
+    }
+    const std::string from = url_.key(e.name) + "/", to = url_.key(e.name + suffix) + "/";
+    for (const auto& obj : client_.list(from).objects) client_.copy(obj.key, to + obj.key.substr(from.size()), obj.size);
+    remove_entry(e.name);
+    moved.push_back(e.name);
+  }
+  const auto latest_name = latest();
+  int64_t latest_step = -1;
+  std::string latest_suffix;
+  if (latest_name && (!detail::parse_dir_name(*latest_name, &latest_step, &latest_suffix) || latest_step > step)) {
+    if (newest_left >= 0) client_.put_bytes(url_.key(detail::kLatest), newest_left_name + "\n", "text/plain");
+    else client_.remove(url_.key(detail::kLatest));
+  }
+  return moved;
 }
 
 }  // namespace dlrun::ckpt

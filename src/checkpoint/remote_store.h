@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,14 +37,45 @@ struct RemoteEntry {
   uint64_t bytes = 0;     ///< the sizes of its objects, as listed
 };
 
+/// Retries for a store that does not answer, where giving up must not mean starting over (a
+/// resume, setting a timeline aside): a transient S3Error is retried with backoff (1, 2, 4 ...
+/// 30 s, each retry logged) until `budget_s` seconds from the first failure are spent, then
+/// dlrun::Error with exit 75, "try again later". `stop` (a signal) ends the wait the same way.
+class Patience {
+ public:
+  explicit Patience(double budget_s, std::function<bool()> stop = {}, std::function<void(double)> sleep = {});
+  template <typename F>
+  auto run(const std::string& what, F&& f) -> decltype(f()) {
+    for (;;) {
+      try {
+        return f();
+      } catch (const remote::S3Error& e) {
+        if (!e.transient()) throw;
+        wait(what, e);
+      }
+    }
+  }
+  /// Retries so far.
+  int retries() const { return retries_; }
+
+ private:
+  void wait(const std::string& what, const remote::S3Error& e);
+  double budget_s_;
+  std::function<bool()> stop_;
+  std::function<void(double)> sleep_;
+  double first_failure_ = -1, delay_ = 1;
+  int retries_ = 0;
+};
+
 class RemoteStore {
  public:
   RemoteStore(remote::S3Config config, remote::S3Url url);
   const remote::S3Url& url() const { return url_; }
   const remote::S3Config& config() const { return config_; }
 
-  /// A listing of the prefix: a wrong credential, bucket or endpoint is dlrun::Error (exit 2)
-  /// naming the bucket and the HTTP status; no answer at all is exit 1 (transient).
+  /// A listing of the prefix: a wrong credential, bucket or endpoint, missing credentials or an
+  /// answer that is not S3's is dlrun::Error (exit 2) naming the bucket and the reason; no
+  /// answer at all is exit 1 (transient).
   void check_access();
   /// Upload a committed local checkpoint: every file its manifest lists, then the manifest,
   /// then LATEST. Returns the bytes sent. Throws remote::S3Error on failure.
@@ -57,15 +89,26 @@ class RemoteStore {
   FileSet fetch(const std::string& name);
   /// fetch() without keeping the bytes: the same checks.
   VerifyResult verify(const std::string& name);
-  /// keep_last / keep_every applied to the complete remote checkpoints; never removes the one
-  /// LATEST names, nor incomplete ones (an upload may be under way). Returns those removed.
-  std::vector<std::string> apply_retention(int64_t keep_last, int64_t keep_every);
+  /// After the upload of step `uploaded` (the uploader runs it, so no upload of this run is
+  /// under way): keep_last / keep_every applied to the complete remote checkpoints up to that
+  /// step (never the one LATEST names; newer ones are not this timeline's to judge), and what
+  /// nobody will read removed so it is not billed forever: incomplete step prefixes older than
+  /// the newest complete checkpoint, and multipart uploads under the prefix that were started
+  /// and never finished (a process killed mid-upload). Returns what was removed.
+  std::vector<std::string> apply_retention(int64_t keep_last, int64_t keep_every, int64_t uploaded);
+  /// Set aside every step newer than `step` (complete or not; -1: all): copied to
+  /// PREFIX/step-N<suffix>/ by the service (".abandoned-<time>": a timeline given up by a
+  /// resume from an older step; ".aside-<time>": --resume never --force), then removed
+  /// (manifest first), so no later resume takes them; LATEST then names the newest complete
+  /// checkpoint left, or is removed. Returns the names set aside.
+  std::vector<std::string> set_aside_after(int64_t step, const std::string& suffix);
   /// Set: every request fails at once and a transfer under way is abandoned (within about a
   /// second), with S3Error code "cancelled". Cleared: requests work again.
   void cancel(bool on) { cancelled_ = on; }
 
  private:
   FileSet download(const std::string& name, bool keep);
+  void remove_entry(const std::string& name);
   remote::S3Config config_;
   remote::S3Client client_;
   remote::S3Url url_;

@@ -120,10 +120,10 @@ void Uploader::run() {
         cv_.notify_all();
         lock.unlock();
         try {
-          for (const auto& gone : store_.apply_retention(opts_.keep_last, opts_.keep_every))
+          for (const auto& gone : store_.apply_retention(opts_.keep_last, opts_.keep_every, step))
             log::debug("remote retention: removed {}", store_.url().str(gone));
         } catch (const remote::S3Error& e) {
-          if (e.code() != "cancelled") log::warn("remote retention in {} failed: {}", store_.url().str(), e.what());
+          if (e.code() != remote::kCancelled) log::warn("remote retention in {} failed: {}", store_.url().str(), e.what());
         } catch (const std::exception& e) {
           log::warn("remote retention in {} failed: {}", store_.url().str(), e.what());
         }

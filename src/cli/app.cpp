@@ -81,11 +81,13 @@ int main(int argc, char** argv) {
   } catch (const remote::S3Error& e) {
     // Object storage that answered "no" (credentials, bucket, key) is bad input; one that did
     // not answer, or failed on its side, is a runtime failure worth retrying.
-    const bool bad = !e.transient() && e.code() != "cancelled";
+    const bool bad = !e.transient() && e.code() != remote::kCancelled;
     std::fprintf(stderr, "dlrun: %s: %s\n  hint: %s\n", bad ? "error" : "fatal", e.what(),
-                 bad ? "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the bucket and prefix, the endpoint "
-                       "(--remote-endpoint or checkpoint.remote_endpoint) and the region"
-                     : "the storage service did not answer or failed on its side; try again later");
+                 !bad ? "the storage service did not answer or failed on its side; try again later"
+                 : e.code() == remote::kMalformed
+                     ? "the endpoint does not answer as S3 does: check --remote-endpoint (or checkpoint.remote_endpoint)"
+                     : "check the credentials (docs/checkpoints.md, \"Credentials\"), the bucket and prefix, the "
+                       "endpoint (--remote-endpoint or checkpoint.remote_endpoint) and the region");
     return static_cast<int>(bad ? ExitCode::kBadInput : ExitCode::kRuntime);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "dlrun: fatal: torch: %s\n", e.what_without_backtrace());

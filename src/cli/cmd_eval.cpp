@@ -1,7 +1,8 @@
 // `dlrun eval CONFIG.yaml --checkpoint PATH|auto [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]`
 // Evaluates the weights of a checkpoint (or of a torch.load-able weights file) on the
 // config's evaluation split: top-1, top-5, loss. The model, data and device come from the
-// same build_components() as training, and `auto` picks the checkpoint a resume would.
+// same build_components() as training, and `auto` picks the checkpoint a resume would (the one
+// LATEST names when it verifies, else the newest that does).
 #include <CLI/CLI.hpp>
 
 #include "base/fsutil.h"
@@ -33,7 +34,7 @@ void run_eval(const EvalCmdOptions& o) {
     const train::RunDir dir(train::resolve_run_dir(cfg, o.run_dir), cfg.checkpoint.dir);
     DLRUN_CHECK_INPUT(fsutil::is_directory(dir.checkpoints()),
                       "no checkpoints directory {} (use --checkpoint PATH or --run-dir)", dir.checkpoints());
-    auto newest = ckpt::load_newest(dir.checkpoints(), [](const std::string& p, const std::string& why) {
+    auto newest = ckpt::load_preferred(dir.checkpoints(), [](const std::string& p, const std::string& why) {
       log::warn("skipping checkpoint {}: {}", p, why);
     });
     DLRUN_CHECK_INPUT(newest.has_value(), "no checkpoint in {} verifies", dir.checkpoints());
@@ -64,7 +65,8 @@ void setup_eval(CLI::App& app) {
   auto o = std::make_shared<EvalCmdOptions>();
   add_config_args(cmd, o->config);
   cmd->add_option("--checkpoint", o->checkpoint,
-                  "checkpoint directory, weights file (torch.load-able dict), or auto (newest verified in the run dir)")
+                  "checkpoint directory, weights file (torch.load-able dict), or auto (the run dir's LATEST when it "
+                  "verifies, else the newest that does: the one a resume takes)")
       ->required();
   cmd->add_option("--run-dir", o->run_dir, "run directory for --checkpoint auto");
   cmd->add_flag("--json", o->json, "print the result as JSON");

@@ -100,6 +100,7 @@ struct RunOptions {
   std::string device = "auto";
   int64_t threads = 0;
   bool deterministic = false;
+  double lock_wait_s = 120;  ///< dlrun.lock held by a process on another host: wait, then exit 75
 };
 
 struct ModelOptions {
@@ -217,6 +218,8 @@ struct CheckpointOptions {
   S3Addressing remote_addressing = S3Addressing::kAuto;
   int64_t remote_part_mb = 512;
   SaveErrorPolicy on_error = SaveErrorPolicy::kContinue;  ///< a failed periodic write or upload
+  int64_t max_failed_saves = 3;  ///< consecutive failed periodic saves before exit 1 (0: no limit)
+  double remote_wait_s = 300;    ///< an unreachable store at resume: retries before exit 75
 };
 
 struct PreemptionOptions {

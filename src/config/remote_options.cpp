@@ -21,6 +21,7 @@ remote::S3Config s3_config(const CheckpointOptions& o) {
   c.region = o.remote_region;
   if (c.region.empty()) c.region = env("AWS_REGION");
   if (c.region.empty()) c.region = env("AWS_DEFAULT_REGION");
+  if (c.region.empty()) c.region = remote::profile_region();
   if (c.region.empty()) c.region = "us-east-1";
   std::string endpoint = o.remote_endpoint;
   if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL_S3");
@@ -31,14 +32,9 @@ remote::S3Config s3_config(const CheckpointOptions& o) {
                     "checkpoint.remote_endpoint: '{}' must start with http:// or https://", c.endpoint);
   c.path_style = o.remote_addressing == S3Addressing::kPath ||
                  (o.remote_addressing == S3Addressing::kAuto && !endpoint.empty());
-  c.access_key = env("AWS_ACCESS_KEY_ID");
-  c.secret_key = env("AWS_SECRET_ACCESS_KEY");
-  c.session_token = env("AWS_SESSION_TOKEN");
-  DLRUN_CHECK_INPUT(!c.access_key.empty() && !c.secret_key.empty(),
-                    "checkpoint.remote needs credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
-                    "AWS_SESSION_TOKEN for temporary ones) in the environment; they are never read from the config");
   c.part_bytes = static_cast<uint64_t>(o.remote_part_mb) << 20;
   DLRUN_CHECK_INPUT(http::available(), "checkpoint.remote needs libcurl, and dlrun was built without it");
+  c.credentials = remote::credential_chain(c.region);  // never from the config
   return c;
 }
 

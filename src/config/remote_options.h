@@ -9,9 +9,10 @@ namespace dlrun::config {
 
 /// The configuration of checkpoint.remote_*: endpoint (checkpoint.remote_endpoint, else
 /// AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS's for the region),
-/// region (checkpoint.remote_region, else AWS_REGION, AWS_DEFAULT_REGION, else us-east-1),
-/// addressing (auto: virtual-host for AWS's endpoint, path for any other), credentials from
-/// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (exit 2 when missing).
+/// region (checkpoint.remote_region, else AWS_REGION, AWS_DEFAULT_REGION, the AWS_PROFILE
+/// profile's region, else us-east-1), addressing (auto: virtual-host for AWS's endpoint, path
+/// for any other), credentials from AWS's provider chain (remote/credentials.h; never from the
+/// config; exit 2 when the environment or the shared files are inconsistent).
 remote::S3Config s3_config(const CheckpointOptions& opts);
 
 }  // namespace dlrun::config

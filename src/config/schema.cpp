@@ -98,6 +98,9 @@ std::vector<Section> describe(Config& c) {
       S("device", o.device, "auto | cpu | cuda | cuda:N (auto: cuda:0 when CUDA is available, else cpu)"),
       I("threads", o.threads, 0, 1024, "intra-op CPU threads (0: LibTorch's default)"),
       B("deterministic", o.deterministic, "deterministic algorithms (bitwise-repeatable runs on the CPU)"),
+      F("lock_wait_s", o.lock_wait_s, 0, 86400,
+        "the run directory locked by a process on another host (a shared file system keeps a reclaimed VM's lock "
+        "for its lease): seconds to wait for it before exiting 75 (try again later)"),
     }});
   }
   {
@@ -240,6 +243,12 @@ std::vector<Section> describe(Config& c) {
       I("remote_part_mb", o.remote_part_mb, 5, 5120,
         "files larger than this go up in parts of this size (MiB); one PUT below"),
       En("on_error", o.on_error, "a periodic checkpoint that cannot be written or uploaded: continue (reported, tried again at the next save) or stop (exit 1); a failed final or preemption save always exits 1"),
+      I("max_failed_saves", o.max_failed_saves, 0, 1e9,
+        "with on_error: continue, this many periodic saves failing in a row stop the run (exit 1, saying how much "
+        "training is at risk); 0: no limit"),
+      F("remote_wait_s", o.remote_wait_s, 0, 86400,
+        "a resume whose store does not answer retries with backoff for this many seconds, then exits 75 (try again "
+        "later); it never starts over"),
     }});
   }
   {

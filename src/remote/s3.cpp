@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/http.h"
 #include "base/sha256.h"
+#include "remote/xml.h"
 
 namespace dlrun::remote {
 namespace {
@@ -19,60 +20,48 @@ namespace {
 constexpr const char* kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 constexpr uint64_t kMinPart = 5ull << 20;     // S3: every part but the last at least 5 MiB
 constexpr uint64_t kMaxParts = 10000;         // S3: at most 10,000 parts
-
-std::string unescape_xml(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    const size_t semi = s.find(';', i);
-    if (semi == std::string::npos) {
-      out += s[i];
-      continue;
-    }
-    const std::string ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
-    else if (!ent.empty() && ent[0] == '#') {
-      const long cp = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X') ? std::strtol(ent.c_str() + 2, nullptr, 16)
-                                                                         : std::strtol(ent.c_str() + 1, nullptr, 10);
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
-    } else {
-      out += s.substr(i, semi - i + 1);
-    }
-    i = semi;
-  }
-  return out;
-}
+constexpr uint64_t kMaxCopy = 5ull << 30;     // S3: one CopyObject up to 5 GiB
 
 /// What a failed answer says: "HTTP 403 InvalidAccessKeyId: The AWS Access Key Id ...".
 S3Error error_of(const http::Response& r, const std::string& what) {
+  if (r.too_large) return S3Error(fmt::format("{}: the service's answer is malformed: {}", what, r.error), 0, kMalformed);
   if (r.status == 0) return S3Error(fmt::format("{}: no answer: {}", what, r.error), 0, "");
-  const std::string code = xml_value(r.body, "Code"), message = xml_value(r.body, "Message");
+  const auto [code, message] = parse_error_answer(r.body);
   std::string text = fmt::format("{}: HTTP {}", what, r.status);
   if (!code.empty()) text += " " + code;
   if (!message.empty()) text += ": " + message;
   return S3Error(text, r.status, code);
 }
+
+[[noreturn]] void malformed(const std::string& what, const std::string& why) {
+  throw S3Error(fmt::format("{}: the service's answer is malformed: {}", what, why), 200, kMalformed);
+}
+
+XmlElement parse_or_refuse(const std::string& body, const std::string& what) {
+  try {
+    return parse_xml(body);
+  } catch (const XmlError& e) {
+    malformed(what, e.what());
+  }
+}
+
+/// A decimal size, or a malformed answer.
+uint64_t parse_size(const std::string& s, const std::string& what) {
+  if (s.empty() || s.size() > 19 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    malformed(what, fmt::format("Size '{}' is not a byte count", s.substr(0, 40)));
+  return std::strtoull(s.c_str(), nullptr, 10);
+}
+
+/// The service says the credentials are no longer good: fetch them again and retry once.
+bool credentials_expired(const http::Response& r) {
+  if (r.status != 400 && r.status != 403) return false;
+  const std::string code = parse_error_answer(r.body).code;
+  return code == "ExpiredToken" || code == "TokenRefreshRequired" || code == "ExpiredTokenException";
+}
+
+constexpr size_t kMaxListed = 1000000;  // keys under one prefix; more is not a dlrun run
+constexpr int kMaxPages = 10000;
+constexpr size_t kMaxKey = 1024;         // S3: a key is at most 1,024 bytes         // pages of one listing (1,000 keys make a full page)
 
 }  // namespace
 
@@ -129,71 +118,164 @@ std::string uri_encode(const std::string& s, bool keep_slash) {
   return out;
 }
 
-std::vector<std::string> xml_blocks(const std::string& xml, const std::string& tag) {
-  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
-  std::vector<std::string> out;
-  for (size_t a = xml.find(open); a != std::string::npos; a = xml.find(open, a)) {
-    const size_t b = xml.find(close, a + open.size());
-    if (b == std::string::npos) break;
-    out.push_back(xml.substr(a + open.size(), b - a - open.size()));
-    a = b + close.size();
+std::string url_decode(const std::string& s, const std::string& what) {
+  std::string out;
+  out.reserve(s.size());
+  auto hexval = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%') {
+      const int hi = i + 2 < s.size() ? hexval(s[i + 1]) : -1, lo = hi >= 0 ? hexval(s[i + 2]) : -1;
+      if (lo < 0) malformed(what, fmt::format("a broken %-escape in the URL-encoded '{}'", printable(s.substr(0, 200))));
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
   }
   return out;
 }
 
-std::string xml_value(const std::string& xml, const std::string& tag, size_t from, size_t* pos) {
-  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
-  const size_t a = xml.find(open, from);
-  const size_t b = a == std::string::npos ? std::string::npos : xml.find(close, a + open.size());
-  if (b == std::string::npos) {
-    if (pos) *pos = std::string::npos;
-    return "";
+// ---- the service's answers -----------------------------------------------------------------
+
+ErrorAnswer parse_error_answer(const std::string& body) {
+  try {
+    const XmlElement root = parse_xml(body);
+    if (root.name == "Error") return {root.child_text("Code"), root.child_text("Message")};
+    if (const XmlElement* e = root.child("Error"); e && root.name == "ErrorResponse")  // STS
+      return {e->child_text("Code"), e->child_text("Message")};
+  } catch (const XmlError&) {
   }
-  if (pos) *pos = b + close.size();
-  return unescape_xml(xml.substr(a + open.size(), b - a - open.size()));
+  return {};
+}
+
+ListPage parse_list_page(const std::string& body, const std::string& prefix, const std::string& what) {
+  const XmlElement root = parse_or_refuse(body, what);
+  if (root.name != "ListBucketResult") malformed(what, fmt::format("<{}> where <ListBucketResult> belongs", root.name));
+  const bool encoded = root.child_text("EncodingType") == "url";
+  auto key_of = [&](const std::string& raw, const char* field) {
+    std::string k = encoded ? url_decode(raw, what) : raw;
+    if (k.size() > kMaxKey) malformed(what, fmt::format("a {} of {} bytes; S3 keys are at most {}", field, k.size(), kMaxKey));
+    if (k.size() < prefix.size() || k.compare(0, prefix.size(), prefix) != 0)
+      malformed(what, fmt::format("{} '{}' is not under the prefix '{}' asked for", field, printable(k.substr(0, 200)),
+                                  prefix));
+    return k;
+  };
+  ListPage page;
+  for (const XmlElement* c : root.all("Contents")) {
+    const XmlElement* k = c->child("Key");
+    if (!k) malformed(what, "a <Contents> without a <Key>");
+    page.listing.objects.push_back({key_of(k->text, "Key"), parse_size(c->child_text("Size"), what)});
+  }
+  for (const XmlElement* c : root.all("CommonPrefixes")) page.listing.prefixes.push_back(key_of(c->child_text("Prefix"), "Prefix"));
+  const std::string truncated = root.child_text("IsTruncated");
+  if (truncated != "true" && truncated != "false" && !truncated.empty())
+    malformed(what, fmt::format("IsTruncated is '{}'", printable(truncated.substr(0, 40))));
+  page.truncated = truncated == "true";
+  page.next_token = root.child_text("NextContinuationToken");
+  if (page.truncated && page.next_token.empty())
+    malformed(what, "IsTruncated is true and NextContinuationToken is empty (the listing would end silently)");
+  return page;
+}
+
+UploadsPage parse_uploads_page(const std::string& body, const std::string& prefix, const std::string& what) {
+  const XmlElement root = parse_or_refuse(body, what);
+  if (root.name != "ListMultipartUploadsResult")
+    malformed(what, fmt::format("<{}> where <ListMultipartUploadsResult> belongs", root.name));
+  const bool encoded = root.child_text("EncodingType") == "url";
+  UploadsPage page;
+  for (const XmlElement* u : root.all("Upload")) {
+    PendingUpload p{u->child_text("Key"), u->child_text("UploadId")};
+    if (encoded) p.key = url_decode(p.key, what);
+    if (p.key.compare(0, prefix.size(), prefix) != 0 || p.upload_id.empty())
+      malformed(what, fmt::format("an upload of '{}' outside the prefix '{}' or without an UploadId",
+                                  printable(p.key.substr(0, 200)), prefix));
+    page.uploads.push_back(std::move(p));
+  }
+  page.truncated = root.child_text("IsTruncated") == "true";
+  page.next_key_marker = root.child_text("NextKeyMarker");
+  if (encoded) page.next_key_marker = url_decode(page.next_key_marker, what);
+  page.next_upload_id_marker = root.child_text("NextUploadIdMarker");
+  if (page.truncated && page.next_key_marker.empty() && page.next_upload_id_marker.empty())
+    malformed(what, "IsTruncated is true and there is no marker to go on from");
+  return page;
+}
+
+std::string parse_upload_id(const std::string& body, const std::string& what) {
+  const XmlElement root = parse_or_refuse(body, what);
+  const std::string id = root.child_text("UploadId");
+  if (root.name != "InitiateMultipartUploadResult" || id.empty()) malformed(what, "no UploadId");
+  return id;
 }
 
 // ---- configuration -------------------------------------------------------------------------
 
-S3Error::S3Error(std::string what, long status, std::string code)
-    : std::runtime_error(std::move(what)), status_(status), code_(std::move(code)) {}
+S3Error::S3Error(std::string what, long status, std::string code, std::optional<bool> transient)
+    : std::runtime_error(std::move(what)), status_(status), code_(std::move(code)), transient_(transient) {}
 
 bool S3Error::transient() const {
-  if (code_ == "cancelled" || code_ == "local") return false;
+  if (transient_) return *transient_;
+  if (code_ == kCancelled || code_ == kLocal || code_ == kMalformed || code_ == kNoCredentials) return false;
   return status_ == 0 || status_ >= 500 || status_ == 429 || code_ == "SlowDown" || code_ == "RequestTimeout";
 }
 
 // ---- requests ------------------------------------------------------------------------------
 
-/// One signed request.
+/// One signed request, signed again with fresh credentials when the service says they expired.
 struct S3Client::Call {
   const S3Client& client;
   http::Request req;
+  std::string payload_sha256;
 
-  Call(const S3Client& c, std::string method, std::string url, const std::string& payload_sha256) : client(c) {
+  Call(const S3Client& c, std::string method, std::string url, std::string sha) : client(c), payload_sha256(std::move(sha)) {
     req.method = std::move(method);
     req.url = std::move(url);
-    req.headers.push_back("x-amz-content-sha256: " + payload_sha256);
-    if (!c.config_.session_token.empty()) req.headers.push_back("x-amz-security-token: " + c.config_.session_token);
     req.aws_sigv4 = "aws:amz:" + c.config_.region + ":s3";
-    req.userpwd = c.config_.access_key + ":" + c.config_.secret_key;
     req.connect_timeout_ms = 5000;
     req.timeout_ms = 0;
     req.low_speed_bytes = 1024;  // a stalled transfer (under 1 KB/s for a minute) fails
     req.low_speed_seconds = 60;
     req.cancel = c.cancel_;
   }
+  void header(std::string h) { extra.push_back(std::move(h)); }
 
   /// Perform; a status other than 2xx (or `ok_404` for 404) throws S3Error naming `what`.
   http::Response run(const std::string& what, bool ok_404 = false) {
-    http::Response r = http::perform(req);
-    if (r.cancelled) throw S3Error(what + ": cancelled", 0, "cancelled");
+    CredentialProvider& creds = *client.config_.credentials;
+    http::Response r;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      sign(creds.get());
+      r = http::perform(req);
+      if (r.cancelled) throw S3Error(what + ": cancelled", 0, kCancelled);
+      if (attempt > 0 || !creds.refreshable() || !credentials_expired(r)) break;
+      creds.expired();  // and once more with fresh ones
+    }
     if ((r.status >= 200 && r.status < 300) || (ok_404 && r.status == 404)) return r;
-    throw error_of(r, what);
+    S3Error e = error_of(r, what);
+    // Fresh credentials refused as expired too: their source will hand out new ones soon.
+    if (credentials_expired(r) && creds.refreshable()) throw S3Error(e.what(), e.status(), e.code(), true);
+    throw e;
   }
+
+ private:
+  void sign(const Credentials& c) {
+    req.headers = {"x-amz-content-sha256: " + payload_sha256};
+    if (!c.session_token.empty()) req.headers.push_back("x-amz-security-token: " + c.session_token);
+    req.headers.insert(req.headers.end(), extra.begin(), extra.end());
+    req.userpwd = c.access_key + ":" + c.secret_key;
+  }
+  std::vector<std::string> extra;
 };
 
-S3Client::S3Client(S3Config config, std::string bucket) : config_(std::move(config)), bucket_(std::move(bucket)) {}
+S3Client::S3Client(S3Config config, std::string bucket) : config_(std::move(config)), bucket_(std::move(bucket)) {
+  if (!config_.credentials) fail_runtime("S3 client for bucket {} without a credential provider", bucket_);
+}
 
 std::string S3Client::url(const std::string& key, const std::vector<std::pair<std::string, std::string>>& query) const {
   std::string host = config_.endpoint;
@@ -214,9 +296,73 @@ std::string S3Client::url(const std::string& key, const std::vector<std::pair<st
 
 void S3Client::put_bytes(const std::string& key, const std::string& data, const std::string& content_type) {
   Call call(*this, "PUT", url(key), sha256_hex(data.data(), data.size()));
-  if (!content_type.empty()) call.req.headers.push_back("Content-Type: " + content_type);
+  if (!content_type.empty()) call.header("Content-Type: " + content_type);
   call.req.body = &data;
   call.run("PUT " + describe(key));
+}
+
+namespace {
+
+/// The SHA-256 of bytes [off, off + len) of `path`.
+std::string hash_range(const std::string& path, uint64_t off, uint64_t len) {
+  std::vector<char> buf(1 << 20);
+  Sha256 h;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f || ::fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0) {
+    if (f) std::fclose(f);
+    fail_runtime("{}: cannot read for upload", path);
+  }
+  for (uint64_t left = len; left > 0;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+    const size_t got = std::fread(buf.data(), 1, want, f);
+    if (got != want) {
+      std::fclose(f);
+      fail_runtime("{}: short read while uploading", path);
+    }
+    h.update(buf.data(), got);
+    left -= got;
+  }
+  std::fclose(f);
+  return h.hex();
+}
+
+/// A part size for `size` bytes: at least `want` and S3's 5 MiB, at most 10,000 parts.
+uint64_t part_size(uint64_t size, uint64_t want) {
+  uint64_t part = std::max(want, kMinPart);
+  while ((size + part - 1) / part > kMaxParts) part *= 2;
+  return part;
+}
+
+}  // namespace
+
+/// A multipart upload: `start` the upload, `put_part(n, offset, length, upload_id)` each part
+/// (returning its ETag), complete; aborted (best effort, so its parts are not billed) when
+/// anything fails.
+void S3Client::multipart(const std::string& key, uint64_t size, uint64_t part,
+                         const std::function<std::string(uint64_t, uint64_t, uint64_t, const std::string&)>& put_part) {
+  Call init(*this, "POST", url(key, {{"uploads", ""}}), kEmptySha256);
+  const std::string what = "start multipart upload of " + describe(key);
+  const std::string upload_id = parse_upload_id(init.run(what).body, what);
+  try {
+    std::string parts = "<CompleteMultipartUpload>";
+    for (uint64_t n = 1, off = 0; off < size; ++n, off += part) {
+      const std::string etag = put_part(n, off, std::min(part, size - off), upload_id);
+      parts += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", n, etag);
+    }
+    parts += "</CompleteMultipartUpload>";
+    Call done(*this, "POST", url(key, {{"uploadId", upload_id}}), sha256_hex(parts.data(), parts.size()));
+    done.header("Content-Type: application/xml");
+    done.req.body = &parts;
+    const http::Response r = done.run("complete multipart upload of " + describe(key));
+    // S3 may answer 200 and still report an error in the body.
+    if (!parse_error_answer(r.body).code.empty()) throw error_of(http::Response{500, r.body, "", false, false, {}}, describe(key));
+  } catch (...) {
+    try {
+      abort_upload({key, upload_id});
+    } catch (...) {
+    }
+    throw;
+  }
 }
 
 void S3Client::put_file(const std::string& key, const std::string& path, uint64_t size, const std::string& sha256) {
@@ -227,58 +373,50 @@ void S3Client::put_file(const std::string& key, const std::string& path, uint64_
     call.run("PUT " + describe(key));
     return;
   }
-  uint64_t part = std::max(config_.part_bytes, kMinPart);
-  while ((size + part - 1) / part > kMaxParts) part *= 2;
-  Call init(*this, "POST", url(key, {{"uploads", ""}}), kEmptySha256);
-  const std::string upload_id = xml_value(init.run("start multipart upload of " + describe(key)).body, "UploadId");
-  if (upload_id.empty()) throw S3Error(describe(key) + ": the service returned no UploadId", 200, "");
-  try {
-    std::string parts = "<CompleteMultipartUpload>";
-    std::vector<char> buf(1 << 20);
-    for (uint64_t n = 1, off = 0; off < size; ++n, off += part) {
-      const uint64_t len = std::min(part, size - off);
-      // The part's own SHA-256: it is what gets signed, and S3 checks it on arrival.
-      Sha256 h;
-      std::FILE* f = std::fopen(path.c_str(), "rb");
-      if (!f || ::fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0) {
-        if (f) std::fclose(f);
-        fail_runtime("{}: cannot read for upload", path);
+  multipart(key, size, part_size(size, config_.part_bytes),
+            [&](uint64_t n, uint64_t off, uint64_t len, const std::string& upload_id) {
+              // The part's own SHA-256: it is what gets signed, and S3 checks it on arrival.
+              Call call(*this, "PUT", url(key, {{"partNumber", std::to_string(n)}, {"uploadId", upload_id}}),
+                        hash_range(path, off, len));
+              call.req.file = path;
+              call.req.file_offset = off;
+              call.req.file_size = len;
+              const http::Response r = call.run(fmt::format("PUT part {} of {}", n, describe(key)));
+              const std::string etag = r.header("etag");
+              if (etag.empty()) throw S3Error(describe(key) + ": the service returned no ETag for a part", r.status, kMalformed);
+              return etag;
+            });
+}
+
+void S3Client::copy(const std::string& from, const std::string& to, uint64_t size) {
+  const std::string source = "x-amz-copy-source: /" + bucket_ + "/" + uri_encode(from, true);
+  const std::string what = "copy " + describe(from) + " to " + describe(to);
+  auto check = [&](const http::Response& r, const char* result) {
+    // A copy may fail after its 200 has been sent: the body then holds an <Error>.
+    const std::string etag = [&] {
+      try {
+        const XmlElement root = parse_xml(r.body);
+        return root.name == result ? root.child_text("ETag") : std::string();
+      } catch (const XmlError&) {
+        return std::string();
       }
-      for (uint64_t left = len; left > 0;) {
-        const size_t want = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-        const size_t got = std::fread(buf.data(), 1, want, f);
-        if (got != want) {
-          std::fclose(f);
-          fail_runtime("{}: short read while uploading", path);
-        }
-        h.update(buf.data(), got);
-        left -= got;
-      }
-      std::fclose(f);
-      Call call(*this, "PUT", url(key, {{"partNumber", std::to_string(n)}, {"uploadId", upload_id}}), h.hex());
-      call.req.file = path;
-      call.req.file_offset = off;
-      call.req.file_size = len;
-      const http::Response r = call.run(fmt::format("PUT part {} of {}", n, describe(key)));
-      const std::string etag = r.header("etag");
-      if (etag.empty()) throw S3Error(describe(key) + ": the service returned no ETag for a part", r.status, "");
-      parts += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", n, etag);
-    }
-    parts += "</CompleteMultipartUpload>";
-    Call done(*this, "POST", url(key, {{"uploadId", upload_id}}), sha256_hex(parts.data(), parts.size()));
-    done.req.headers.push_back("Content-Type: application/xml");
-    done.req.body = &parts;
-    const http::Response r = done.run("complete multipart upload of " + describe(key));
-    // S3 may answer 200 and still report an error in the body.
-    if (r.body.find("<Error>") != std::string::npos) throw error_of(http::Response{500, r.body, "", {}}, describe(key));
-  } catch (...) {
-    try {  // best effort: do not leave the parts billed
-      Call abort(*this, "DELETE", url(key, {{"uploadId", upload_id}}), kEmptySha256);
-      abort.run("abort multipart upload of " + describe(key), true);
-    } catch (...) {
-    }
-    throw;
+    }();
+    if (etag.empty()) throw error_of(http::Response{500, r.body, "", false, false, {}}, what);
+    return etag;
+  };
+  if (size <= kMaxCopy) {
+    Call call(*this, "PUT", url(to), kEmptySha256);
+    call.header(source);
+    check(call.run(what), "CopyObjectResult");
+    return;
   }
+  multipart(to, size, part_size(size, kMaxCopy / 4),
+            [&](uint64_t n, uint64_t off, uint64_t len, const std::string& upload_id) {
+              Call call(*this, "PUT", url(to, {{"partNumber", std::to_string(n)}, {"uploadId", upload_id}}), kEmptySha256);
+              call.header(source);
+              call.header(fmt::format("x-amz-copy-source-range: bytes={}-{}", off, off + len - 1));
+              return check(call.run(fmt::format("{} (part {})", what, n)), "CopyPartResult");
+            });
 }
 
 std::string S3Client::get_bytes(const std::string& key) {
@@ -299,19 +437,52 @@ void S3Client::get(const std::string& key, const std::function<void(const char*,
 Listing S3Client::list(const std::string& prefix, const std::string& delimiter) {
   Listing out;
   std::string token;
+  const std::string what = "list " + describe(prefix);
+  int pages = 0;
   do {
-    std::vector<std::pair<std::string, std::string>> q = {{"list-type", "2"}, {"prefix", prefix}};
+    if (++pages > kMaxPages) malformed(what, fmt::format("more than {} pages", kMaxPages));
+    std::vector<std::pair<std::string, std::string>> q = {{"list-type", "2"}, {"prefix", prefix}, {"encoding-type", "url"}};
     if (!delimiter.empty()) q.emplace_back("delimiter", delimiter);
     if (!token.empty()) q.emplace_back("continuation-token", token);
     Call call(*this, "GET", url("", q), kEmptySha256);
     call.req.max_body = 64 << 20;
-    const std::string xml = call.run("list " + describe(prefix)).body;
-    for (const auto& item : xml_blocks(xml, "Contents"))
-      out.objects.push_back({xml_value(item, "Key"), std::strtoull(xml_value(item, "Size").c_str(), nullptr, 10)});
-    for (const auto& item : xml_blocks(xml, "CommonPrefixes")) out.prefixes.push_back(xml_value(item, "Prefix"));
-    token = xml_value(xml, "IsTruncated") == "true" ? xml_value(xml, "NextContinuationToken") : "";
+    ListPage page = parse_list_page(call.run(what).body, prefix, what);
+    for (auto& o : page.listing.objects) out.objects.push_back(std::move(o));
+    for (auto& p : page.listing.prefixes) out.prefixes.push_back(std::move(p));
+    if (out.objects.size() + out.prefixes.size() > kMaxListed)
+      malformed(what, fmt::format("more than {} keys under one prefix", kMaxListed));
+    if (page.truncated && page.next_token == token) malformed(what, "the same continuation token twice");
+    token = page.truncated ? page.next_token : "";
   } while (!token.empty());
   return out;
+}
+
+std::vector<PendingUpload> S3Client::pending_uploads(const std::string& prefix) {
+  std::vector<PendingUpload> out;
+  std::string key_marker, id_marker;
+  const std::string what = "list the unfinished multipart uploads under " + describe(prefix);
+  for (int pages = 1;; ++pages) {
+    if (pages > kMaxPages) malformed(what, fmt::format("more than {} pages", kMaxPages));
+    std::vector<std::pair<std::string, std::string>> q = {{"uploads", ""}, {"prefix", prefix}, {"encoding-type", "url"}};
+    if (!key_marker.empty()) q.emplace_back("key-marker", key_marker);
+    if (!id_marker.empty()) q.emplace_back("upload-id-marker", id_marker);
+    Call call(*this, "GET", url("", q), kEmptySha256);
+    call.req.max_body = 64 << 20;
+    UploadsPage page = parse_uploads_page(call.run(what).body, prefix, what);
+    for (auto& u : page.uploads) out.push_back(std::move(u));
+    if (!page.truncated) break;
+    if (out.size() > kMaxListed) malformed(what, fmt::format("more than {} unfinished uploads", kMaxListed));
+    if (page.next_key_marker == key_marker && page.next_upload_id_marker == id_marker)
+      malformed(what, "the same markers twice");
+    key_marker = page.next_key_marker;
+    id_marker = page.next_upload_id_marker;
+  }
+  return out;
+}
+
+void S3Client::abort_upload(const PendingUpload& u) {
+  Call call(*this, "DELETE", url(u.key, {{"uploadId", u.upload_id}}), kEmptySha256);
+  call.run("abort multipart upload of " + describe(u.key), true);
 }
 
 void S3Client::remove(const std::string& key) {

@@ -1,18 +1,24 @@
 // An S3 client for checkpoints: objects up and down (large files streamed, in parts above a
-// size), listings, deletes — against AWS S3 or any S3-compatible service (MinIO, Cloudflare
-// R2, Google Cloud Storage's XML API with HMAC keys, Alibaba OSS). Requests are signed by
-// libcurl's own AWS SigV4 (CURLOPT_AWS_SIGV4); dlrun writes no signing code, but it builds
-// each URL in canonical form (keys and query encoded, query parameters sorted), because the
-// libcurl of Debian 12 (7.88) signs the path and query exactly as given. Credentials come from
-// the caller (config/remote_options.h reads them from the environment) and are never logged.
+// size), listings, copies, deletes, unfinished multipart uploads -- against AWS S3 or any
+// S3-compatible service (MinIO, Cloudflare R2, Google Cloud Storage's XML API with HMAC keys,
+// Alibaba OSS). Requests are signed by libcurl's own AWS SigV4 (CURLOPT_AWS_SIGV4); dlrun writes
+// no signing code, but it builds each URL in canonical form (keys and query encoded, query
+// parameters sorted), because the libcurl of Debian 12 (7.88) signs the path and query exactly
+// as given. Credentials come from a provider (credentials.h: the AWS chain), are fetched again
+// when the service says they expired, and are never logged. What the service answers is
+// untrusted input: parsed as XML by expat (xml.h), keys URL-decoded, every malformed answer
+// an S3Error with code MalformedAnswer.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "remote/credentials.h"
+#include "remote/s3_error.h"
 
 namespace dlrun::remote {
 
@@ -36,24 +42,8 @@ struct S3Config {
   std::string endpoint;     ///< "https://s3.us-east-1.amazonaws.com" or the service's URL
   std::string region;
   bool path_style = false;  ///< https://host/bucket/key instead of https://bucket.host/key
-  std::string access_key, secret_key, session_token;
+  std::shared_ptr<CredentialProvider> credentials;  ///< required
   uint64_t part_bytes = 512ull << 20;  ///< files above go up in parts of this size
-};
-
-/// A failed request: the HTTP status (0: no answer), S3's error code and message.
-class S3Error : public std::runtime_error {
- public:
-  S3Error(std::string what, long status, std::string code);
-  long status() const { return status_; }
-  const std::string& code() const { return code_; }
-  /// Worth retrying: no answer, a 5xx, throttling (429, SlowDown), a request timeout; not a
-  /// request cancelled through S3Client::set_cancel (code "cancelled") nor a local failure
-  /// (code "local").
-  bool transient() const;
-
- private:
-  long status_;
-  std::string code_;
 };
 
 struct ObjectInfo {
@@ -65,6 +55,41 @@ struct Listing {
   std::vector<ObjectInfo> objects;    ///< keys under the prefix (not under a common prefix)
   std::vector<std::string> prefixes;  ///< common prefixes when a delimiter was given
 };
+
+/// A multipart upload started and neither completed nor aborted.
+struct PendingUpload {
+  std::string key, upload_id;
+};
+
+/// One page of a listing as the service sent it (ListObjectsV2 with encoding-type=url).
+struct ListPage {
+  Listing listing;
+  bool truncated = false;
+  std::string next_token;
+};
+/// One page of ListMultipartUploads.
+struct UploadsPage {
+  std::vector<PendingUpload> uploads;
+  bool truncated = false;
+  std::string next_key_marker, next_upload_id_marker;
+};
+/// The code and message of an error document ("" when the body is not one).
+struct ErrorAnswer {
+  std::string code, message;
+};
+
+/// What the client makes of the service's answers (public for the tests and the fuzzer).
+/// Each throws S3Error (code MalformedAnswer, not worth retrying) naming `what` when the body
+/// is not well-formed XML of the expected shape: a key outside `prefix`, a size that is not a
+/// number, a truncated page without a continuation token.
+ListPage parse_list_page(const std::string& body, const std::string& prefix, const std::string& what);
+UploadsPage parse_uploads_page(const std::string& body, const std::string& prefix, const std::string& what);
+std::string parse_upload_id(const std::string& body, const std::string& what);
+/// Never throws: a body that is not an error document gives empty fields.
+ErrorAnswer parse_error_answer(const std::string& body);
+/// The inverse of encoding-type=url: %XX and '+' (a space) decoded; a broken escape throws
+/// S3Error (MalformedAnswer) naming `what`.
+std::string url_decode(const std::string& s, const std::string& what);
 
 class S3Client {
  public:
@@ -83,13 +108,21 @@ class S3Client {
   Listing list(const std::string& prefix, const std::string& delimiter = {});
   /// Delete one object (absent is fine).
   void remove(const std::string& key);
+  /// A copy of `from` as `to`, made by the service (no bytes pass through here).
+  void copy(const std::string& from, const std::string& to, uint64_t size);
+  /// The multipart uploads under `prefix` that were started and never completed or aborted.
+  std::vector<PendingUpload> pending_uploads(const std::string& prefix);
+  /// Abort one (its parts are no longer stored, nor billed).
+  void abort_upload(const PendingUpload& u);
   /// While `*flag` is set, requests fail at once and a transfer under way is abandoned within
-  /// about a second, with S3Error code "cancelled". The flag must outlive the client's use.
+  /// about a second, with S3Error code kCancelled. The flag must outlive the client's use.
   void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
 
  private:
   std::string url(const std::string& key, const std::vector<std::pair<std::string, std::string>>& query = {}) const;
   struct Call;
+  void multipart(const std::string& key, uint64_t size, uint64_t part,
+                 const std::function<std::string(uint64_t, uint64_t, uint64_t, const std::string&)>& put_part);
   std::string describe(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }
 
   S3Config config_;
@@ -99,10 +132,4 @@ class S3Client {
 
 /// AWS's URI encoding (RFC 3986 unreserved characters kept; '/' kept when `keep_slash`).
 std::string uri_encode(const std::string& s, bool keep_slash);
-/// The text of the first <tag>...</tag> in `xml` from `from` on, XML entities decoded;
-/// `pos` (if given) receives the position after the closing tag, npos when absent.
-std::string xml_value(const std::string& xml, const std::string& tag, size_t from = 0, size_t* pos = nullptr);
-/// The raw inner text of every <tag>...</tag> in `xml`, in order.
-std::vector<std::string> xml_blocks(const std::string& xml, const std::string& tag);
-
 }  // namespace dlrun::remote

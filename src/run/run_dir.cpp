@@ -28,16 +28,6 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-/// "20261123T101500Z": a sortable UTC time for set-aside names.
-std::string utc_stamp() {
-  const std::time_t t = static_cast<std::time_t>(wall_now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
-}
-
 /// `base`, or `base`-2, -3, ... whichever does not exist yet.
 std::string free_name(const std::string& base, const std::string& ext = {}) {
   std::string p = base + ext;
@@ -131,6 +121,14 @@ std::string holder_text(int fd) {
   return s.empty() ? "another process" : s;
 }
 
+/// The host a lock file names ("pid 12,host vm-3,since 1764..." -> "vm-3"), or "".
+std::string holder_host(const std::string& holder) {
+  const auto at = holder.find("host ");
+  if (at == std::string::npos) return "";
+  const auto end = holder.find(',', at);
+  return holder.substr(at + 5, end == std::string::npos ? std::string::npos : end - at - 5);
+}
+
 std::string host_name() {
   char buf[256] = {0};
   return ::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] ? buf : "?";
@@ -138,7 +136,7 @@ std::string host_name() {
 
 }  // namespace
 
-RunLock::RunLock(const std::string& run_dir) {
+RunLock::RunLock(const std::string& run_dir, double other_host_wait_s, const std::function<bool()>& stop) {
   std::vector<std::string> missing;
   for (std::string p = run_dir; !p.empty() && p != "." && p != "/" && !fsutil::path_exists(p); p = fsutil::parent_of(p))
     missing.push_back(p);
@@ -157,6 +155,8 @@ RunLock::RunLock(const std::string& run_dir) {
     }
   }
   path_ = run_dir + "/dlrun.lock";
+  const double wait_until = mono_now() + other_host_wait_s;
+  bool waiting_logged = false;
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -177,6 +177,30 @@ RunLock::RunLock(const std::string& run_dir) {
       }
       const std::string holder = holder_text(fd);
       ::close(fd);
+      // Held from another host: on a shared file system a reclaimed VM's lock outlives it until
+      // the server's lease ends, so that is worth waiting for -- and, past the wait, "try again
+      // later" (75), not a refusal a scheduler takes as final.
+      const std::string other = err == EWOULDBLOCK ? holder_host(holder) : std::string();
+      if (!other.empty() && other != host_name()) {
+        const bool stopping = stop && stop();
+        if (mono_now() < wait_until && !stopping) {
+          if (!waiting_logged)
+            log::warn("{} is locked by a dlrun on host {} ({}); waiting up to {:g} s for it (run.lock_wait_s)",
+                      run_dir, other, holder, other_host_wait_s);
+          waiting_logged = true;
+          --attempt;  // (the count is for replaced lock files, below)
+          ::usleep(250000);
+          continue;
+        }
+        release();
+        throw Error(ExitCode::kInterrupted,
+                    fmt::format("{} is still locked by a dlrun on host {} ({}){}; exiting 75 to be tried again later",
+                                run_dir, other, holder,
+                                stopping ? " and a stop was requested"
+                                         : fmt::format(" after {:g} s (run.lock_wait_s)", other_host_wait_s)),
+                    "a VM that was taken away holds its lock on a shared file system until the server's lease "
+                    "ends (NFSv4: 90 s by default); if that host still runs it, stop it there");
+      }
       release();
       if (err == EWOULDBLOCK)
         throw Error(ExitCode::kBadInput, fmt::format("{} is in use by another dlrun train ({})", run_dir, holder),

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,14 +62,16 @@ class RunDir {
 
 /// One trainer per run directory. Taking the lock creates the run directory (and missing
 /// parents) if needed, and holds an flock(2) on RUN_DIR/dlrun.lock, which names this process.
-/// Another live trainer holding it is a refusal (exit 2) naming its pid and host; a lock file
-/// left by a killed process holds no flock and is taken over. On a file system without
-/// locks (ENOSYS, ENOLCK) it warns and runs unlocked. Releasing (the destructor)
-/// removes the lock file, and the directories taking it created when they are still empty,
-/// so a refused start leaves no trace.
+/// Another live trainer on this host holding it is a refusal (exit 2) naming its pid; one on
+/// another host (a shared file system, where a reclaimed VM's lock lingers for the server's
+/// lease) is waited for up to `other_host_wait_s` (run.lock_wait_s), then exit 75 -- at once
+/// when `stop` says so. A lock file left by a killed process holds no flock and is taken over.
+/// On a file system without locks (ENOSYS, ENOLCK) it warns and runs unlocked. Releasing (the
+/// destructor) removes the lock file, and the directories taking it created when they are
+/// still empty, so a refused start leaves no trace.
 class RunLock {
  public:
-  explicit RunLock(const std::string& run_dir);
+  explicit RunLock(const std::string& run_dir, double other_host_wait_s = 0, const std::function<bool()>& stop = {});
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;

@@ -5,10 +5,12 @@
 
 #include "base/clock.h"
 #include "base/fault.h"
+#include "base/fsutil.h"
 #include "base/log.h"
 #include "checkpoint/remote_store.h"
 #include "checkpoint/uploader.h"
 #include "config/remote_options.h"
+#include "preempt/preempt.h"
 #include "train/replicas.h"
 
 namespace dlrun::train {
@@ -31,10 +33,12 @@ Checkpointer::~Checkpointer() = default;
 
 void Checkpointer::resumed(const std::string& path, int64_t step) {
   resumed_from_ = path;
+  resumed_step_ = step;
   last_saved_step_ = step;
 }
 
-void Checkpointer::open(std::optional<ckpt::FileSet> fetched, std::unique_ptr<ckpt::SnapshotWriter> writer) {
+void Checkpointer::open(std::optional<ckpt::FileSet> fetched, bool upload_resumed,
+                        std::unique_ptr<ckpt::SnapshotWriter> writer) {
   if (fetched) {  // a checkpoint downloaded from remote storage is kept beside the others
     resumed_from_ = ckpt::commit_files(*fetched, dir_);
     log0::info("the downloaded checkpoint is kept as {}", resumed_from_);
@@ -45,10 +49,31 @@ void Checkpointer::open(std::optional<ckpt::FileSet> fetched, std::unique_ptr<ck
     writer_->on_commit([up = uploader_.get()](const ckpt::SnapshotWriter::Stats& s) { up->submit(s.path, s.step); });
     writer_->in_use([up = uploader_.get()] { return up->in_use(); });
     log0::info("checkpoints are uploaded to {}", remote_->url().str());
+    if (upload_resumed && !fetched && !resumed_from_.empty()) {
+      log0::info("{} is newer than what {} holds: uploading it", resumed_from_, remote_->url().str());
+      uploader_->submit(resumed_from_, resumed_step_);
+      upload_expected_ = true;
+    }
   }
 }
 
 void Checkpointer::start() { last_save_mono_ = clock_(); }
+
+void Checkpointer::abandon(int64_t after_step, bool remote_all) {
+  const std::string stamp = utc_stamp();
+  if (after_step >= 0)
+    for (const auto& moved : ckpt::set_aside_after(dir_, after_step, stamp))
+      log0::warn("{} is newer than the checkpoint resumed (step {}): set aside as {}", fsutil::base_name(moved.substr(0,
+                 moved.rfind(".abandoned-"))), after_step, moved);
+  if (!remote_ || (after_step < 0 && !remote_all)) return;
+  ckpt::Patience p(cfg_.checkpoint.remote_wait_s, [] { return preempt::stop_requested(); });
+  const std::string suffix = (remote_all ? ".aside-" : ".abandoned-") + stamp;
+  const auto moved = p.run("set aside in " + remote_->url().str(),
+                           [&] { return remote_->set_aside_after(remote_all ? -1 : after_step, suffix); });
+  for (const auto& name : moved)
+    log0::warn("{} set aside as {}{} ({})", remote_->url().str(name), name, suffix,
+               remote_all ? "--resume never --force" : fmt::format("newer than the checkpoint resumed, step {}", after_step));
+}
 
 SaveReason Checkpointer::due(const Boundary& b) {
   SaveReason why = save_due(cfg_.checkpoint, b, (clock_() - last_save_mono_) / 60.0, last_saved_step_,
@@ -118,6 +143,11 @@ void Checkpointer::wait_written(SaveReason why, int64_t step) {
 void Checkpointer::failed(const Error& e, SaveReason why, int64_t step) {
   const bool periodic = why != SaveReason::kEnd && why != SaveReason::kPreemption;  // kNone: an earlier async save
   ++errors_;
+  if (writer_->last().step != committed_seen_) {  // a commit since the last failure: a new streak
+    committed_seen_ = writer_->last().step;
+    failed_in_a_row_ = 0;
+  }
+  if (failed_in_a_row_++ == 0) streak_start_ = clock_();
   last_saved_step_ = -1;  // the failed write may have been the newest: the end and a stop save again
   const std::string last = writer_->last().step >= 0 ? writer_->last().path : std::string("none");
   metrics::Event ev{"checkpoint_error", step};
@@ -125,6 +155,18 @@ void Checkpointer::failed(const Error& e, SaveReason why, int64_t step) {
   ev.message = fmt::format("checkpoint could not be written: {}", e.message());
   log::error("{} (the last committed checkpoint, {}, is intact)", ev.message, last);
   report_.report(std::move(ev));
+  const int64_t limit = cfg_.checkpoint.max_failed_saves;
+  if (periodic && cfg_.checkpoint.on_error == SaveErrorPolicy::kContinue && limit > 0 && failed_in_a_row_ >= limit) {
+    const int64_t since = writer_->last().step >= 0 ? writer_->last().step : resumed_step_;
+    throw Error(ExitCode::kRuntime,
+                fmt::format("{} periodic checkpoints in a row could not be written (checkpoint.max_failed_saves); the "
+                            "last: {}. At risk: {} steps of training since the last committed checkpoint ({}), saves "
+                            "failing for {:.1f} minutes",
+                            failed_in_a_row_, e.message(), step - std::max<int64_t>(since, 0), last,
+                            (clock_() - streak_start_) / 60.0),
+                "free space or fix the file system, then requeue: --resume auto continues from the last committed "
+                "checkpoint; checkpoint.max_failed_saves: 0 trains on whatever fails");
+  }
   if (periodic && cfg_.checkpoint.on_error == SaveErrorPolicy::kContinue) return;
   throw Error(ExitCode::kRuntime,
               fmt::format("the {} checkpoint could not be written: {} (the last committed checkpoint, {}, is intact)",
@@ -240,10 +282,18 @@ void Checkpointer::StopUpload::add_to(metrics::Event& preempt, double signal_tim
 
 void Checkpointer::finish(int64_t step) {
   wait_written(SaveReason::kEnd, step);  // the last save was this step's: the run's result is not stored
-  if (uploader_) {
-    uploader_->wait(0, /*retention=*/true);  // the last checkpoint off the instance (retries are bounded)
-    report_uploads();
-  }
+  if (!uploader_) return;
+  uploader_->wait(0, /*retention=*/true);  // the last checkpoint off the instance (retries are bounded)
+  report_uploads();
+  const auto t = uploader_->totals();
+  if (t.uploaded == 0 && (writer_->last().step >= 0 || upload_expected_))
+    throw Error(ExitCode::kRuntime,
+                fmt::format("training finished, but none of this run's checkpoints reached {} ({} failed attempts, "
+                            "the last: {}); the local ones are intact, the newest is {}",
+                            remote_->url().str(), t.failed_attempts, t.last_error.empty() ? "none" : t.last_error,
+                            writer_->last().path),
+                "fix the store or its credentials (docs/checkpoints.md, \"Credentials\"), then run the same command "
+                "again: it resumes from the last checkpoint and uploads it");
 }
 
 void Checkpointer::settle() noexcept {
@@ -259,7 +309,7 @@ nlohmann::json Checkpointer::summary() const {
   if (writer_ && writer_->last().step >= 0) checkpoint = writer_->last().path;
   nlohmann::json remote = nullptr;
   if (remote_) {
-    remote = {{"url", remote_->url().str()}};
+    remote = {{"url", remote_->url().str()}, {"credentials", remote_->config().credentials->source()}};
     if (uploader_) {
       const auto t = uploader_->totals();
       remote["checkpoint"] = t.last_url.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.last_url);

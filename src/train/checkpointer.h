@@ -46,10 +46,17 @@ class Checkpointer {
   const std::string& resumed_from() const { return resumed_from_; }
   /// Leader, once the run directory is ours: keep a checkpoint downloaded from remote storage
   /// beside the local ones, then write through `writer` (null: the background ckpt::Writer),
-  /// uploading each commit when there is a remote store.
-  void open(std::optional<ckpt::FileSet> fetched, std::unique_ptr<ckpt::SnapshotWriter> writer = nullptr);
+  /// uploading each commit when there is a remote store -- and, with `upload_resumed`, the
+  /// local checkpoint the run resumed from (the store's LATEST is older: its upload was cut off).
+  void open(std::optional<ckpt::FileSet> fetched, bool upload_resumed = false,
+            std::unique_ptr<ckpt::SnapshotWriter> writer = nullptr);
   /// Every rank, when training starts: the clock of every_minutes starts now.
   void start();
+  /// Leader, once the run directory is ours, before open(): set aside the checkpoints of a
+  /// timeline the resume gives up -- those newer than `after_step` (-1: none), locally and
+  /// remotely -- and, with `remote_all` (--resume never --force), every remote one. A store that
+  /// does not answer is retried for checkpoint.remote_wait_s, then exit 75.
+  void abandon(int64_t after_step, bool remote_all);
 
   /// Which periodic save is due at `b`, agreed by every rank (each has its own clock).
   SaveReason due(const Boundary& b);
@@ -60,8 +67,9 @@ class Checkpointer {
 
   /// Take a snapshot with `take` (every rank: its collectives; the leader gets the snapshot)
   /// and write it: `sync` waits for the commit. A periodic save that fails obeys
-  /// checkpoint.on_error (continue: report, train on, the next save tries again); the final and
-  /// a preemption save throw (exit 1): they are the run's result.
+  /// checkpoint.on_error (continue: report, train on, the next save tries again, until
+  /// checkpoint.max_failed_saves fail in a row); the final and a preemption save throw
+  /// (exit 1): they are the run's result.
   void save(SaveReason why, bool sync, int64_t step, const std::function<std::optional<ckpt::Snapshot>()>& take);
   /// Wait for the background write under way; its failure is treated as `why`'s.
   void wait_written(SaveReason why, int64_t step);
@@ -82,7 +90,8 @@ class Checkpointer {
   /// under way gives way to it. Then report the uploads (never throws: the stop is committed).
   StopUpload upload_before_deadline(int64_t step, double signal_time, const std::string& reason);
   /// The end of a completed run: the last write committed (else exit 1), the last upload done
-  /// (retries are bounded) and reported.
+  /// (retries are bounded) and reported; a run that committed checkpoints none of which
+  /// reached the remote store is not a success (exit 1, the local ones intact).
   void finish(int64_t step);
   /// After a failure: wait for the write under way, logging its failure (never throws).
   void settle() noexcept;
@@ -108,6 +117,10 @@ class Checkpointer {
   std::unique_ptr<ckpt::SnapshotWriter> writer_;
   int64_t last_saved_step_ = -1;
   int64_t errors_ = 0;  ///< checkpoint writes that failed (checkpoint.on_error)
+  int64_t failed_in_a_row_ = 0, committed_seen_ = -1;  ///< checkpoint.max_failed_saves
+  double streak_start_ = 0;                              ///< when the first of them failed
+  int64_t resumed_step_ = 0;
+  bool upload_expected_ = false;  ///< the resumed checkpoint was handed to the uploader
   double last_save_mono_ = 0, save_cost_s_ = -1, last_stall_s_ = 0, interval_logged_ = -1;
 };
 

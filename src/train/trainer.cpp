@@ -82,8 +82,6 @@ class Trainer {
   /// rank 0's (the others pass an empty one and receive its checkpoint), then every rank
   /// starts from rank 0's parameters and buffers, and the gradient all-reduce is set up.
   void resume(ResumePlan plan) {
-    plan_.set_aside = plan.set_aside;
-    plan_.fetched = std::move(plan.fetched);
     replicas_.share_checkpoint(plan.from);
     if (plan.from) {
       parts_.restore(plan.from->snapshot);
@@ -96,6 +94,7 @@ class Trainer {
       torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(replicas_.rank()));  // own dropout draws per rank
     }
     replicas_.replicate(*c_.model, runner_);
+    plan_ = std::move(plan);
   }
 
   /// --save-init: the initial weights of a fresh run, written before the run directory is
@@ -112,7 +111,7 @@ class Trainer {
   bool leader() const { return replicas_.leader(); }
   /// After an exception: record it in metrics.jsonl and summary.json when the run directory
   /// is already ours (never throws; before that, the directory stays untouched).
-  void record_failure(const std::string& what) noexcept;
+  void record_failure(const std::string& what, const char* status = "failed") noexcept;
 
  private:
   void begin();
@@ -139,7 +138,7 @@ class Trainer {
   StepMeter meter_;
   Checkpointer ckpt_;
   CheckpointParts parts_;
-  ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download
+  ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
   struct {
     int64_t step = -1;
     nlohmann::json result;    ///< summary.json's "eval"
@@ -182,6 +181,7 @@ void Trainer::begin() {
   ckpt_.start();
   if (!leader()) return;
   if (plan_.set_aside) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
+  ckpt_.abandon(plan_.abandon_after, plan_.set_aside_remote);  // steps of a timeline given up
   const int64_t furthest = dir_.furthest_logged_step();  // steps an interrupted process got to
   st_.steps_lost_last = std::max<int64_t>(0, furthest - st_.step);
   st_.steps_lost_total += st_.steps_lost_last;
@@ -192,7 +192,7 @@ void Trainer::begin() {
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
   meter_.watch_gpu();
-  ckpt_.open(std::exchange(plan_.fetched, std::nullopt));  // the download's bytes are released here
+  ckpt_.open(std::exchange(plan_.fetched, std::nullopt), plan_.upload_resumed);  // the download's bytes freed here
   metrics::Event e{"start", st_.step};
   e.fields = {{"epoch", epoch()}, {"total_steps", c_.total_steps}, {"world_size", c_.placement.world_size},
               {"resumed_from", ckpt_.resumed_from()}, {"steps_lost", st_.steps_lost_last},
@@ -347,7 +347,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   return run_summary(in);
 }
 
-void Trainer::record_failure(const std::string& what) noexcept {
+void Trainer::record_failure(const std::string& what, const char* status) noexcept {
   if (start_mono_ < 0 || !leader()) return;  // failed before the run directory was written: leave it as it was
   ckpt_.settle();
   try {
@@ -355,11 +355,11 @@ void Trainer::record_failure(const std::string& what) noexcept {
       meter_.read_last_loss();
     } catch (...) {
     }
-    nlohmann::json s = summary("failed");
+    nlohmann::json s = summary(status);
     s["error"] = what;
     dir_.write_summary(s);
     metrics::Event e{"end", st_.step};
-    e.fields = {{"status", "failed"}, {"error", what}};
+    e.fields = {{"status", status}, {"error", what}};
     report_.report(std::move(e));
     report_.close();
   } catch (...) {
@@ -381,15 +381,15 @@ int train_in(const TrainArgs& args, const RunDir& dir, const Placement& placemen
   Trainer trainer(args.cfg, dir, placement, group);  // data files, model, optimizer: the cheap failures first
   fault::during("startup");
   if (stopped_during_startup("after loading data", group)) return kInterrupted;
-  trainer.resume(trainer.leader() ? plan_resume(args.resume, args.force, dir, trainer.remote_store()) : ResumePlan{});
+  trainer.resume(trainer.leader() ? plan_resume(args.resume, args.force, dir, trainer.remote_store(), args.cfg.checkpoint) : ResumePlan{});
   if (trainer.leader()) trainer.save_init(args.save_init);
   if (stopped_during_startup("after loading the checkpoint", group)) return kInterrupted;
   preempt::NoticeWatcher watcher(args.cfg.preemption);  // a bad source is refused here
   if (stopped_during_startup("before the first step", group)) return kInterrupted;
   try {
     return trainer.run();
-  } catch (const Error& e) {
-    trainer.record_failure(e.render());
+  } catch (const Error& e) {  // (exit 75 here: the store did not answer; nothing was lost)
+    trainer.record_failure(e.render(), e.code() == ExitCode::kInterrupted ? "interrupted" : "failed");
     throw;
   } catch (const std::exception& e) {
     trainer.record_failure(e.what());
@@ -405,7 +405,7 @@ int run(const TrainArgs& args) {
   log::set_rank(world.rank, world.size);
   RunDir dir(args.run_dir, args.cfg.checkpoint.dir);
   std::unique_ptr<RunLock> lock;  // one trainer per run directory; in a multi-process run, rank 0 writes it
-  if (world.rank == 0) lock = std::make_unique<RunLock>(dir.path());
+  if (world.rank == 0) lock = std::make_unique<RunLock>(dir.path(), args.cfg.run.lock_wait_s, preempt::stop_requested);
   const Placement placement = place(args.cfg, world);
   std::unique_ptr<dist::Group> group;
   // A world of one trains without a process group, unless it was started by a launcher and

@@ -88,8 +88,7 @@ TEST_CASE("an S3 request cancelled through the client is an S3Error 'cancelled',
   cfg.endpoint = server.base();
   cfg.region = "us-east-1";
   cfg.path_style = true;
-  cfg.access_key = "AKIDEXAMPLE";
-  cfg.secret_key = "secret";
+  cfg.credentials = remote::fixed_credentials({"AKIDEXAMPLE", "secret", "", 0}, "test");
   remote::S3Client client(cfg, "bucket");
   std::atomic<bool> cancel{true};
   client.set_cancel(&cancel);
@@ -106,6 +105,57 @@ TEST_CASE("an S3 request cancelled through the client is an S3Error 'cancelled',
   REQUIRE(server.requests().size() == 1);
   CHECK(server.requests()[0].method == "DELETE");
   CHECK(server.requests()[0].header("authorization").find("AWS4-HMAC-SHA256") == 0);
+}
+
+TEST_CASE("an S3 request refused with ExpiredToken is signed again with fresh credentials, once", "[http][s3]") {
+  std::atomic<int> expired_answers{1};
+  HttpTestServer server([&](const HttpTestServer::Request&) {
+    if (expired_answers-- > 0)
+      return HttpTestServer::Response{400, "<Error><Code>ExpiredToken</Code><Message>The provided token has expired."
+                                           "</Message></Error>", {}};
+    return HttpTestServer::Response{204, "", {}};
+  });
+  int fetched = 0;
+  remote::S3Config cfg;
+  cfg.endpoint = server.base();
+  cfg.region = "us-east-1";
+  cfg.path_style = true;
+  cfg.credentials = remote::refreshing_credentials(
+      [&] {
+        ++fetched;
+        return remote::Credentials{"ASIA" + std::to_string(fetched), "secret", "token-" + std::to_string(fetched),
+                                   wall_now() + 3600};
+      },
+      "test");
+  remote::S3Client client(cfg, "bucket");
+  client.remove("runs/x");
+  auto reqs = server.requests();
+  REQUIRE(reqs.size() == 2);
+  CHECK(reqs[0].header("authorization").find("Credential=ASIA1/") != std::string::npos);
+  CHECK(reqs[0].header("x-amz-security-token") == "token-1");
+  CHECK(reqs[1].header("authorization").find("Credential=ASIA2/") != std::string::npos);
+  CHECK(reqs[1].header("x-amz-security-token") == "token-2");
+  // Refused again with the fresh ones: reported, as worth retrying later (the source renews them).
+  expired_answers = 2;
+  try {
+    client.remove("runs/y");
+    FAIL("an expired token was accepted");
+  } catch (const remote::S3Error& e) {
+    CHECK(e.code() == "ExpiredToken");
+    CHECK(e.transient());
+  }
+  CHECK(server.requests().size() == 4);
+  // Fixed keys that expired stay expired: not retried, not worth retrying.
+  cfg.credentials = remote::fixed_credentials({"AKID", "secret", "token", 0}, "test");
+  remote::S3Client fixed(cfg, "bucket");
+  expired_answers = 5;
+  try {
+    fixed.remove("runs/z");
+    FAIL("an expired token was accepted");
+  } catch (const remote::S3Error& e) {
+    CHECK_FALSE(e.transient());
+  }
+  CHECK(server.requests().size() == 5);
 }
 
 #endif  // DLRUN_HAVE_CURL

@@ -32,6 +32,8 @@ TEST_CASE("the S3 configuration comes from the options and the environment", "[r
     CheckpointOptions g;
     CHECK(config::s3_config(g).endpoint == "https://storage.googleapis.com");
   }
+  // Credentials come from AWS's chain (tests/remote/credentials_test.cpp), never from the config.
+  CHECK(config::s3_config(o).credentials->source().find("environment") != std::string::npos);
   ScopedEnv no_secret("AWS_SECRET_ACCESS_KEY", nullptr);
-  dlrun::testing::require_error([&] { config::s3_config(o); }, {"AWS_SECRET_ACCESS_KEY", "never read from the config"});
+  dlrun::testing::require_error([&] { config::s3_config(o); }, {"sets AWS_ACCESS_KEY_ID but not AWS_SECRET_ACCESS_KEY"});
 }

@@ -14,6 +14,11 @@ import tempfile
 import time
 
 DLRUN = os.environ["DLRUN"]
+# No test asks a real cloud's instance metadata service for credentials, nor reads the
+# machine's own AWS files: the tests that want either point them at their own fakes.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+for _var in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+    os.environ.setdefault(_var, "/nonexistent/dlrun-tests")
 SRC = os.environ["DLRUN_SOURCE_DIR"]
 DATA = os.path.join(SRC, "tests", "e2e", "data")
 
@@ -61,12 +66,21 @@ def snapshot(path):
     return out
 
 
-def dlrun(*args, env=None, check=None, timeout=600):
-    """Run dlrun; return CompletedProcess. `check` = expected exit code (None: any)."""
+def environment(env=None):
+    """os.environ without DLRUN_FAULT, updated with `env` (a value None unsets that variable)."""
     e = dict(os.environ)
     e.pop("DLRUN_FAULT", None)
-    if env:
-        e.update(env)
+    for k, v in (env or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    return e
+
+
+def dlrun(*args, env=None, check=None, timeout=600):
+    """Run dlrun; return CompletedProcess. `check` = expected exit code (None: any)."""
+    e = environment(env)
     p = subprocess.run([DLRUN, *args], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=timeout)
     if check is not None and p.returncode != check:

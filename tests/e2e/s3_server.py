@@ -9,17 +9,25 @@ a TCP proxy the test can take down and bring back to play "the service is unreac
         s3.down(); s3.up()                # refuse, then serve again
         s3.stall(); s3.up()               # hang every new request, then serve again
         s3.revoke()                       # the key loses its permission: 403 AccessDenied
+        s3.restrict(["s3:ListBucket"])    # the key may do these only
+        s3.role_credentials(lifetime_s)   # temporary credentials of a role (STS, with a session
+                                          # token), refused with ExpiredToken after lifetime_s
 
-Nothing here contacts anything but 127.0.0.1; the server and the proxy stop with the block.
+With temporary credentials the endpoint is an HTTP gate in front of the proxy that answers
+ExpiredToken, as AWS does, to a request signed with credentials past their lifetime (moto keeps
+accepting them). Nothing here contacts anything but 127.0.0.1; the servers stop with the block.
 """
+import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BUCKET = "dlrun-ckpts"
 REGION = "us-east-1"
@@ -105,6 +113,71 @@ class Proxy:
         self.sock.close()
 
 
+EXPIRED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code>'
+           b'<Message>The provided token has expired.</Message><RequestId>0</RequestId></Error>')
+
+
+class _GateHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _forward(self):
+        gate = self.server.gate
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        m = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization", ""))
+        if m and gate.expired(m.group(1)):
+            gate.refused += 1
+            self.send_response(400)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(EXPIRED)))
+            self.end_headers()
+            self.wfile.write(EXPIRED)
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", gate.target, timeout=120)
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+        except OSError:
+            self.close_connection = True  # the proxy behind is down: so is the service
+            return
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = _forward
+
+
+class Gate:
+    """An HTTP reverse proxy to `target` that refuses requests signed with expired credentials."""
+
+    def __init__(self, target):
+        self.target = target
+        self.expiry = {}  # access key id -> wall time after which it is refused
+        self.refused = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _GateHandler)
+        self.server.daemon_threads = True
+        self.server.gate = self
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def expired(self, key_id):
+        return key_id in self.expiry and time.time() > self.expiry[key_id]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class S3Server:
     def __init__(self, bucket=BUCKET):
         self.bucket = bucket
@@ -151,6 +224,8 @@ class S3Server:
         return self
 
     def __exit__(self, *exc):
+        if getattr(self, "gate", None):
+            self.gate.close()
         if getattr(self, "proxy", None):
             self.proxy.close()
         if self.proc.poll() is None:
@@ -197,6 +272,35 @@ class S3Server:
         import boto3
         iam = boto3.client("iam", endpoint_url=self.direct, region_name=REGION, **self.admin)
         iam.delete_user_policy(UserName="dlrun", PolicyName="s3")
+
+    def restrict(self, actions):
+        """From now on the test's key may do `actions` only (others: 403 AccessDenied)."""
+        import boto3
+        iam = boto3.client("iam", endpoint_url=self.direct, region_name=REGION, **self.admin)
+        iam.put_user_policy(UserName="dlrun", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
+
+    def role_credentials(self, lifetime_s):
+        """New temporary credentials of a role allowed everything on S3 (moto's STS AssumeRole), as a
+        dict with AccessKeyId, SecretAccessKey, SessionToken; requests signed with them are refused
+        with ExpiredToken once `lifetime_s` seconds have passed (through self.endpoint, which this
+        turns into the gate)."""
+        import boto3
+        if not getattr(self, "gate", None):
+            iam = boto3.client("iam", endpoint_url=self.direct, region_name=REGION, **self.admin)
+            trust = {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}
+            self.role_arn = iam.create_role(RoleName="dlrun-role", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+            iam.put_role_policy(RoleName="dlrun-role", PolicyName="s3", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+            self.gate = Gate(self.proxy.port)
+            self.endpoint = f"http://127.0.0.1:{self.gate.port}"
+            self.issued = 0
+        sts = boto3.client("sts", endpoint_url=self.direct, region_name=REGION, **self.admin)
+        self.issued += 1
+        c = sts.assume_role(RoleArn=self.role_arn, RoleSessionName=f"dlrun-{self.issued}")["Credentials"]
+        self.gate.expiry[c["AccessKeyId"]] = time.time() + lifetime_s
+        return {"AccessKeyId": c["AccessKeyId"], "SecretAccessKey": c["SecretAccessKey"], "SessionToken": c["SessionToken"]}
 
     def stall(self):
         """From now on a request is accepted and never answered: an upload hangs in flight."""

@@ -44,8 +44,8 @@ def test_a_full_disk_with_on_error_stop_keeps_the_last_checkpoint_and_resumes_ex
 
 
 def test_a_failing_disk_is_reported_and_training_goes_on_with_on_error_continue():
-    with RunDir() as r:
-        train(TINY, r.path, env={"DLRUN_FAULT": "disk_error:EIO:20-30"}, check=0)
+    with RunDir() as r:  # (three failures in a row would stop it: checkpoint.max_failed_saves, below)
+        train(TINY, r.path, "checkpoint.max_failed_saves=4", env={"DLRUN_FAULT": "disk_error:EIO:20-30"}, check=0)
         s = r.summary()
         errors = [m for m in r.metrics() if m.get("event") == "checkpoint_error"]
         expect(s["status"] == "completed" and s["checkpoint_errors"] == 3 and len(errors) == 3, (s, errors))
@@ -54,6 +54,23 @@ def test_a_failing_disk_is_reported_and_training_goes_on_with_on_error_continue(
         dlrun("ckpt", "verify", s["checkpoint"], check=0)
         expect(not leftovers(r), leftovers(r))
         expect(not any(d in committed(r) for d in ("step-00000020", "step-00000025", "step-00000030")), committed(r))
+
+
+def test_saves_failing_in_a_row_stop_the_run_saying_what_is_at_risk():
+    """on_error: continue does not train on for hours with nothing saved: the third periodic save
+    failing in a row (checkpoint.max_failed_saves, default 3) stops the run with exit 1."""
+    with RunDir() as r:
+        p = train(TINY, r.path, env={"DLRUN_FAULT": "disk_error:ENOSPC:20"}, check=1)
+        expect("3 periodic checkpoints in a row could not be written" in p.stdout, p.stdout[-1500:])
+        # (async writes: the failure of step 30's save is known at the next save, step 35's)
+        expect("At risk: 20 steps of training since the last committed checkpoint" in p.stdout and
+               "step-00000015" in p.stdout, p.stdout[-1500:])
+        s = r.summary()
+        expect(s["status"] == "failed" and s["steps"] == 35 and s["checkpoint"].endswith("step-00000015"), s)
+        dlrun("ckpt", "verify", s["checkpoint"], check=0)
+    with RunDir() as r:  # 0: no limit, as before
+        train(TINY, r.path, "checkpoint.max_failed_saves=0", env={"DLRUN_FAULT": "disk_error:ENOSPC:20-45"}, check=0)
+        expect(r.summary()["checkpoint_errors"] == 6, r.summary())
 
 
 def test_a_failed_final_save_is_a_failure_whatever_on_error_says():
@@ -70,7 +87,8 @@ def test_a_failed_final_save_is_a_failure_whatever_on_error_says():
 def test_a_failed_preemption_save_exits_1_not_75():
     with RunDir() as r:
         env = dict(os.environ, DLRUN_FAULT="disk_error:ENOSPC:10")
-        p = subprocess.Popen([DLRUN, "train", TINY, "train.epochs=40", "log.progress=none", "--run-dir", r.path],
+        p = subprocess.Popen([DLRUN, "train", TINY, "train.epochs=40", "checkpoint.max_failed_saves=0",
+                              "log.progress=none", "--run-dir", r.path],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # Wait for the first failed save to be reported, then preempt.
         deadline = time.monotonic() + 120
@@ -143,5 +161,6 @@ def test_a_read_only_run_directory_is_refused_and_left_alone():
 if __name__ == "__main__":
     main([test_a_full_disk_with_on_error_stop_keeps_the_last_checkpoint_and_resumes_exactly,
           test_a_failing_disk_is_reported_and_training_goes_on_with_on_error_continue,
+          test_saves_failing_in_a_row_stop_the_run_saying_what_is_at_risk,
           test_a_failed_final_save_is_a_failure_whatever_on_error_says, test_a_failed_preemption_save_exits_1_not_75,
           test_a_real_full_file_system, test_a_read_only_run_directory_is_refused_and_left_alone])

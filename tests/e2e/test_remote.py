@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from common import DLRUN, RunDir, cfg, dlrun, expect, main, train
+from common import DLRUN, RunDir, cfg, dlrun, environment, expect, main, train
 from s3_server import S3Server
 
 TINY = cfg("tiny.yaml")
@@ -38,12 +38,11 @@ def events(r, kind):
 
 
 @contextlib.contextmanager
-def training(s3, r, *overrides):
+def training(s3, r, *overrides, env=None):
     """`dlrun train` in the background (stdout and stderr together), killed at the end if still running."""
-    env = dict(os.environ, **s3.env)
-    env.pop("DLRUN_FAULT", None)
-    p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", *overrides], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none", *overrides],
+                         env=environment(dict(s3.env, **(env or {}))), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
     try:
         yield p
     finally:
@@ -204,10 +203,16 @@ def test_a_remote_manifest_too_large_is_skipped_and_a_newer_format_stops():
             expect(fresh.summary()["resumed_from_step"] == int(older[-1][5:]), (older, fresh.summary()))
 
 
+def started(r):
+    """The run is past its start-up (which waits for the store: test_remote_resume.py)."""
+    return lambda: any(m.get("event") == "start" for m in r.metrics())
+
+
 def test_training_goes_on_while_the_service_is_down():
     with S3Server() as s3, RunDir() as r:
-        s3.down()
         with training(s3, r, "train.epochs=150", *s3.overrides("exp5", "checkpoint.every_steps=200")) as p:
+            wait_for(started(r), p)
+            s3.down()
             wait_for(lambda: events(r, "upload_error"), p)
             s3.up()
             out, _ = p.communicate(timeout=600)
@@ -274,11 +279,11 @@ def test_the_deadline_bounds_the_wait_for_an_upload():
     # so exiting in time needs the transfer under way abandoned, not just the retries stopped.
     for mode in ("down", "stalled"):
         with S3Server() as s3, RunDir() as r:
-            if mode == "down":
-                s3.down()
             with training(s3, r, "train.epochs=400", *s3.overrides("exp8", "preemption.deadline_s=2")) as p:
                 wait_for(stepping(r), p)
-                if mode == "stalled":
+                if mode == "down":
+                    s3.down()
+                else:
                     s3.stall()
                 t0 = time.time()
                 p.send_signal(signal.SIGTERM)
@@ -317,11 +322,13 @@ def test_every_minutes_auto_uses_the_measured_save_cost():
         expect(iv and iv[0]["save_cost_s"] > 0 and iv[0]["minutes"] > 0, iv)
         expect("checkpoint.every_minutes=auto: every" in p.stdout, p.stdout[-1500:])
     # No upload succeeds while it trains: the stall alone stands in for the cost, not a save at
-    # every step. (The service comes back at the end, so the final wait is short.)
+    # every step. (The service goes down once the run has started -- a start waits for it -- and
+    # comes back at the end, so the final wait is short.)
     with S3Server() as s3, RunDir() as r:
-        s3.down()
         with training(s3, r, *s3.overrides("exp11", "checkpoint.every_minutes=auto", "preemption.mtbf_hours=0.001",
                                             "checkpoint.every_steps=0")) as p:
+            wait_for(started(r), p)
+            s3.down()
             wait_for(lambda: 48 in r.step_losses(), p)
             s3.up()
             out, _ = p.communicate(timeout=120)

@@ -130,10 +130,42 @@ def test_a_notice_file_from_an_earlier_process_is_ignored():
         expect(r.summary()["status"] == "completed", r.summary())
         expect("ignoring the notice file" in p.stdout, p.stdout[-1500:])
 
+def test_a_lock_held_from_another_host_is_waited_for_then_exit_75():
+    """A run directory on a shared file system, locked by a VM that was taken away (its lease not
+    yet expired): waited for up to run.lock_wait_s, then exit 75 -- requeue me -- not 2; and
+    taken as soon as the other host lets go."""
+    import fcntl
+    with RunDir() as r:
+        train(TINY, r.path, "train.max_steps=5")
+        before = snapshot(r.path)
+        fd = os.open(r.file("dlrun.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, b"pid 4242\nhost spot-vm-that-was-reclaimed\nsince 1764000000\n")
+            t0 = time.time()
+            p = dlrun("train", TINY, "--run-dir", r.path, "run.lock_wait_s=2", "log.progress=none")
+            expect(p.returncode == 75, f"exit {p.returncode}: {p.stdout[-1000:]}")
+            expect(time.time() - t0 >= 2, "it did not wait")
+            expect("waiting up to 2 s" in p.stdout and "still locked by a dlrun on host spot-vm-that-was-reclaimed"
+                   in p.stdout, p.stdout[-1000:])
+            after = snapshot(r.path)
+            after.pop("dlrun.lock"), before.pop("dlrun.lock", None)
+            expect(after == before, "a start that waited for the lock changed the run directory")
+            late = subprocess.Popen([DLRUN, "train", TINY, "--run-dir", r.path, "log.progress=none"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(1.5)
+            expect(late.poll() is None, "it did not wait for the lock")
+        finally:
+            os.close(fd)  # the other host's lease ends
+        out, _ = late.communicate(timeout=300)
+        expect(late.returncode == 0, f"exit {late.returncode}: {out[-1000:]}")
+        expect(r.summary()["resumed_from_step"] == 5, r.summary())
+
 
 if __name__ == "__main__":
     main([test_refusals_leave_the_run_directory_as_it_was, test_a_signal_during_startup_exits_75_and_touches_nothing,
           test_a_signal_while_libtorch_loads_exits_75_and_touches_nothing,
           test_a_second_trainer_is_refused_while_the_first_runs, test_force_sets_the_whole_earlier_run_aside,
           test_resume_with_a_changed_config_names_the_keys_and_keeps_each_segment,
-          test_a_notice_file_from_an_earlier_process_is_ignored])
+          test_a_notice_file_from_an_earlier_process_is_ignored,
+          test_a_lock_held_from_another_host_is_waited_for_then_exit_75])

@@ -2,11 +2,15 @@
 // an interrupted process logged, and the lock that keeps one trainer per directory.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "base/error.h"
 #include "base/fsutil.h"
@@ -142,4 +146,59 @@ TEST_CASE("a lock left by a killed process is taken over", "[train][run_dir]") {
   CHECK_THAT(dlrun::testing::read_text(run + "/dlrun.lock"), Catch::Contains("pid " + std::to_string(child)));
   RunLock lock(run);  // the kernel released the dead holder's flock
   CHECK_THAT(dlrun::testing::read_text(run + "/dlrun.lock"), Catch::Contains("pid " + std::to_string(::getpid())));
+}
+
+namespace {
+/// A lock held on `run` as a dlrun on host `host` holds it (an flock through its own open file).
+struct HeldElsewhere {
+  int fd = -1;
+  HeldElsewhere(const std::string& run, const std::string& host) {
+    fsutil::make_dirs(run);
+    fd = ::open((run + "/dlrun.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    const std::string text = "pid 4242\nhost " + host + "\nsince 1764000000\n";
+    REQUIRE(::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
+  }
+  void release() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  ~HeldElsewhere() { release(); }
+};
+}  // namespace
+
+TEST_CASE("a lock held from another host is waited for, then exit 75; from this host it is refused", "[train][run_dir]") {
+  ScratchDir t;
+  const std::string run = t / "run";
+  {
+    HeldElsewhere held(run, "reclaimed-vm-7");
+    try {
+      RunLock lock(run, 0.3);
+      FAIL("a lock held from another host was taken");
+    } catch (const Error& e) {
+      CHECK(e.code() == ExitCode::kInterrupted);  // try again later, not a final refusal
+      CHECK_THAT(e.message(), Catch::Contains("still locked by a dlrun on host reclaimed-vm-7") &&
+                                  Catch::Contains("run.lock_wait_s"));
+    }
+    bool asked = false;  // a stop request ends the wait at once
+    CHECK_THROWS_AS(RunLock(run, 3600, [&] { return asked = true; }), Error);
+    CHECK(asked);
+    std::thread later([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      held.release();  // the server's lease ran out
+    });
+    RunLock lock(run, 60);  // taken once it is free
+    later.join();
+    CHECK_THAT(dlrun::testing::read_text(run + "/dlrun.lock"), Catch::Contains("pid " + std::to_string(::getpid())));
+  }
+  char me[256] = {0};
+  ::gethostname(me, sizeof(me) - 1);
+  HeldElsewhere here(run, me);
+  try {
+    RunLock lock(run, 60);  // not waited for: a live trainer on this host
+    FAIL("a lock held on this host was taken");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+  }
 }

@@ -27,6 +27,7 @@ class HttpTestServer {
   struct Request {
     std::string method, path;
     std::map<std::string, std::string> headers;  ///< names lower-cased
+    std::string body;
     std::string header(const std::string& name) const {
       auto it = headers.find(name);
       return it == headers.end() ? std::string() : it->second;
@@ -113,6 +114,7 @@ class HttpTestServer {
       if (n <= 0) break;
       in.append(buf, size_t(n));
     }
+    req.body = in.substr(head_end + 4, want);
     Response resp;
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -55,7 +55,7 @@ struct Rig {
     ckpt = std::make_unique<train::Checkpointer>(cfg, "ckpt", report, replicas, [this] { return now; });
     auto w = std::make_unique<FakeWriter>();
     writer = w.get();
-    ckpt->open(std::nullopt, std::move(w));
+    ckpt->open(std::nullopt, false, std::move(w));
     ckpt->start();
   }
   /// A save whose snapshot copy takes `copy_s` of the fake clock.
@@ -155,4 +155,30 @@ TEST_CASE("an async periodic write that failed surfaces at the next save as peri
   r.writer->fail_wait = true;
   dlrun::testing::require_error([&] { r.ckpt->wait_written(SaveReason::kPreemption, 16); }, {"preemption checkpoint"},
                                 ExitCode::kRuntime);
+}
+
+TEST_CASE("periodic saves failing max_failed_saves times in a row stop the run, saying what is at risk",
+          "[train][checkpointer]") {
+  Rig r({"checkpoint.on_error=continue", "checkpoint.async=false", "checkpoint.max_failed_saves=3"});
+  r.save(SaveReason::kEverySteps, 5);
+  r.writer->fail_save = true;
+  r.save(SaveReason::kEverySteps, 10);
+  r.save(SaveReason::kEverySteps, 15);
+  r.writer->fail_save = false;  // a commit in between starts the count again
+  r.save(SaveReason::kEverySteps, 20);
+  r.writer->fail_save = true;
+  r.save(SaveReason::kEverySteps, 25);
+  r.now += 120;
+  r.save(SaveReason::kEverySteps, 30);
+  r.now += 60;
+  dlrun::testing::require_error([&] { r.save(SaveReason::kEverySteps, 35); },
+                                {"3 periodic checkpoints in a row could not be written", "checkpoint.max_failed_saves",
+                                 "At risk: 15 steps of training since the last committed checkpoint (ckpt/step-20)",
+                                 "failing for 3.0 minutes", "No space left"},
+                                ExitCode::kRuntime);
+  CHECK(r.count("checkpoint_error") == 5);
+  Rig unlimited({"checkpoint.on_error=continue", "checkpoint.async=false", "checkpoint.max_failed_saves=0"});
+  unlimited.writer->fail_save = true;
+  for (int64_t step = 5; step <= 100; step += 5) unlimited.save(SaveReason::kEverySteps, step);
+  CHECK(unlimited.count("checkpoint_error") == 20);
 }

@@ -142,3 +142,39 @@ TEST_CASE("resume auto takes the newest checkpoint that loads; a PATH must verif
   dlrun::testing::require_error([&] { train::plan_resume(dir.checkpoints() + "/step-00000010", false, dir); },
                                 {"model.pt: SHA-256 mismatch"});
 }
+
+TEST_CASE("resume auto takes the checkpoint LATEST names; a rollback sets newer steps aside", "[train][resume]") {
+  ScratchDir t;
+  train::RunDir dir(t.str());
+  Live a(tiny());
+  for (int64_t step : {5, 10, 15}) {
+    a.st.step = step;
+    ckpt::commit(a.snapshot(), dir.checkpoints());
+  }
+  // A rollback to step 5 that wrote nothing yet: LATEST still names 15 ...
+  auto plan = train::plan_resume(dir.checkpoints() + "/step-00000005", false, dir);
+  CHECK(plan.abandon_after == 5);
+  CHECK_FALSE(plan.upload_resumed);  // (no remote store)
+  // ... until the run starts and sets the abandoned timeline aside: LATEST names step 5.
+  const auto moved = ckpt::set_aside_after(dir.checkpoints(), 5, "20261125T000000Z");
+  CHECK(moved == std::vector<std::string>{dir.checkpoints() + "/step-00000010.abandoned-20261125T000000Z",
+                                          dir.checkpoints() + "/step-00000015.abandoned-20261125T000000Z"});
+  CHECK(ckpt::read_latest(dir.checkpoints()) == "step-00000005");
+  CHECK(train::plan_resume("auto", false, dir).from->snapshot.step == 5);
+  const auto listed = ckpt::list(dir.checkpoints());
+  REQUIRE(listed.size() == 3);
+  CHECK_THAT(listed[1].verified.reason, Catch::Contains("abandoned timeline"));
+  // The newer step is back (a crash between the rename of step-N and LATEST, say): LATEST wins.
+  a.st.step = 20;
+  ckpt::commit(a.snapshot(), dir.checkpoints());
+  fsutil::write_file_atomic(dir.checkpoints() + "/LATEST", "step-00000005\n");
+  CHECK(train::plan_resume("auto", false, dir).from->snapshot.step == 5);
+  CHECK(ckpt::load_preferred(dir.checkpoints())->snapshot.step == 5);
+  // LATEST naming a damaged checkpoint: the newest that loads.
+  dlrun::testing::flip_byte(dir.checkpoints() + "/step-00000005/model.pt", 300);
+  CHECK(ckpt::load_preferred(dir.checkpoints())->snapshot.step == 20);
+  // Everything newer than step 0 set aside: no LATEST at all.
+  ckpt::set_aside_after(dir.checkpoints(), 0, "x");
+  CHECK_FALSE(ckpt::read_latest(dir.checkpoints()).has_value());
+  CHECK_FALSE(train::plan_resume("auto", false, dir).from.has_value());
+}

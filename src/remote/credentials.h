@@ -1,0 +1,80 @@
+// Where the S3 client's keys come from: the standard AWS provider chain, in this order --
+//
+//   1. environment     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN)
+//   2. shared files    AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), then AWS_CONFIG_FILE
+//                      (~/.aws/config), profile AWS_PROFILE (default "default"): static keys,
+//                      or role_arn + web_identity_token_file
+//   3. web identity    AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN (EKS IRSA, other OIDC
+//                      federation): STS AssumeRoleWithWebIdentity, the token file read anew
+//                      at every refresh (the platform rotates it)
+//   4. container       AWS_CONTAINER_CREDENTIALS_RELATIVE_URI / _FULL_URI with
+//                      AWS_CONTAINER_AUTHORIZATION_TOKEN(_FILE) (ECS tasks, EKS Pod Identity)
+//   5. instance role   the EC2 instance metadata service, IMDSv2 (a session token first);
+//                      AWS_EC2_METADATA_SERVICE_ENDPOINT moves it (the tests' fake service),
+//                      AWS_EC2_METADATA_DISABLED=true leaves it out
+//
+// The first source that is configured is the one used. Temporary credentials are fetched again
+// ahead of their expiry (a quarter of their lifetime before it, at most 5 minutes) and at once
+// when the service answers ExpiredToken. Nothing here logs or returns a secret in a message.
+// Only a run with checkpoint.remote (or an s3:// path) builds a chain, and the metadata
+// service is asked only when no earlier source is configured (docs/security.md).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dlrun::remote {
+
+struct Credentials {
+  std::string access_key, secret_key, session_token;
+  double expires = 0;  ///< wall-clock seconds; 0: never
+};
+
+/// The keys of the S3 client's requests. Thread-safe.
+class CredentialProvider {
+ public:
+  virtual ~CredentialProvider() = default;
+  /// The current credentials, fetched anew when they are due. Throws S3Error: code
+  /// "NoCredentials" (not worth retrying) when the source has none to give, a transient one
+  /// when it did not answer.
+  virtual Credentials get() = 0;
+  /// The service refused the credentials as expired: the next get() fetches anew.
+  virtual void expired() = 0;
+  /// Whether expired() can lead to other credentials (false for fixed keys).
+  virtual bool refreshable() const = 0;
+  /// Where they come from, for messages ("environment", "web identity (STS ...)", ...).
+  virtual std::string source() const = 0;
+};
+
+/// Keys that never change (the environment's, a profile's, a test's).
+std::shared_ptr<CredentialProvider> fixed_credentials(Credentials c, std::string source);
+
+/// Credentials fetched by `fetch` (which throws S3Error), kept until they are due and
+/// fetched again then. A failed refresh keeps the old ones while they last (tried again
+/// `retry_s` later); `clock` is wall-clock seconds (tests pass their own).
+std::shared_ptr<CredentialProvider> refreshing_credentials(std::function<Credentials()> fetch, std::string source,
+                                                           std::function<double()> clock = {}, double retry_s = 5);
+
+/// The chain above. `region` picks STS's regional endpoint. Throws dlrun::Error (exit 2)
+/// when the environment or the files are inconsistent (one of the key pair without the other,
+/// AWS_PROFILE naming no profile, a profile of a kind dlrun does not run) or when no source is
+/// configured at all and the metadata service is disabled.
+std::shared_ptr<CredentialProvider> credential_chain(const std::string& region);
+
+/// The `region` of the AWS_PROFILE profile in the config file ("" when none), which the SDKs
+/// use after AWS_REGION and AWS_DEFAULT_REGION.
+std::string profile_region();
+
+/// "2026-11-25T20:00:00Z" (fractional seconds and a +hh:mm offset accepted) as Unix seconds;
+/// nullopt when it is not such a time.
+std::optional<double> parse_iso8601(const std::string& s);
+
+/// What the fetchers make of an answer (separate, for the tests and the fuzzer): STS's
+/// AssumeRoleWithWebIdentity response, and the JSON of the container and instance-metadata
+/// endpoints. Throw S3Error naming `where` when the answer is not one.
+Credentials parse_sts_credentials(const std::string& body, const std::string& where);
+Credentials parse_json_credentials(const std::string& body, const std::string& where);
+
+}  // namespace dlrun::remote

@@ -1,0 +1,250 @@
+// The AWS credential chain (src/remote/credentials.h): its order and its refusals, the shared
+// files and profiles, web identity (STS), the container endpoint and IMDSv2 against fake
+// services on 127.0.0.1, and refreshing ahead of expiry or on ExpiredToken (a fake clock).
+// Against a real S3 implementation: tests/e2e/test_remote_credentials.py.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <fstream>
+#include <string>
+
+#include "base/error.h"
+#include "remote/credentials.h"
+#include "remote/s3_error.h"
+#include "support/env.h"
+#include "support/errors.h"
+#include "support/http_server.h"
+#include "support/scratch_dir.h"
+
+using namespace dlrun;
+using dlrun::testing::ScopedEnv;
+using Server = dlrun::test::HttpTestServer;
+
+namespace {
+
+/// Every variable the chain reads, unset (and the shared files pointed at nothing) for a scope.
+struct CleanAwsEnv {
+  ScopedEnv a{"AWS_ACCESS_KEY_ID", nullptr}, b{"AWS_SECRET_ACCESS_KEY", nullptr}, c{"AWS_SESSION_TOKEN", nullptr},
+      d{"AWS_PROFILE", nullptr}, e{"AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials"},
+      f{"AWS_CONFIG_FILE", "/nonexistent/config"}, g{"AWS_WEB_IDENTITY_TOKEN_FILE", nullptr}, h{"AWS_ROLE_ARN", nullptr},
+      i{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", nullptr}, j{"AWS_CONTAINER_CREDENTIALS_FULL_URI", nullptr},
+      k{"AWS_CONTAINER_AUTHORIZATION_TOKEN", nullptr}, l{"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", nullptr},
+      m{"AWS_EC2_METADATA_DISABLED", "true"}, n{"AWS_EC2_METADATA_SERVICE_ENDPOINT", nullptr},
+      o{"AWS_ENDPOINT_URL_STS", nullptr}, p{"AWS_ENDPOINT_URL", nullptr}, q{"AWS_ROLE_SESSION_NAME", nullptr};
+};
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::string creds_json(const std::string& key, const std::string& expiration) {
+  return "{\"Code\": \"Success\", \"AccessKeyId\": \"" + key + "\", \"SecretAccessKey\": \"s-" + key +
+         "\", \"Token\": \"t-" + key + "\", \"Expiration\": \"" + expiration + "\"}";
+}
+
+}  // namespace
+
+TEST_CASE("ISO 8601 times as the credential services write them", "[remote][credentials]") {
+  CHECK(remote::parse_iso8601("1970-01-01T00:00:00Z") == 0.0);
+  CHECK(remote::parse_iso8601("2026-11-25T20:00:00Z") == 1795636800.0);
+  CHECK(remote::parse_iso8601("2026-11-25T20:00:00.500Z") == 1795636800.5);
+  CHECK(remote::parse_iso8601("2026-11-25T21:00:00+01:00") == 1795636800.0);
+  CHECK_FALSE(remote::parse_iso8601("2026-11-25 20:00:00").has_value());
+  CHECK_FALSE(remote::parse_iso8601("2026-13-25T20:00:00Z").has_value());
+  CHECK_FALSE(remote::parse_iso8601("2026-11-25T20:00:00Zjunk").has_value());
+  CHECK_FALSE(remote::parse_iso8601("").has_value());
+}
+
+TEST_CASE("the chain: environment first, then the shared files' profile", "[remote][credentials]") {
+  CleanAwsEnv clean;
+  dlrun::testing::ScratchDir tmp;
+  const std::string creds = tmp.path("credentials"), conf = tmp.path("config");
+  write(creds, "# comment\n[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s1\n"
+               "[dev]\naws_access_key_id=AKIDDEV\naws_secret_access_key=s2\naws_session_token = tok\n");
+  write(conf, "[default]\nregion = eu-west-1\n[profile dev]\nregion = ap-south-1\ns3 =\n  max_concurrent_requests = 4\n"
+              "[profile wi]\nrole_arn = arn:aws:iam::1:role/r\nweb_identity_token_file = /t\n"
+              "[profile proc]\ncredential_process = /bin/creds\n");
+  ScopedEnv f1("AWS_SHARED_CREDENTIALS_FILE", creds.c_str()), f2("AWS_CONFIG_FILE", conf.c_str());
+  {
+    ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDENV"), secret("AWS_SECRET_ACCESS_KEY", "senv");
+    auto p = remote::credential_chain("us-east-1");
+    CHECK(p->get().access_key == "AKIDENV");
+    CHECK_FALSE(p->refreshable());
+    CHECK(p->source().find("environment") != std::string::npos);
+  }
+  auto p = remote::credential_chain("us-east-1");
+  CHECK(p->get().access_key == "AKIDDEFAULT");
+  CHECK(remote::profile_region() == "eu-west-1");
+  {
+    ScopedEnv prof("AWS_PROFILE", "dev");
+    p = remote::credential_chain("us-east-1");
+    const auto c = p->get();
+    CHECK(c.access_key == "AKIDDEV");
+    CHECK(c.secret_key == "s2");
+    CHECK(c.session_token == "tok");
+    CHECK(p->source().find("profile dev") != std::string::npos);
+    CHECK(p->source().find("s2") == std::string::npos);  // a source names no secret
+    CHECK(remote::profile_region() == "ap-south-1");
+  }
+  {
+    ScopedEnv prof("AWS_PROFILE", "wi");
+    CHECK(remote::credential_chain("us-east-1")->source().find("web identity") != std::string::npos);
+  }
+  {
+    ScopedEnv prof("AWS_PROFILE", "proc");
+    dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); },
+                                  {"profile proc", "credential_process", "export-credentials"});
+  }
+  {
+    ScopedEnv prof("AWS_PROFILE", "nope");
+    dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); }, {"AWS_PROFILE=nope", "no such profile"});
+  }
+  {
+    ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDONLY");
+    dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); },
+                                  {"sets AWS_ACCESS_KEY_ID but not AWS_SECRET_ACCESS_KEY"});
+  }
+}
+
+TEST_CASE("the chain with nothing configured and the metadata service disabled is refused", "[remote][credentials]") {
+  CleanAwsEnv clean;
+  dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); },
+                                {"no AWS credentials", "AWS_EC2_METADATA_DISABLED=true"});
+  ScopedEnv role("AWS_ROLE_ARN", "arn:aws:iam::1:role/r");
+  dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); }, {"AWS_WEB_IDENTITY_TOKEN_FILE"});
+}
+
+TEST_CASE("web identity: STS AssumeRoleWithWebIdentity with the token file read at each fetch", "[remote][credentials]") {
+  CleanAwsEnv clean;
+  dlrun::testing::ScratchDir tmp;
+  const std::string token = tmp.path("token");
+  write(token, "jwt-one\n");
+  int calls = 0;
+  Server sts([&](const Server::Request& r) {
+    ++calls;
+    if (r.body.find("WebIdentityToken=jwt-two") != std::string::npos)
+      return Server::Response{400, "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>expired jwt"
+                                   "</Message></Error></ErrorResponse>"};
+    return Server::Response{200, "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+                                 "<AccessKeyId>ASIA" + std::to_string(calls) + "</AccessKeyId><SecretAccessKey>s"
+                                 "</SecretAccessKey><SessionToken>t</SessionToken><Expiration>2099-01-01T00:00:00Z"
+                                 "</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+                                 "</AssumeRoleWithWebIdentityResponse>"};
+  });
+  ScopedEnv tf("AWS_WEB_IDENTITY_TOKEN_FILE", token.c_str()), role("AWS_ROLE_ARN", "arn:aws:iam::1:role/ckpt"),
+      ep("AWS_ENDPOINT_URL_STS", sts.base().c_str());
+  auto p = remote::credential_chain("eu-west-1");
+  CHECK(p->refreshable());
+  const auto c = p->get();
+  CHECK(c.access_key == "ASIA1");
+  CHECK(c.expires == remote::parse_iso8601("2099-01-01T00:00:00Z"));
+  const auto reqs = sts.requests();
+  REQUIRE(reqs.size() == 1);
+  CHECK(reqs[0].method == "POST");
+  CHECK(reqs[0].body.find("Action=AssumeRoleWithWebIdentity") != std::string::npos);
+  CHECK(reqs[0].body.find("RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2Fckpt") != std::string::npos);
+  CHECK(reqs[0].body.find("WebIdentityToken=jwt-one") != std::string::npos);
+  CHECK(p->get().access_key == "ASIA1");  // not due: no new request
+  CHECK(sts.requests().size() == 1);
+  p->expired();  // the service said ExpiredToken: fetched again, with the token file as it is now
+  write(token, "jwt-three\n");
+  CHECK(p->get().access_key == "ASIA2");
+  CHECK(sts.requests().back().body.find("WebIdentityToken=jwt-three") != std::string::npos);
+  // STS refusing: the message names STS and its code, not the token.
+  write(token, "jwt-two\n");
+  p->expired();
+  try {
+    p->get();
+    FAIL("an STS refusal was not reported");
+  } catch (const remote::S3Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("InvalidIdentityToken") && Catch::Contains("STS"));
+    CHECK_THAT(e.what(), !Catch::Contains("jwt-two"));
+    CHECK(e.transient());  // EKS writes a fresh token: worth another try
+  }
+}
+
+TEST_CASE("container credentials: the authorization token, and the hosts an http:// endpoint may name", "[remote][credentials]") {
+  CleanAwsEnv clean;
+  dlrun::testing::ScratchDir tmp;
+  const std::string auth = tmp.path("auth");
+  write(auth, "Bearer abc\n");
+  Server agent([&](const Server::Request& r) {
+    if (r.header("authorization") != "Bearer abc") return Server::Response{403, "{\"Message\": \"no\"}"};
+    return Server::Response{200, creds_json("ASIACONT", "2099-01-01T00:00:00Z")};
+  });
+  const std::string url = agent.base() + "/v2/credentials/x";
+  ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", url.c_str()), tok("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", auth.c_str());
+  auto p = remote::credential_chain("us-east-1");
+  CHECK(p->get().access_key == "ASIACONT");
+  CHECK(agent.requests().at(0).path == "/v2/credentials/x");
+  write(auth, "Bearer wrong\n");
+  p->expired();
+  CHECK_THROWS_AS(p->get(), remote::S3Error);
+  ScopedEnv far("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://198.51.100.7/creds");
+  dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); }, {"loopback", "169.254.170.2"});
+}
+
+TEST_CASE("the instance role through IMDSv2: a session token first, then the role, then its credentials", "[remote][credentials]") {
+  CleanAwsEnv clean;
+  std::atomic<bool> has_role{true};
+  Server imds([&](const Server::Request& r) {
+    if (r.method == "PUT" && r.path == "/latest/api/token") {
+      if (r.header("x-aws-ec2-metadata-token-ttl-seconds").empty()) return Server::Response{400, ""};
+      return Server::Response{200, "SESSION"};
+    }
+    if (r.header("x-aws-ec2-metadata-token") != "SESSION") return Server::Response{401, ""};
+    if (r.path == "/latest/meta-data/iam/security-credentials/")
+      return has_role ? Server::Response{200, "ckpt-role"} : Server::Response{404, ""};
+    if (r.path == "/latest/meta-data/iam/security-credentials/ckpt-role")
+      return Server::Response{200, creds_json("ASIAIMDS", "2099-01-01T00:00:00Z")};
+    return Server::Response{404, ""};
+  });
+  ScopedEnv on("AWS_EC2_METADATA_DISABLED", nullptr), ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.base().c_str());
+  auto p = remote::credential_chain("us-east-1");
+  CHECK(p->source().find(imds.base()) != std::string::npos);
+  CHECK(imds.requests().empty());  // asked only when the credentials are needed
+  const auto c = p->get();
+  CHECK(c.access_key == "ASIAIMDS");
+  CHECK(c.session_token == "t-ASIAIMDS");
+  const auto reqs = imds.requests();
+  REQUIRE(reqs.size() == 3);
+  CHECK(reqs[0].method == "PUT");
+  has_role = false;
+  auto q = remote::credential_chain("us-east-1");
+  try {
+    q->get();
+    FAIL("an instance without a role gave credentials");
+  } catch (const remote::S3Error& e) {
+    CHECK(e.code() == remote::kNoCredentials);  // not worth retrying: a requeue would loop
+    CHECK_THAT(e.what(), Catch::Contains("no IAM role"));
+  }
+}
+
+TEST_CASE("temporary credentials are fetched again ahead of expiry, and kept while a refresh fails", "[remote][credentials]") {
+  double now = 1000;
+  int fetches = 0;
+  bool fail = false;
+  auto p = remote::refreshing_credentials(
+      [&] {
+        if (fail) throw remote::S3Error("the service did not answer", 0, "");
+        ++fetches;
+        return remote::Credentials{"K" + std::to_string(fetches), "s", "t", now + 60};  // a 60 s lifetime
+      },
+      "test", [&] { return now; }, 5);
+  CHECK(p->get().access_key == "K1");
+  now = 1044;  // under a quarter of the lifetime (15 s) before expiry: not yet
+  CHECK(p->get().access_key == "K1");
+  now = 1046;  // within it: fetched again
+  CHECK(p->get().access_key == "K2");
+  CHECK(fetches == 2);
+  now = 1046 + 50;  // due again, and the service is down: the current ones while they last
+  fail = true;
+  CHECK(p->get().access_key == "K2");
+  now += 10;  // expired, and the service still down: the failure is reported
+  CHECK_THROWS_AS(p->get(), remote::S3Error);
+  fail = false;
+  CHECK(p->get().access_key == "K3");
+  p->expired();  // refused as expired long before their time (revoked): fetched at once
+  CHECK(p->get().access_key == "K4");
+  auto fixed = remote::fixed_credentials({"A", "B", "", 0}, "fixed");
+  fixed->expired();
+  CHECK(fixed->get().access_key == "A");
+}
