@@ -75,7 +75,11 @@ void XMLCALL on_end(void* user, const XML_Char*) {
 
 void XMLCALL on_text(void* user, const XML_Char* s, int len) {
   auto* b = static_cast<Builder*>(user);
-  if (!b->open.empty() && b->refused.empty()) b->open.back()->text.append(s, static_cast<size_t>(len));
+  if (b->open.empty() || !b->refused.empty()) return;
+  std::string& text = b->open.back()->text;
+  if (text.size() + static_cast<size_t>(len) > kMaxXmlText)
+    return b->stop(fmt::format("an element's text longer than {} bytes", kMaxXmlText));
+  text.append(s, static_cast<size_t>(len));
 }
 
 void XMLCALL on_doctype(void* user, const XML_Char*, const XML_Char*, const XML_Char*, int) {

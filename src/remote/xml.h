@@ -1,7 +1,7 @@
 // The XML answers of S3 and STS, read as untrusted input: parsed by expat (Debian's
 // libexpat) into a small element tree, in one linear pass, with bounds a hostile or broken
 // endpoint cannot get past: no document type declarations (so no entity of its own), at most
-// kMaxDepth levels and kMaxElements elements. CDATA sections, self-closing elements and
+// kMaxXmlDepth levels, kMaxXmlElements elements and kMaxXmlText bytes of text in one element. CDATA sections, self-closing elements and
 // character references are read as XML defines them. A body that breaks a rule is refused
 // with XmlError, naming what was wrong and where (line:column).
 #pragma once
@@ -36,6 +36,7 @@ struct XmlElement {
 
 inline constexpr int kMaxXmlDepth = 32;
 inline constexpr size_t kMaxXmlElements = 200000;  ///< a full S3 listing page has about 10,000
+inline constexpr size_t kMaxXmlText = 256 << 10;   ///< S3's longest values (keys, tokens) are ~1 KiB
 
 /// Parse `body`; the root element is returned. Throws XmlError.
 XmlElement parse_xml(const std::string& body);

@@ -178,6 +178,51 @@ class Gate:
         self.server.server_close()
 
 
+class _FixedAnswerHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body, status = self.server.body, 200
+        if self.path.split("?")[0].endswith("/LATEST"):  # no such key: the listing is what is answered
+            body, status = b"<Error><Code>NoSuchKey</Code></Error>", 404
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class FixedAnswer:
+    """A hostile or broken "S3 endpoint" on 127.0.0.1 answering every listing with `self.body`
+    (and a GET of LATEST with 404).
+
+        with FixedAnswer() as ep:
+            ep.body = b"<ListBucketResult>..."; ep.endpoint   # http://127.0.0.1:PORT
+    """
+
+    def __enter__(self):
+        self.body = b""
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _FixedAnswerHandler)
+        self.server.daemon_threads = True
+        self.server.handle_error = lambda *args: None  # a client that hung up on a refused answer
+        self.server.body = b""
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name == "body" and hasattr(self, "server"):
+            self.server.body = value
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class S3Server:
     def __init__(self, bucket=BUCKET):
         self.bucket = bucket

@@ -91,6 +91,9 @@ TEST_CASE("XML that is not well-formed, declares a document type or passes the b
   std::string wide = "<a>";
   for (size_t i = 0; i <= remote::kMaxXmlElements; ++i) wide += "<b/>";
   refused(wide + "</a>", "more than 200000 elements");
+  std::string amps = "<a>";
+  for (size_t i = 0; i <= remote::kMaxXmlText / 2; ++i) amps += "&amp;&lt;";  // two bytes of text each
+  refused(amps + "</a>", "text longer than 262144 bytes");
 }
 
 TEST_CASE("listing pages: keys URL-decoded and under the prefix, sizes, continuation", "[remote][s3]") {
