@@ -204,12 +204,13 @@ Response perform(const Request& req) {
   } else {
     r.cancelled = rc == CURLE_ABORTED_BY_CALLBACK && req.cancel && req.cancel->load();
     r.too_large = t.too_large;
+    if (t.too_large) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);  // it did answer
     r.error = r.cancelled        ? "cancelled"
               : t.aborted_by_sink ? "aborted by the receiver"
               : t.too_large       ? fmt::format("the answer is larger than {} bytes", req.max_body)
               : errbuf[0]         ? errbuf
                                   : curl_easy_strerror(rc);
-    r.status = 0;
+    if (!t.too_large) r.status = 0;
   }
   curl_slist_free_all(hdrs);
   curl_easy_cleanup(c);

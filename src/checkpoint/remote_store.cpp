@@ -73,9 +73,10 @@ void RemoteStore::check_access() {
 }
 
 uint64_t RemoteStore::upload(const std::string& local_dir) {
-  const std::string name = fsutil::base_name(local_dir);
   const VerifyResult v = detail::read_manifest(local_dir);
   if (!v.ok) throw remote::S3Error(fmt::format("{}: not uploaded: {}", local_dir, v.reason), 0, remote::kLocal);
+  // Named by its step, whatever the local directory is called (--resume /models/best).
+  const std::string name = dir_name(v.step);
   // The same step may be there from an earlier timeline (a resume from an older checkpoint):
   // its manifest goes first, so the step is incomplete, never a mix that looks complete.
   client_.remove(url_.key(name + "/" + detail::kManifest));

@@ -16,6 +16,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -39,7 +40,7 @@ struct RemoteEntry {
 
 /// Retries for a store that does not answer, where giving up must not mean starting over (a
 /// resume, setting a timeline aside): a transient S3Error is retried with backoff (1, 2, 4 ...
-/// 30 s, each retry logged) until `budget_s` seconds from the first failure are spent, then
+/// 30 s, each retry logged) until `budget_s` seconds from an operation's first failure are spent, then
 /// dlrun::Error with exit 75, "try again later". `stop` (a signal) ends the wait the same way.
 class Patience {
  public:
@@ -48,7 +49,15 @@ class Patience {
   auto run(const std::string& what, F&& f) -> decltype(f()) {
     for (;;) {
       try {
-        return f();
+        if constexpr (std::is_void_v<decltype(f())>) {
+          f();
+          answered();
+          return;
+        } else {
+          auto result = f();
+          answered();
+          return result;
+        }
       } catch (const remote::S3Error& e) {
         if (!e.transient()) throw;
         wait(what, e);
@@ -60,6 +69,7 @@ class Patience {
 
  private:
   void wait(const std::string& what, const remote::S3Error& e);
+  void answered() { first_failure_ = -1, delay_ = 1; }  // the next operation has its own budget
   double budget_s_;
   std::function<bool()> stop_;
   std::function<void(double)> sleep_;

@@ -91,7 +91,7 @@ void Uploader::run() {
       lock.unlock();
       Result r;
       r.step = step;
-      r.url = store_.url().str(fsutil::base_name(dir));
+      r.url = store_.url().str(dir_name(step));
       r.attempt = attempt;
       bool transient = true;
       const double t0 = mono_now();

@@ -52,7 +52,7 @@ class Fixed : public CredentialProvider {
  public:
   Fixed(Credentials c, std::string source) : c_(std::move(c)), source_(std::move(source)) {}
   Credentials get() override { return c_; }
-  void expired() override {}
+  void expired(const Credentials&) override {}
   bool refreshable() const override { return false; }
   std::string source() const override { return source_; }
 
@@ -87,9 +87,10 @@ class Refreshing : public CredentialProvider {
       return *cur_;
     }
   }
-  void expired() override {
+  void expired(const Credentials& refused) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cur_) cur_->expires = std::min(cur_->expires > 0 ? cur_->expires : 1.0, clock_());
+    if (!cur_ || cur_->access_key != refused.access_key || cur_->session_token != refused.session_token) return;
+    cur_->expires = std::min(cur_->expires > 0 ? cur_->expires : 1.0, clock_());
     next_try_ = 0;
   }
   bool refreshable() const override { return true; }
@@ -251,13 +252,18 @@ std::shared_ptr<CredentialProvider> web_identity(const std::string& token_file, 
 
 /// http:// container endpoints are allowed on the hosts AWS's agents listen on only.
 bool allowed_container_url(const std::string& url) {
-  if (url.rfind("https://", 0) == 0) return true;
-  if (url.rfind("http://", 0) != 0) return false;
-  std::string host = url.substr(7);
-  host = host.substr(0, host.find('/'));
-  if (!host.empty() && host[0] == '[') host = host.substr(0, host.find(']') + 1);
+  const bool https = url.rfind("https://", 0) == 0;
+  if (!https && url.rfind("http://", 0) != 0) return false;
+  const std::string authority = url.substr(https ? 8 : 7, url.find_first_of("/?#", https ? 8 : 7) - (https ? 8 : 7));
+  if (authority.empty() || authority.find('@') != std::string::npos) return false;  // no user:password@ tricks
+  if (https) return true;
+  std::string host = authority;
+  if (host[0] == '[') host = host.substr(0, host.find(']') + 1);
   else host = host.substr(0, host.find(':'));
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" || host == "169.254.170.2" ||
+  // A literal loopback IPv4 address: 127. and then digits and dots only.
+  const bool loopback4 = host.rfind("127.", 0) == 0 && std::count(host.begin(), host.end(), '.') == 3 &&
+                         host.find_first_not_of("0123456789.") == std::string::npos;
+  return loopback4 || host == "localhost" || host == "[::1]" || host == "169.254.170.2" ||
          host == "169.254.170.23" || host == "[fd00:ec2::23]";
 }
 
@@ -298,6 +304,7 @@ std::function<Credentials()> imds_fetch(std::string base) {
   auto answered = std::make_shared<bool>(false);  // once it has answered, a silence is a hiccup
   return [base, answered] {
     const auto fail = [&](const std::string& what, long status) -> S3Error {
+      if (status >= 500 || status == 429) return S3Error(what, status, "");  // there, and busy: try again
       if (!*answered)
         return S3Error(fmt::format("{} (no earlier source in the chain was configured: see docs/checkpoints.md, "
                                    "\"Credentials\")", what),

@@ -40,8 +40,9 @@ class CredentialProvider {
   /// "NoCredentials" (not worth retrying) when the source has none to give, a transient one
   /// when it did not answer.
   virtual Credentials get() = 0;
-  /// The service refused the credentials as expired: the next get() fetches anew.
-  virtual void expired() = 0;
+  /// The service refused `refused` as expired: the next get() fetches anew (unless other
+  /// credentials have been fetched since: another thread was refused first).
+  virtual void expired(const Credentials& refused) = 0;
   /// Whether expired() can lead to other credentials (false for fixed keys).
   virtual bool refreshable() const = 0;
   /// Where they come from, for messages ("environment", "web identity (STS ...)", ...).

@@ -24,7 +24,8 @@ constexpr uint64_t kMaxCopy = 5ull << 30;     // S3: one CopyObject up to 5 GiB
 
 /// What a failed answer says: "HTTP 403 InvalidAccessKeyId: The AWS Access Key Id ...".
 S3Error error_of(const http::Response& r, const std::string& what) {
-  if (r.too_large) return S3Error(fmt::format("{}: the service's answer is malformed: {}", what, r.error), 0, kMalformed);
+  if (r.too_large && r.status >= 200 && r.status < 300)  // (a long error page keeps its status)
+    return S3Error(fmt::format("{}: the service's answer is malformed: {}", what, r.error), r.status, kMalformed);
   if (r.status == 0) return S3Error(fmt::format("{}: no answer: {}", what, r.error), 0, "");
   const auto [code, message] = parse_error_answer(r.body);
   std::string text = fmt::format("{}: HTTP {}", what, r.status);
@@ -60,8 +61,8 @@ bool credentials_expired(const http::Response& r) {
 }
 
 constexpr size_t kMaxListed = 1000000;  // keys under one prefix; more is not a dlrun run
-constexpr int kMaxPages = 10000;
-constexpr size_t kMaxKey = 1024;         // S3: a key is at most 1,024 bytes         // pages of one listing (1,000 keys make a full page)
+constexpr int kMaxPages = 10000;         // pages of one listing (1,000 keys make a full page)
+constexpr size_t kMaxKey = 1024;         // S3: a key is at most 1,024 bytes
 
 }  // namespace
 
@@ -193,12 +194,16 @@ UploadsPage parse_uploads_page(const std::string& body, const std::string& prefi
   for (const XmlElement* u : root.all("Upload")) {
     PendingUpload p{u->child_text("Key"), u->child_text("UploadId")};
     if (encoded) p.key = url_decode(p.key, what);
+    if (p.key.size() > kMaxKey) malformed(what, fmt::format("a Key of {} bytes; S3 keys are at most {}", p.key.size(), kMaxKey));
     if (p.key.compare(0, prefix.size(), prefix) != 0 || p.upload_id.empty())
       malformed(what, fmt::format("an upload of '{}' outside the prefix '{}' or without an UploadId",
                                   printable(p.key.substr(0, 200)), prefix));
     page.uploads.push_back(std::move(p));
   }
-  page.truncated = root.child_text("IsTruncated") == "true";
+  const std::string truncated = root.child_text("IsTruncated");
+  if (truncated != "true" && truncated != "false" && !truncated.empty())
+    malformed(what, fmt::format("IsTruncated is '{}'", printable(truncated.substr(0, 40))));
+  page.truncated = truncated == "true";
   page.next_key_marker = root.child_text("NextKeyMarker");
   if (encoded) page.next_key_marker = url_decode(page.next_key_marker, what);
   page.next_upload_id_marker = root.child_text("NextUploadIdMarker");
@@ -250,11 +255,12 @@ struct S3Client::Call {
     CredentialProvider& creds = *client.config_.credentials;
     http::Response r;
     for (int attempt = 0; attempt < 2; ++attempt) {
-      sign(creds.get());
+      const Credentials used = creds.get();
+      sign(used);
       r = http::perform(req);
       if (r.cancelled) throw S3Error(what + ": cancelled", 0, kCancelled);
       if (attempt > 0 || !creds.refreshable() || !credentials_expired(r)) break;
-      creds.expired();  // and once more with fresh ones
+      creds.expired(used);  // and once more with fresh ones
     }
     if ((r.status >= 200 && r.status < 300) || (ok_404 && r.status == 404)) return r;
     S3Error e = error_of(r, what);

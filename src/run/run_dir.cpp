@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -121,12 +122,26 @@ std::string holder_text(int fd) {
   return s.empty() ? "another process" : s;
 }
 
-/// The host a lock file names ("pid 12,host vm-3,since 1764..." -> "vm-3"), or "".
-std::string holder_host(const std::string& holder) {
-  const auto at = holder.find("host ");
-  if (at == std::string::npos) return "";
-  const auto end = holder.find(',', at);
-  return holder.substr(at + 5, end == std::string::npos ? std::string::npos : end - at - 5);
+/// A field of the lock file's text ("pid 12,host vm-3,boot 5f..,since 1764..."; "host" -> "vm-3"),
+/// or "".
+std::string holder_field(const std::string& holder, const std::string& name) {
+  for (size_t at = 0; at < holder.size();) {
+    const size_t end = std::min(holder.find(',', at), holder.size());
+    if (holder.compare(at, name.size() + 1, name + " ") == 0) return holder.substr(at + name.size() + 1, end - at - name.size() - 1);
+    at = end + 1;
+  }
+  return "";
+}
+
+/// This boot of this machine (a VM recreated under the same host name boots anew).
+std::string boot_id() {
+  std::string id;
+  try {
+    id = fsutil::read_file("/proc/sys/kernel/random/boot_id");
+  } catch (const Error&) {
+  }
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
 }
 
 std::string host_name() {
@@ -180,7 +195,9 @@ RunLock::RunLock(const std::string& run_dir, double other_host_wait_s, const std
       // Held from another host: on a shared file system a reclaimed VM's lock outlives it until
       // the server's lease ends, so that is worth waiting for -- and, past the wait, "try again
       // later" (75), not a refusal a scheduler takes as final.
-      const std::string other = err == EWOULDBLOCK ? holder_host(holder) : std::string();
+      std::string other = err == EWOULDBLOCK ? holder_field(holder, "host") : std::string();
+      const std::string boot = holder_field(holder, "boot");
+      if (other == host_name() && !boot.empty() && boot != boot_id()) other += " (an earlier boot of it)";
       if (!other.empty() && other != host_name()) {
         const bool stopping = stop && stop();
         if (mono_now() < wait_until && !stopping) {
@@ -214,7 +231,8 @@ RunLock::RunLock(const std::string& run_dir, double other_host_wait_s, const std
       ::close(fd);
       continue;
     }
-    const std::string me = fmt::format("pid {}\nhost {}\nsince {:.0f}\n", ::getpid(), host_name(), wall_now());
+    const std::string me = fmt::format("pid {}\nhost {}\nboot {}\nsince {:.0f}\n", ::getpid(), host_name(), boot_id(),
+                                       wall_now());
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
       log::warn("{}: cannot record this process in the lock file: {}", path_, std::strerror(errno));
     fd_ = fd;

@@ -9,7 +9,7 @@
 //   RUN_DIR/summary.json                written at the end (also on interruption or failure)
 //   RUN_DIR/events.out.tfevents.*       TensorBoard scalars
 //   RUN_DIR/checkpoints/                checkpoints (or checkpoint.dir)
-//   RUN_DIR/dlrun.lock                  while a trainer runs: its pid, host and start time
+//   RUN_DIR/dlrun.lock                  while a trainer runs: its pid, host, boot id and start time
 //   RUN_DIR/aside-<time>/               a previous run set aside by --resume never --force
 #pragma once
 
@@ -63,9 +63,9 @@ class RunDir {
 /// One trainer per run directory. Taking the lock creates the run directory (and missing
 /// parents) if needed, and holds an flock(2) on RUN_DIR/dlrun.lock, which names this process.
 /// Another live trainer on this host holding it is a refusal (exit 2) naming its pid; one on
-/// another host (a shared file system, where a reclaimed VM's lock lingers for the server's
-/// lease) is waited for up to `other_host_wait_s` (run.lock_wait_s), then exit 75 -- at once
-/// when `stop` says so. A lock file left by a killed process holds no flock and is taken over.
+/// another host, or on an earlier boot of this one (a shared file system, where a reclaimed VM's
+/// lock lingers for the server's lease; a VM recreated under the same name), is waited for up
+/// to `other_host_wait_s` (run.lock_wait_s), then exit 75 -- at once when `stop` says so. A lock file left by a killed process holds no flock and is taken over.
 /// On a file system without locks (ENOSYS, ENOLCK) it warns and runs unlocked. Releasing (the
 /// destructor) removes the lock file, and the directories taking it created when they are
 /// still empty, so a refused start leaves no trace.

@@ -100,7 +100,7 @@ void Checkpointer::save(SaveReason why, bool sync, int64_t step,
     try {
       writer_->save(std::move(*snap));
     } catch (const Error& e) {
-      failed(e, cfg_.checkpoint.async ? SaveReason::kNone : why, step);  // kNone: an earlier periodic save
+      failed(e, cfg_.checkpoint.async ? SaveReason::kNone : why, step, why);  // kNone: an earlier periodic save
       fail = !cfg_.checkpoint.async;
     }
     if (sync && !fail) {
@@ -140,8 +140,9 @@ void Checkpointer::wait_written(SaveReason why, int64_t step) {
 // periodic save obeys checkpoint.on_error (continue: report and train on, the next save tries
 // again); the final save and a preemption save are the run's result, so their failure ends
 // the run (exit 1) whatever the policy.
-void Checkpointer::failed(const Error& e, SaveReason why, int64_t step) {
-  const bool periodic = why != SaveReason::kEnd && why != SaveReason::kPreemption;  // kNone: an earlier async save
+void Checkpointer::failed(const Error& e, SaveReason why, int64_t step, SaveReason during) {
+  auto is_periodic = [](SaveReason r) { return r != SaveReason::kEnd && r != SaveReason::kPreemption; };
+  const bool periodic = is_periodic(why);  // kNone: an earlier async save
   ++errors_;
   if (writer_->last().step != committed_seen_) {  // a commit since the last failure: a new streak
     committed_seen_ = writer_->last().step;
@@ -156,7 +157,9 @@ void Checkpointer::failed(const Error& e, SaveReason why, int64_t step) {
   log::error("{} (the last committed checkpoint, {}, is intact)", ev.message, last);
   report_.report(std::move(ev));
   const int64_t limit = cfg_.checkpoint.max_failed_saves;
-  if (periodic && cfg_.checkpoint.on_error == SaveErrorPolicy::kContinue && limit > 0 && failed_in_a_row_ >= limit) {
+  // (Not while the final or a preemption save is being made: that one decides the run's end.)
+  if (periodic && is_periodic(during) && cfg_.checkpoint.on_error == SaveErrorPolicy::kContinue && limit > 0 &&
+      failed_in_a_row_ >= limit) {
     const int64_t since = writer_->last().step >= 0 ? writer_->last().step : resumed_step_;
     throw Error(ExitCode::kRuntime,
                 fmt::format("{} periodic checkpoints in a row could not be written (checkpoint.max_failed_saves); the "

@@ -102,7 +102,9 @@ class Checkpointer {
 
  private:
   double interval_minutes(int64_t step);
-  void failed(const Error& e, SaveReason why, int64_t step);
+  /// `why`: the failed save's reason; `during`: the save under way when it was learnt (an async
+  /// write's failure surfaces at the next save).
+  void failed(const Error& e, SaveReason why, int64_t step, SaveReason during = SaveReason::kNone);
 
   const Config& cfg_;
   std::string dir_;

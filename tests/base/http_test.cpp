@@ -158,4 +158,24 @@ TEST_CASE("an S3 request refused with ExpiredToken is signed again with fresh cr
   CHECK(server.requests().size() == 5);
 }
 
+TEST_CASE("a long error page keeps its status: a 503 from a proxy is worth retrying, not malformed", "[http][s3]") {
+  HttpTestServer server([](const HttpTestServer::Request&) {
+    return HttpTestServer::Response{503, "<html>" + std::string(200000, 'x') + "</html>", {}};
+  });
+  remote::S3Config cfg;
+  cfg.endpoint = server.base();
+  cfg.region = "us-east-1";
+  cfg.path_style = true;
+  cfg.credentials = remote::fixed_credentials({"AKID", "secret", "", 0}, "test");
+  remote::S3Client client(cfg, "bucket");
+  try {
+    client.remove("runs/x");
+    FAIL("a 503 was taken for success");
+  } catch (const remote::S3Error& e) {
+    CHECK(e.status() == 503);
+    CHECK(e.code() != remote::kMalformed);
+    CHECK(e.transient());
+  }
+}
+
 #endif  // DLRUN_HAVE_CURL

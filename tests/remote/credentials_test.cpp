@@ -144,13 +144,13 @@ TEST_CASE("web identity: STS AssumeRoleWithWebIdentity with the token file read 
   CHECK(reqs[0].body.find("WebIdentityToken=jwt-one") != std::string::npos);
   CHECK(p->get().access_key == "ASIA1");  // not due: no new request
   CHECK(sts.requests().size() == 1);
-  p->expired();  // the service said ExpiredToken: fetched again, with the token file as it is now
+  p->expired(c);  // the service said ExpiredToken: fetched again, with the token file as it is now
   write(token, "jwt-three\n");
   CHECK(p->get().access_key == "ASIA2");
   CHECK(sts.requests().back().body.find("WebIdentityToken=jwt-three") != std::string::npos);
   // STS refusing: the message names STS and its code, not the token.
   write(token, "jwt-two\n");
-  p->expired();
+  p->expired(p->get());
   try {
     p->get();
     FAIL("an STS refusal was not reported");
@@ -176,10 +176,15 @@ TEST_CASE("container credentials: the authorization token, and the hosts an http
   CHECK(p->get().access_key == "ASIACONT");
   CHECK(agent.requests().at(0).path == "/v2/credentials/x");
   write(auth, "Bearer wrong\n");
-  p->expired();
+  p->expired(p->get());
   CHECK_THROWS_AS(p->get(), remote::S3Error);
-  ScopedEnv far("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://198.51.100.7/creds");
-  dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); }, {"loopback", "169.254.170.2"});
+  for (const char* far : {"http://198.51.100.7/creds", "http://127.0.0.1@evil.example/creds",
+                          "http://127.evil.example/creds", "ftp://127.0.0.1/creds"}) {
+    ScopedEnv e("AWS_CONTAINER_CREDENTIALS_FULL_URI", far);
+    dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); }, {"loopback", "169.254.170.2"});
+  }
+  ScopedEnv tls("AWS_CONTAINER_CREDENTIALS_FULL_URI", "https://creds.example/v1");  // https: any host
+  CHECK(remote::credential_chain("us-east-1")->refreshable());
 }
 
 TEST_CASE("the instance role through IMDSv2: a session token first, then the role, then its credentials", "[remote][credentials]") {
@@ -242,9 +247,13 @@ TEST_CASE("temporary credentials are fetched again ahead of expiry, and kept whi
   CHECK_THROWS_AS(p->get(), remote::S3Error);
   fail = false;
   CHECK(p->get().access_key == "K3");
-  p->expired();  // refused as expired long before their time (revoked): fetched at once
+  const auto k3 = p->get();
+  p->expired(k3);  // refused as expired long before their time (revoked): fetched at once
   CHECK(p->get().access_key == "K4");
+  p->expired(k3);  // a late refusal of the old ones (another thread's) leaves the new ones alone
+  CHECK(p->get().access_key == "K4");
+  CHECK(fetches == 4);
   auto fixed = remote::fixed_credentials({"A", "B", "", 0}, "fixed");
-  fixed->expired();
+  fixed->expired(fixed->get());
   CHECK(fixed->get().access_key == "A");
 }

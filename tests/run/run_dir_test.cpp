@@ -194,6 +194,17 @@ TEST_CASE("a lock held from another host is waited for, then exit 75; from this 
   }
   char me[256] = {0};
   ::gethostname(me, sizeof(me) - 1);
+  {
+    // This host's name, an earlier boot (a VM recreated under the same name): waited for, 75.
+    HeldElsewhere earlier(run, std::string(me) + "\nboot 00000000-0000-0000-0000-000000000000");
+    try {
+      RunLock lock(run, 0.2);
+      FAIL("a lock held by an earlier boot was taken");
+    } catch (const Error& e) {
+      CHECK(e.code() == ExitCode::kInterrupted);
+      CHECK_THAT(e.message(), Catch::Contains("an earlier boot of it"));
+    }
+  }
   HeldElsewhere here(run, me);
   try {
     RunLock lock(run, 60);  // not waited for: a live trainer on this host
