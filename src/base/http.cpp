@@ -204,7 +204,9 @@ Response perform(const Request& req) {
   } else {
     r.cancelled = rc == CURLE_ABORTED_BY_CALLBACK && req.cancel && req.cancel->load();
     r.too_large = t.too_large;
-    if (t.too_large) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);  // it did answer
+    // An error page too long to keep still says its status; a 2xx answer cut short is no answer.
+    if (t.too_large) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    if (t.too_large && r.status >= 200 && r.status < 300) r.status = 0;
     r.error = r.cancelled        ? "cancelled"
               : t.aborted_by_sink ? "aborted by the receiver"
               : t.too_large       ? fmt::format("the answer is larger than {} bytes", req.max_body)

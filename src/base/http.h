@@ -43,7 +43,8 @@ struct Response {
   std::string body;
   std::string error;                   ///< transport error text when status == 0
   bool cancelled = false;              ///< abandoned through Request::cancel (status 0)
-  bool too_large = false;              ///< the body passed Request::max_body (status: the answer's)
+  bool too_large = false;              ///< the body passed Request::max_body: status 0 when it was
+                                       ///< a 2xx answer (cut short: no answer), else the error's
   std::vector<std::pair<std::string, std::string>> headers;  ///< names in lower case
   /// The value of a response header (`name` in lower case), or "".
   std::string header(const std::string& name) const;

@@ -24,8 +24,8 @@ constexpr uint64_t kMaxCopy = 5ull << 30;     // S3: one CopyObject up to 5 GiB
 
 /// What a failed answer says: "HTTP 403 InvalidAccessKeyId: The AWS Access Key Id ...".
 S3Error error_of(const http::Response& r, const std::string& what) {
-  if (r.too_large && r.status >= 200 && r.status < 300)  // (a long error page keeps its status)
-    return S3Error(fmt::format("{}: the service's answer is malformed: {}", what, r.error), r.status, kMalformed);
+  if (r.too_large && r.status == 0)  // a 2xx answer over the cap (a long error page keeps its status)
+    return S3Error(fmt::format("{}: the service's answer is malformed: {}", what, r.error), 200, kMalformed);
   if (r.status == 0) return S3Error(fmt::format("{}: no answer: {}", what, r.error), 0, "");
   const auto [code, message] = parse_error_answer(r.body);
   std::string text = fmt::format("{}: HTTP {}", what, r.status);

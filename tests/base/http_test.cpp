@@ -176,6 +176,33 @@ TEST_CASE("a long error page keeps its status: a 503 from a proxy is worth retry
     CHECK(e.code() != remote::kMalformed);
     CHECK(e.transient());
   }
+  // A 200 whose body passes the cap is cut short: never taken for an answer.
+  http::Request req;
+  req.url = server.base() + "/x";
+  req.max_body = 1000;
+  const auto r = http::perform(req);
+  CHECK(r.too_large);
+  CHECK(r.status == 503);
+}
+
+TEST_CASE("a 2xx answer over the size cap is refused as malformed, not read cut short", "[http][s3]") {
+  HttpTestServer server([](const HttpTestServer::Request&) {
+    return HttpTestServer::Response{200, "<ListBucketResult>" + std::string(65 << 20, ' ') + "</ListBucketResult>", {}};
+  });
+  remote::S3Config cfg;
+  cfg.endpoint = server.base();
+  cfg.region = "us-east-1";
+  cfg.path_style = true;
+  cfg.credentials = remote::fixed_credentials({"AKID", "secret", "", 0}, "test");
+  remote::S3Client client(cfg, "bucket");
+  try {
+    client.list("runs/");
+    FAIL("a listing over 64 MiB was read");
+  } catch (const remote::S3Error& e) {
+    CHECK(e.code() == remote::kMalformed);
+    CHECK_FALSE(e.transient());
+    CHECK_THAT(e.what(), Catch::Contains("larger than 67108864 bytes"));
+  }
 }
 
 #endif  // DLRUN_HAVE_CURL
