@@ -82,14 +82,20 @@ TEST_CASE("an exception thrown by the response sink ends the transfer and reache
   CHECK(seen < 100000);
 }
 
-TEST_CASE("an S3 request cancelled through the client is an S3Error 'cancelled', not worth retrying", "[http][s3]") {
-  HttpTestServer server([](const HttpTestServer::Request&) { return HttpTestServer::Response{200, "", {}}; });
+/// The S3 client's settings for a test server (path style), with `creds` (fixed keys by default).
+static remote::S3Config s3_config_for(const HttpTestServer& server,
+                                      std::shared_ptr<remote::CredentialProvider> creds = nullptr) {
   remote::S3Config cfg;
   cfg.endpoint = server.base();
   cfg.region = "us-east-1";
   cfg.path_style = true;
-  cfg.credentials = remote::fixed_credentials({"AKIDEXAMPLE", "secret", "", 0}, "test");
-  remote::S3Client client(cfg, "bucket");
+  cfg.credentials = creds ? std::move(creds) : remote::fixed_credentials({"AKIDEXAMPLE", "secret", "", 0}, "test");
+  return cfg;
+}
+
+TEST_CASE("an S3 request cancelled through the client is an S3Error 'cancelled', not worth retrying", "[http][s3]") {
+  HttpTestServer server([](const HttpTestServer::Request&) { return HttpTestServer::Response{200, "", {}}; });
+  remote::S3Client client(s3_config_for(server), "bucket");
   std::atomic<bool> cancel{true};
   client.set_cancel(&cancel);
   try {
@@ -116,17 +122,13 @@ TEST_CASE("an S3 request refused with ExpiredToken is signed again with fresh cr
     return HttpTestServer::Response{204, "", {}};
   });
   int fetched = 0;
-  remote::S3Config cfg;
-  cfg.endpoint = server.base();
-  cfg.region = "us-east-1";
-  cfg.path_style = true;
-  cfg.credentials = remote::refreshing_credentials(
+  remote::S3Config cfg = s3_config_for(server, remote::refreshing_credentials(
       [&] {
         ++fetched;
         return remote::Credentials{"ASIA" + std::to_string(fetched), "secret", "token-" + std::to_string(fetched),
                                    wall_now() + 3600};
       },
-      "test");
+      "test"));
   remote::S3Client client(cfg, "bucket");
   client.remove("runs/x");
   auto reqs = server.requests();
@@ -162,12 +164,7 @@ TEST_CASE("a long error page keeps its status: a 503 from a proxy is worth retry
   HttpTestServer server([](const HttpTestServer::Request&) {
     return HttpTestServer::Response{503, "<html>" + std::string(200000, 'x') + "</html>", {}};
   });
-  remote::S3Config cfg;
-  cfg.endpoint = server.base();
-  cfg.region = "us-east-1";
-  cfg.path_style = true;
-  cfg.credentials = remote::fixed_credentials({"AKID", "secret", "", 0}, "test");
-  remote::S3Client client(cfg, "bucket");
+  remote::S3Client client(s3_config_for(server), "bucket");
   try {
     client.remove("runs/x");
     FAIL("a 503 was taken for success");
@@ -189,12 +186,7 @@ TEST_CASE("a 2xx answer over the size cap is refused as malformed, not read cut 
   HttpTestServer server([](const HttpTestServer::Request&) {
     return HttpTestServer::Response{200, "<ListBucketResult>" + std::string(65 << 20, ' ') + "</ListBucketResult>", {}};
   });
-  remote::S3Config cfg;
-  cfg.endpoint = server.base();
-  cfg.region = "us-east-1";
-  cfg.path_style = true;
-  cfg.credentials = remote::fixed_credentials({"AKID", "secret", "", 0}, "test");
-  remote::S3Client client(cfg, "bucket");
+  remote::S3Client client(s3_config_for(server), "bucket");
   try {
     client.list("runs/");
     FAIL("a listing over 64 MiB was read");
