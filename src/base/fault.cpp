@@ -15,7 +15,7 @@ namespace {
 
 bool known(const std::string& name) {
   return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
-         name == "upload" || name == "slow_batch" || name == "disk_error";
+         name == "upload" || name == "slow_batch" || name == "disk_error" || name == "nonfinite_loss_at_step";
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -48,6 +48,11 @@ Spec current() {
     return {};
   }
   return spec;
+}
+
+bool nonfinite_loss(int64_t step) {
+  const Spec s = current();
+  return s.name == "nonfinite_loss_at_step" && !s.arg.empty() && std::strtoll(s.arg.c_str(), nullptr, 10) == step;
 }
 
 void at_checkpoint_point(const char* point) {

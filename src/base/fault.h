@@ -14,6 +14,9 @@
 //                                  K <= M when given) fail as a disk would: ENOSPC and EIO after
 //                                  half the bytes, EROFS at open
 //
+//   DLRUN_FAULT=nonfinite_loss_at_step:K  step K's loss is +inf on this rank, its gradients
+//                                  untouched (a loss that overflows where the gradients do not)
+//
 //   DLRUN_FAULT_RANK=R             in a multi-process run, only rank R (its RANK variable) is hit
 //   DLRUN_FAULT_RESTART=N          only in the group's N-th restart (TORCHELASTIC_RESTART_COUNT)
 //
@@ -41,6 +44,9 @@ void at_upload_point(const char* point);
 /// After optimizer step `step`: abort() for abort_at_step:step, raise(SIGTERM) for
 /// signal_at_step:step.
 void after_step(int64_t step);
+
+/// True when DLRUN_FAULT is `nonfinite_loss_at_step:<step>`.
+bool nonfinite_loss(int64_t step);
 
 /// Sleep MS milliseconds when DLRUN_FAULT is `slow_batch:<MS>` (the trainer calls it as it
 /// takes each training batch, inside the time it counts as waiting for data).

@@ -352,6 +352,31 @@ std::string Group::share(const std::string& key, const std::string& text) {
   }
 }
 
+void Group::acknowledge(const std::string& key) noexcept {
+  try {
+    impl_->store->set(fmt::format("ack/{}/{}", key, rank()), "1");
+  } catch (...) {
+  }
+}
+
+std::vector<int> Group::await_acknowledged(const std::string& key, double seconds) noexcept {
+  std::vector<int> missing;
+  for (int r = 1; r < size(); ++r) missing.push_back(r);
+  const double until = mono_now() + seconds;
+  try {
+    while (!missing.empty()) {
+      if (impl_->store->check({fmt::format("ack/{}/{}", key, missing.front())})) {
+        missing.erase(missing.begin());
+        continue;
+      }
+      if (mono_now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (...) {
+  }
+  return missing;
+}
+
 void Group::report_failure(const std::string& what) noexcept {
   try {
     impl_->store->set("failed", fmt::format("rank {} failed: {}", rank(), what.substr(0, 2000)));
@@ -362,12 +387,14 @@ void Group::report_failure(const std::string& what) noexcept {
 // ---- gradient averaging ---------------------------------------------------------------
 
 struct GradSync::State {
+  Group* group = nullptr;
   std::shared_ptr<c10d::Reducer> reducer;
   size_t buckets = 0;
 };
 
 GradSync::GradSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb)
     : state_(std::make_unique<State>()) {
+  state_->group = &group;
   // Buckets as PyTorch DDP ends up with them once it has rebuilt them in gradient-ready
   // order after its first step: filled from the last parameter backwards (backward produces
   // the last layers' gradients first), the first bucket capped at 1 MiB so communication
@@ -405,5 +432,11 @@ void GradSync::prepare(const torch::Tensor& loss) {
 }
 
 size_t GradSync::buckets() const { return state_->buckets; }
+
+torch::Tensor GradSync::any_rank(const torch::Tensor& flag) {
+  auto t = flag.to(torch::kInt32);
+  state_->group->all_reduce(t, Reduce::kMax);
+  return t.gt(0);
+}
 
 }  // namespace dlrun::dist

@@ -58,6 +58,13 @@ class Group {
   /// Rank 0's `text` on every rank (through the store; for small texts: configs, manifests).
   std::string share(const std::string& key, const std::string& text);
 
+  /// Ranks other than 0: say in the store that this rank has read `key` (share()). Never throws.
+  void acknowledge(const std::string& key) noexcept;
+  /// Rank 0: wait up to `seconds` until every other rank has acknowledged `key`; the ranks that
+  /// did not, in order (rank 0 hosts the store: it must not exit before they have read). Never
+  /// throws.
+  std::vector<int> await_acknowledged(const std::string& key, double seconds) noexcept;
+
   /// Record this rank's failure in the store, so the others name it in their error instead of
   /// a bare "connection closed". Never throws.
   void report_failure(const std::string& what) noexcept;
@@ -83,6 +90,9 @@ class GradSync {
   /// called for the other micro-batches, whose backward stays local.
   void prepare(const torch::Tensor& loss);
   size_t buckets() const;
+  /// A boolean flag (0-dim, on the model's device) true on every rank when it is on any: an
+  /// all-reduce MAX, queued like the gradients' (no host synchronisation with NCCL).
+  torch::Tensor any_rank(const torch::Tensor& flag);
 
  private:
   struct State;

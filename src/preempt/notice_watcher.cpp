@@ -3,9 +3,11 @@
 // a condition variable, so shutting down never waits for a poll interval (at most for one
 // HTTP request in flight, bounded by its 2 s timeout).
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "preempt/preempt.h"
@@ -17,10 +19,24 @@ struct NoticeWatcher::Impl {
   NoticeSource watch = NoticeSource::kNone;
   std::string endpoint;
   double poll_s = 5.0;
+  double lead_s = 0;  ///< how long before the action the provider gives notice (AWS 120 s, Azure 30 s)
   std::mutex mutex;
   std::condition_variable cv;
   bool stopping = false;
   std::thread thread;
+
+  /// When the notice was given, from the time it names for the VM to be taken: the provider's
+  /// warning (lead_s) before it. preemption.deadline_s counts from there, not from when a poll
+  /// saw the notice (up to poll_s and a request later).
+  double notice_time(double action_time) const {
+    if (action_time <= 0 || lead_s <= 0) return 0;
+    const double t = action_time - lead_s, late = wall_now() - t;
+    if (late > 0)
+      log::warn("the notice names {:+.1f} s from now for the VM to be taken: it was given {:.1f} s ago, and "
+                "preemption.deadline_s counts from then",
+                action_time - wall_now(), late);
+    return t;
+  }
 
   void run() {
     bool reported_error = false, reported_note = false;
@@ -34,7 +50,7 @@ struct NoticeWatcher::Impl {
       }
       if (r.notice) {
         log::warn("preemption notice from {} ({}): {}", name, endpoint, r.detail);
-        request_stop(name + " notice: " + r.detail);
+        request_stop(name + " notice: " + r.detail, notice_time(r.action_time));
         return;
       }
       if (!r.error.empty() && !reported_error) {  // once: a misconfigured endpoint, not spam
@@ -65,6 +81,9 @@ NoticeWatcher::NoticeWatcher(const PreemptionOptions& opts) {
   impl->watch = opts.watch;
   impl->endpoint = opts.endpoint.empty() ? default_endpoint(opts.watch) : opts.endpoint;
   impl->poll_s = opts.poll_s;
+  PreemptionOptions provider = opts;
+  provider.deadline_s = std::numeric_limits<double>::quiet_NaN();  // auto: the provider's warning
+  impl->lead_s = provider.deadline_or_default();
   log::info("watching for preemption notices: {} at {} every {}s", name_of(impl->watch), impl->endpoint,
             impl->poll_s);
   Impl* p = impl.get();

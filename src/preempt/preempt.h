@@ -11,9 +11,23 @@
 
 namespace dlrun::preempt {
 
+/// A second signal less than this many seconds after the first is the same request delivered
+/// twice (systemd's KillMode=control-group, Slurm, a launcher that forwards what the worker got
+/// too): it changes nothing.
+constexpr double kSameRequestS = 1.0;
+
+/// Where the stop stands, for a second signal: before the stop's checkpoint is written and while
+/// it is, a later signal (kSameRequestS or more after the first) exits at once; once it is
+/// committed, nothing changes any more: the exit is 75.
+enum class StopPhase { kRunning = 0, kWriting = 1, kCommitted = 2 };
+void set_stop_phase(StopPhase phase);
+/// Signals that changed nothing (the same request again, or after the commit).
+int signals_ignored();
+
 /// Install SIGTERM, SIGUSR1 and SIGINT handlers (SA_RESTART). A first signal only sets the
 /// flag (and records which signal and when) — even after a notice already asked to stop; a
-/// second signal exits the process at once with _exit(128+signo). SIGINT is handled like
+/// second signal exits the process at once with _exit(128+signo), unless it came within
+/// kSameRequestS of the first or after the commit (StopPhase). SIGINT is handled like
 /// SIGTERM; stop_signal() lets the loop print a message for Ctrl-C.
 void install_signal_handlers();
 /// Restore default dispositions (tests).
@@ -38,7 +52,9 @@ bool die_with_launcher();
 /// True once a signal or a notice asked the run to stop.
 bool stop_requested();
 /// Ask to stop (used by notice watchers and tests). `reason` like "aws spot notice".
-void request_stop(const std::string& reason);
+/// `notice_time` (wall seconds, 0: now): when the notice was given, if earlier than now -- the
+/// stop deadline counts from it (an AWS instance-action names when the VM is taken).
+void request_stop(const std::string& reason, double notice_time = 0);
 /// What asked to stop ("SIGTERM", "aws notice: ...") and when (seconds since epoch; 0 if not).
 /// The first cause wins: later requests do not change the reason or the time.
 std::string stop_reason();

@@ -10,7 +10,9 @@
 //          and the watcher says so once. The margin absorbs the file system's coarse
 //          timestamps; a notice that arrives during start-up is always honoured.
 #include <sys/stat.h>
+#include <time.h>
 
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +66,19 @@ bool answered(const http::Response& r, const std::string& url, PollResult* out) 
 
 }  // namespace
 
+double parse_notice_time(const std::string& text) {
+  if (text.size() > 64) return 0;
+  for (const char* format : {"%Y-%m-%dT%H:%M:%SZ", "%a, %d %b %Y %H:%M:%S GMT"}) {
+    std::tm tm{};
+    const char* end = ::strptime(text.c_str(), format, &tm);
+    if (end != nullptr && *end == '\0') {
+      const time_t t = ::timegm(&tm);
+      return t > 0 ? static_cast<double>(t) : 0;
+    }
+  }
+  return 0;
+}
+
 // What a metadata service's answer means, apart from the transport (the fuzzed part).
 PollResult parse_answer(NoticeSource watch, int status, const std::string& body, const std::string& url) {
   PollResult out;
@@ -88,6 +103,7 @@ PollResult parse_answer(NoticeSource watch, int status, const std::string& body,
       }
       out.notice = true;
       out.detail = "action=" + field(j, "action") + " time=" + field(j, "time");
+      out.action_time = parse_notice_time(field(j, "time"));
       return out;
     }
     case NoticeSource::kGcp:
@@ -110,6 +126,7 @@ PollResult parse_answer(NoticeSource watch, int status, const std::string& body,
         if (!e.is_object() || field(e, "EventType") != "Preempt") continue;
         out.notice = true;
         out.detail = "EventId=" + field(e, "EventId") + " NotBefore=" + field(e, "NotBefore");
+        out.action_time = parse_notice_time(field(e, "NotBefore"));
         return out;
       }
       return out;

@@ -13,7 +13,14 @@ struct PollResult {
   std::string detail;   ///< the notice ("action=terminate time=...") when notice
   std::string error;    ///< why the source could not be read ("" when it answered)
   std::string note;     ///< something the user should know that is not an error (a stale notice)
+  /// When the provider takes the VM, as the notice says (wall seconds; 0: it does not say or
+  /// could not be read): AWS instance-action "time", Azure's "NotBefore".
+  double action_time = 0;
 };
+
+/// "2026-11-25T08:22:00Z" (ISO 8601, UTC; AWS) or "Wed, 25 Nov 2026 08:22:00 GMT" (RFC 1123;
+/// Azure) in seconds since the epoch; 0 when it is neither.
+double parse_notice_time(const std::string& text);
 
 /// Checks, without I/O, that `watch` is a source, that file has a path, and that HTTP
 /// sources have libcurl; throws dlrun::Error(2) otherwise.

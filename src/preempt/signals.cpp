@@ -1,6 +1,8 @@
 // The stop flag and the signal handlers that set it (docs/design.md, "Preemption"). A handler only stores
 // into lock-free atomics (async-signal-safe); the training loop polls stop_requested() at
-// step boundaries, saves and exits 75. A second signal means "now": _exit(128 + signo).
+// step boundaries, saves and exits 75. A second signal means "now": _exit(128 + signo) -- unless
+// it is the same request delivered twice (within kSameRequestS of the first: systemd, Slurm and
+// a forwarding launcher all do that), or the stop's checkpoint is already committed.
 #include "preempt/preempt.h"
 
 #include <signal.h>
@@ -28,6 +30,9 @@ std::atomic<bool> g_stop{false};
 std::atomic<int> g_first{0};          // 0: none; a signal number; or kByRequest
 std::atomic<int> g_signals{0};        // signals received since reset()
 std::atomic<int64_t> g_stop_ns{0};    // wall time of the first request, ns since epoch
+std::atomic<int64_t> g_signal_ns{0};  // monotonic time of the first signal, ns
+std::atomic<int> g_phase{0};          // StopPhase
+std::atomic<int> g_ignored{0};        // later signals taken for the first one, or after the commit
 std::mutex g_reason_mutex;            // guards g_reason (never touched by the handler)
 std::string g_reason;
 
@@ -37,9 +42,24 @@ int64_t wall_ns() {  // clock_gettime is async-signal-safe
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+int64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 void on_signal(int signo) {
-  if (g_signals.fetch_add(1) > 0) ::_exit(128 + signo);
-  const int64_t now = wall_ns();
+  const int64_t now = wall_ns(), mono = mono_ns();
+  int64_t none = 0;
+  g_signal_ns.compare_exchange_strong(none, mono);  // the first signal's
+  if (g_signals.fetch_add(1) > 0) {
+    const bool same_request = mono - g_signal_ns.load() < static_cast<int64_t>(kSameRequestS * 1e9);
+    if (same_request || g_phase.load() == static_cast<int>(StopPhase::kCommitted)) {
+      g_ignored.fetch_add(1);
+      return;
+    }
+    ::_exit(128 + signo);
+  }
   int expected = 0;
   if (g_first.compare_exchange_strong(expected, signo)) g_stop_ns.store(now);
   g_stop.store(true);
@@ -99,12 +119,13 @@ bool die_with_launcher() {
 
 bool stop_requested() { return g_stop.load(); }
 
-void request_stop(const std::string& reason) {
+void request_stop(const std::string& reason, double notice_time) {
   {
     std::lock_guard<std::mutex> lock(g_reason_mutex);
     if (g_first.load() == 0) {
       g_reason = reason;
-      const int64_t now = wall_ns();
+      int64_t now = wall_ns();
+      if (notice_time > 0 && notice_time * 1e9 < static_cast<double>(now)) now = static_cast<int64_t>(notice_time * 1e9);
       int expected = 0;
       if (g_first.compare_exchange_strong(expected, kByRequest)) g_stop_ns.store(now);
     }
@@ -127,12 +148,19 @@ int stop_signal() {
 
 double stop_time() { return double(g_stop_ns.load()) / 1e9; }
 
+void set_stop_phase(StopPhase phase) { g_phase.store(static_cast<int>(phase)); }
+
+int signals_ignored() { return g_ignored.load(); }
+
 void reset() {
   std::lock_guard<std::mutex> lock(g_reason_mutex);
   g_stop.store(false);
   g_first.store(0);
   g_signals.store(0);
   g_stop_ns.store(0);
+  g_signal_ns.store(0);
+  g_phase.store(0);
+  g_ignored.store(0);
   g_reason.clear();
 }
 

@@ -2,6 +2,7 @@
 #include "train/checkpointer.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "base/clock.h"
 #include "base/fault.h"
@@ -14,6 +15,30 @@
 #include "train/replicas.h"
 
 namespace dlrun::train {
+namespace {
+
+/// How long a stop may take from its signal or notice: preemption.deadline_s (auto: the
+/// provider's warning, else none), and under scripts/dlrun-launch less than the launcher's
+/// --shutdown-timeout, which it passes down as DLRUN_LAUNCHER_SHUTDOWN_S: past that the
+/// launcher kills the worker, and a killed rank 0 fails the job instead of requeueing it. A
+/// tenth of it (at least 1 s) is left for exiting and the launcher's own polling.
+double stop_deadline_s(const PreemptionOptions& opts, std::string* why) {
+  double d = opts.deadline_or_default();
+  *why = "preemption.deadline_s";
+  const char* v = std::getenv("DLRUN_LAUNCHER_SHUTDOWN_S");
+  if (v == nullptr || *v == '\0') return d;
+  char* end = nullptr;
+  const double launcher = std::strtod(v, &end);
+  if (*end != '\0' || !(launcher > 0)) return d;
+  const double fits = launcher - std::max(1.0, 0.1 * launcher);
+  if (d <= 0 || fits < d) {
+    d = std::max(fits, 0.5);
+    *why = fmt::format("the launcher's --shutdown-timeout {:g} s", launcher);
+  }
+  return d;
+}
+
+}  // namespace
 
 Checkpointer::Checkpointer(const Config& cfg, std::string checkpoints_dir, metrics::Reporter& report,
                            Replicas& replicas, Clock clock)
@@ -247,7 +272,8 @@ Checkpointer::StopUpload Checkpointer::upload_before_deadline(int64_t step, doub
   if (uploader_) {
     out.active = true;
     uploader_->supersede_older(step);
-    const double deadline_s = cfg_.preemption.deadline_or_default();
+    std::string why;
+    const double deadline_s = stop_deadline_s(cfg_.preemption, &why);
     double deadline = 0;  // none
     if (deadline_s > 0) {
       const double margin = std::min(2.0, 0.1 * deadline_s);
@@ -261,8 +287,7 @@ Checkpointer::StopUpload Checkpointer::upload_before_deadline(int64_t step, doub
                  out.commit_time.get<double>() - signal_time, reason);
     } else {
       out.note = done ? "the upload failed: " + totals.last_error
-                      : fmt::format("the upload did not finish within the {:.0f} s deadline (preemption.deadline_s)",
-                                    deadline_s);
+                      : fmt::format("the upload did not finish within the {:.0f} s deadline ({})", deadline_s, why);
       log::warn("{}; exiting 75 with the local checkpoint", out.note);
     }
   }

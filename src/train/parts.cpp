@@ -12,6 +12,7 @@
 #include "config/diff.h"
 #include "config/loader.h"
 #include "config/tree.h"
+#include "data/sample_rng.h"
 #include "train/rng.h"
 
 namespace dlrun::train {
@@ -117,12 +118,22 @@ class RngPart : public ckpt::Part {
     if (it != snap.tensor_files.end())
       set_rng_states(it->second, l_.device);
     else
-      log::warn("the checkpoint has no RNG state for rank {} (it was written by {} rank(s)); this rank's generator "
-                "keeps its seed",
-                rank, snap.state.value("world_size", 1));
+      own_stream(rank, snap);
   }
 
  private:
+  /// A rank the checkpoint's smaller world did not have (a 2 -> 8 resume): a stream of its own,
+  /// from run.seed, its rank and the step -- not run.seed itself, which every such rank would
+  /// share (the same dropout masks on ranks 2-7).
+  void own_stream(int rank, const ckpt::Snapshot& snap) const {
+    const uint64_t seed = data::mix64(data::mix64(l_.cfg.run.seed + 0x9e3779b97f4a7c15ULL * uint64_t(rank + 1)) ^
+                                      static_cast<uint64_t>(snap.step));
+    torch::manual_seed(seed);
+    log::info("the checkpoint has no RNG state for rank {} (it was written by {} rank(s)): this rank's generators "
+              "start a stream of their own (seed {:#x})",
+              rank, snap.state.value("world_size", 1), seed);
+  }
+
   const LiveState& l_;
   std::vector<ckpt::TensorDict> ranks_;
 };

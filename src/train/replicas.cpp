@@ -1,6 +1,11 @@
 // The replicas of a run: a process group, or a world of one answering locally (see replicas.h).
 #include "train/replicas.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "base/error.h"
 #include "base/log.h"
 #include "distributed/group.h"
 #include "distributed/sync_bn.h"
@@ -39,6 +44,28 @@ void Replicas::all_reduce(torch::Tensor& t) {
 
 std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& t) {
   return group_ ? group_->all_gather(t) : std::vector<torch::Tensor>{t};
+}
+
+void Replicas::agree_committed(int64_t step, const std::string& failure) {
+  if (!group_ || (!leader() && !failure.empty())) return;
+  const std::string key = fmt::format("commit/{}", step);
+  const std::string outcome = group_->share(key, failure.empty() ? "committed" : "failed: " + failure);
+  if (leader()) return;
+  group_->acknowledge(key);
+  if (outcome != "committed")
+    throw Error(ExitCode::kRuntime,
+                fmt::format("rank 0 did not commit the checkpoint of step {}, so this rank exits 1 like it rather "
+                            "than 75 (requeueing would not resume from it): {}",
+                            step, outcome.substr(0, 1000)));
+}
+
+void Replicas::outcome_read(int64_t step) {
+  if (!group_ || !leader()) return;
+  const auto missing =
+      group_->await_acknowledged(fmt::format("commit/{}", step), std::min(30.0, cfg_.dist.timeout_s));
+  if (!missing.empty())
+    log::warn("rank(s) {} did not read that the checkpoint of step {} is committed; they exit 1 when the store is gone",
+              fmt::join(missing, ", "), step);
 }
 
 void Replicas::share_checkpoint(std::optional<ckpt::Loaded>& from) {

@@ -43,6 +43,16 @@ class Replicas {
   void all_reduce(torch::Tensor& t);
   /// Every rank's `t`, in rank order.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& t);
+  /// The checkpoint of `step` that ends a stop or the run, agreed on every rank: the leader tells
+  /// the others through the store whether it committed it (`failure` empty) or not (why); each
+  /// other rank returns when it did and throws dlrun::Error (exit 1) naming rank 0's failure
+  /// when it did not. So every rank exits with one code -- 75 only when the checkpoint is
+  /// committed -- and a scheduler that reads any of them (srun: the highest) reads the truth.
+  /// A rank other than 0 passing its own `failure` returns at once (its exception goes on).
+  void agree_committed(int64_t step, const std::string& failure);
+  /// Leader, before it exits: wait (up to min(30 s, dist.timeout_s)) until every other rank has
+  /// read agree_committed's outcome -- rank 0 hosts the store, which goes with it.
+  void outcome_read(int64_t step);
   /// Rank 0's checkpoint to resume from (or none) on every rank: the metadata through the
   /// rendezvous store, the tensors broadcast. Only rank 0 reads the run directory and remote
   /// storage, so the other hosts need no shared filesystem.

@@ -2,6 +2,7 @@
 #include "train/step.h"
 
 #include "base/error.h"
+#include "base/fault.h"
 #include "base/log.h"
 #include "distributed/group.h"
 #include "train/optim.h"
@@ -17,6 +18,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <limits>
 #include <optional>
 #endif
 
@@ -97,7 +99,8 @@ void StepRunner::clip(const std::vector<torch::Tensor>& grads) const {
   at::_foreach_mul_(grads, factor);
 }
 
-StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr) {
+StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr, int64_t step) {
+  step_ = step;
   set_lr(optim_, lr);
   return graph_ ? run_graphed(micro) : body(micro);
 }
@@ -140,7 +143,12 @@ StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
   for (const auto& p : params_)
     if (p.grad().defined()) grads.push_back(p.grad());
   const auto found_inf = scaler_.unscale_(grads);  // float32 0-dim: 1 = a gradient is inf/NaN
-  const auto loss_bad = loss_sum.isfinite().logical_not();
+  if (fault::nonfinite_loss(step_)) loss_sum += std::numeric_limits<double>::infinity();
+  auto loss_bad = loss_sum.isfinite().logical_not();
+  // The loss is each rank's own (the gradients are averaged, so their check agrees already):
+  // any rank's non-finite loss counts on every rank, or ranks would skip different steps and
+  // their replicas part silently.
+  if (sync_) loss_bad = sync_->any_rank(loss_bad);
   StepResult r;
   r.loss = loss_sum / n;
   // With fp16 scaling, overflowing gradients are routine (the scale is searched for); only

@@ -59,8 +59,9 @@ class StepRunner {
   void use_cuda_graphs();
   /// Whether run() replays a captured graph now.
   bool graph_captured() const;
-  /// One optimizer step over `micro` (train.grad_accum micro-batches) at learning rate `lr`.
-  StepResult run(const std::vector<data::Batch>& micro, double lr);
+  /// One optimizer step (the `step`-th of the run: fault injection only) over `micro` (train.grad_accum micro-batches) at
+  /// learning rate `lr`.
+  StepResult run(const std::vector<data::Batch>& micro, double lr, int64_t step = 0);
   /// Multi-process: the gradients of each step are averaged across ranks by `sync` during
   /// the backward of its last micro-batch (the earlier ones accumulate locally: DDP's
   /// no_sync), and `before_step` (the BatchNorm buffer broadcast) runs before its first forward.
@@ -90,6 +91,7 @@ class StepRunner {
   GradScaler scaler_;
   std::vector<torch::Tensor> params_;  ///< trainable parameters
   dist::GradSync* sync_ = nullptr;
+  int64_t step_ = 0;  ///< the step run() is making (fault injection)
   std::function<void()> before_step_;
   StepTimer timer_;
 };

@@ -214,7 +214,7 @@ std::optional<data::Batch> Trainer::next_batch() {
 
 void Trainer::step(const std::vector<data::Batch>& micro) {
   const double lr = lr_at(c_.schedule, st_.step);
-  meter_.record(runner_.run(micro, lr), st_.step + 1, lr);
+  meter_.record(runner_.run(micro, lr, st_.step + 1), st_.step + 1, lr);
   st_.step += 1;
 }
 
@@ -273,15 +273,26 @@ int Trainer::stop_and_save() {
   double signal_time = preempt::stop_time();
   if (reason.empty()) reason = "stop requested by another rank";
   if (signal_time <= 0) signal_time = wall_now();
-  if (!ckpt_.saved(st_.step)) {
-    log0::info("{} received: saving a checkpoint at step {} and exiting with code 75", reason, st_.step);
-    save(SaveReason::kPreemption, /*sync=*/true);
-  } else {
-    log0::info("{} received: step {} is already saved; exiting with code 75", reason, st_.step);
-    ckpt_.wait_written(SaveReason::kPreemption, st_.step);  // throws when it fails: nothing new is committed, so not 75
+  preempt::set_stop_phase(preempt::StopPhase::kWriting);  // a later signal (not a repeat) exits at once
+  try {
+    if (!ckpt_.saved(st_.step)) {
+      log0::info("{} received: saving a checkpoint at step {} and exiting with code 75", reason, st_.step);
+      save(SaveReason::kPreemption, /*sync=*/true);
+    } else {
+      log0::info("{} received: step {} is already saved; exiting with code 75", reason, st_.step);
+      ckpt_.wait_written(SaveReason::kPreemption, st_.step);  // throws when it fails: nothing new is committed, so not 75
+    }
+  } catch (const std::exception& e) {  // every rank exits 1 with rank 0, none 75
+    try {
+      replicas_.agree_committed(st_.step, e.what());
+    } catch (...) {
+    }
+    throw;
   }
+  replicas_.agree_committed(st_.step, "");  // the other ranks wait for rank 0's commit (throw if it failed)
+  preempt::set_stop_phase(preempt::StopPhase::kCommitted);  // from here on the exit is 75, whatever arrives
   profiler_.finish(st_.step);  // the steps traced so far, after the checkpoint
-  if (!leader()) return kInterrupted;  // rank 0 has committed the checkpoint (the save is collective)
+  if (!leader()) return kInterrupted;
   const double commit_time = wall_now();
   log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
   const Checkpointer::StopUpload upload = ckpt_.upload_before_deadline(st_.step, signal_time, reason);
@@ -301,6 +312,10 @@ int Trainer::stop_and_save() {
   } catch (const std::exception& e) {
     log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
   }
+  replicas_.outcome_read(st_.step);
+  if (preempt::signals_ignored() > 0)
+    log0::info("{} further signal(s) ignored: the same request delivered again, or after the commit",
+               preempt::signals_ignored());
   return kInterrupted;
 }
 

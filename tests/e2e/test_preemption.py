@@ -113,6 +113,8 @@ class NoticeServer:
     def __init__(self):
         self.noticed = threading.Event()
         self.requests = []
+        self.action_in_s = 120  # the AWS instance-action's time: when the VM is taken
+        self.action_time = None
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -136,7 +138,10 @@ class NoticeServer:
                     self._send(200 if ok else 403, b"TRUE" if outer.noticed.is_set() else b"FALSE")
                 elif self.path.endswith("/spot/instance-action"):
                     if outer.noticed.is_set():
-                        self._send(200, json.dumps({"action": "terminate", "time": "2026-11-22T00:02:00Z"}).encode())
+                        if outer.action_time is None:  # named when the notice is first read
+                            outer.action_time = int(time.time()) + outer.action_in_s
+                        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(outer.action_time))
+                        self._send(200, json.dumps({"action": "terminate", "time": when}).encode())
                     else:
                         self._send(404, b"")
                 else:

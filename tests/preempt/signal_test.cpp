@@ -1,5 +1,6 @@
 // Signals set the stop flag and record which signal and when; a second signal exits at
-// once with 128+signo (checked in a forked child, since it ends the process).
+// once with 128+signo unless it repeats the first or the stop is committed (checked in a
+// forked child, since it ends the process).
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -92,6 +93,7 @@ TEST_CASE("a second signal exits at once with 128+signo", "[preempt][signals]") 
     preempt::install_signal_handlers();
     std::raise(SIGTERM);
     if (!preempt::stop_requested()) ::_exit(3);  // the first one must not exit
+    ::usleep(static_cast<useconds_t>(preempt::kSameRequestS * 1e6) + 50000);
     std::raise(SIGTERM);
     ::_exit(4);  // not reached
   });
@@ -101,11 +103,52 @@ TEST_CASE("a second signal exits at once with 128+signo", "[preempt][signals]") 
   status = in_child([] {
     preempt::install_signal_handlers();
     std::raise(SIGUSR1);
+    preempt::set_stop_phase(preempt::StopPhase::kWriting);
+    ::usleep(static_cast<useconds_t>(preempt::kSameRequestS * 1e6) + 50000);
     std::raise(SIGINT);
     ::_exit(4);
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 128 + SIGINT);
+}
+
+TEST_CASE("the same signal twice within kSameRequestS is one request", "[preempt][signals]") {
+  // systemd (KillMode=control-group), Slurm and a forwarding launcher deliver one SIGTERM twice.
+  const int status = in_child([] {
+    preempt::install_signal_handlers();
+    std::raise(SIGTERM);
+    std::raise(SIGTERM);
+    std::raise(SIGUSR1);
+    if (!preempt::stop_requested() || preempt::stop_signal() != SIGTERM) ::_exit(3);
+    ::_exit(preempt::signals_ignored() == 2 ? 0 : 5);
+  });
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("after the stop's commit a further signal changes nothing", "[preempt][signals]") {
+  const int status = in_child([] {
+    preempt::install_signal_handlers();
+    std::raise(SIGTERM);
+    preempt::set_stop_phase(preempt::StopPhase::kCommitted);
+    ::usleep(static_cast<useconds_t>(preempt::kSameRequestS * 1e6) + 50000);
+    std::raise(SIGTERM);
+    std::raise(SIGINT);
+    ::_exit(preempt::signals_ignored() == 2 ? 0 : 5);
+  });
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("a notice's own time is the stop time when it is earlier", "[preempt]") {
+  Installed guard;
+  const double now = wall_now();
+  preempt::request_stop("aws notice", now - 50);
+  CHECK(preempt::stop_time() == Approx(now - 50).margin(1e-3));
+  preempt::reset();
+  preempt::request_stop("aws notice", now + 500);  // not in the future
+  CHECK(preempt::stop_time() <= wall_now());
+  CHECK(preempt::stop_time() >= now - 1);
 }
 
 TEST_CASE("uninstall restores the default disposition", "[preempt][signals]") {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <ctime>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -243,6 +245,29 @@ TEST_CASE("NoticeWatcher polls gcp over HTTP and requests a stop", "[preempt][wa
   preempt::reset();
 }
 
+TEST_CASE("NoticeWatcher: the stop time is when the AWS notice was given, from the time it names",
+          "[preempt][watch][http]") {
+  preempt::reset();
+  // The instance is taken 100 s from now: AWS gave its 120 s warning 20 s ago, before the
+  // first poll saw it. The stop deadline counts from then.
+  const double action = std::floor(wall_now()) + 100;
+  const time_t t = static_cast<time_t>(action);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  Server s([&](const Server::Request& r) -> Server::Response {
+    if (r.method == "PUT") return {200, "tok"};
+    return {200, std::string(R"({"action": "terminate", "time": ")") + when + R"("})"};
+  });
+  {
+    preempt::NoticeWatcher w(opts(NoticeSource::kAws, s.base(), 0.05));
+    CHECK(wait_for_stop(3.0));
+  }
+  CHECK(preempt::stop_time() == Approx(action - 120).margin(1e-3));
+  preempt::reset();
+}
+
 #endif  // DLRUN_HAVE_CURL
 
 TEST_CASE("metadata answers: what is a notice, what is an error, what is garbage", "[preempt][watch]") {
@@ -254,6 +279,12 @@ TEST_CASE("metadata answers: what is a notice, what is an error, what is garbage
   };
   CHECK(aws(200, R"({"action": "terminate", "time": "2026-11-23T10:00:00Z"})").notice);
   CHECK(aws(200, R"({"action": "terminate"})").detail == "action=terminate time=?");
+  CHECK(aws(200, R"({"action": "terminate", "time": "2026-11-23T10:00:00Z"})").action_time == 1795428000.0);
+  CHECK(aws(200, R"({"action": "terminate"})").action_time == 0);
+  CHECK(aws(200, R"({"action": "stop", "time": "soon"})").action_time == 0);
+  CHECK(azure(200, R"({"Events": [{"EventType": "Preempt", "NotBefore": "Mon, 23 Nov 2026 10:00:00 GMT"}]})")
+            .action_time == 1795428000.0);
+  CHECK(preempt::parse_notice_time("2026-11-23T10:00:00Z trailing") == 0);
   CHECK_FALSE(aws(404, "").notice);
   CHECK(aws(404, "").error.empty());
   CHECK(aws(500, "").error == url + ": HTTP 500");

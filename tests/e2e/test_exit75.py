@@ -1,0 +1,188 @@
+"""Exit 75 that every scheduler can trust (docs/checkpoints.md, "Exit codes a scheduler reads";
+docs/distributed.md, "What every rank exits with"): every rank exits 75 only when rank 0 has
+committed the stop's checkpoint, 1 together otherwise; one signal delivered twice is one
+request; after the commit a further signal changes nothing; a notice's deadline counts from the
+notice's own time; a launcher's shutdown timeout bounds its workers' stop; the non-finite skip
+is agreed across ranks; ranks a larger world adds get RNG streams of their own."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from common import DLRUN, RunDir, environment, expect, main, train
+from test_dist import LAUNCH, MLP, SAME, TINY, Ranks, final_params, free_port, max_rel_diff, run_ranks
+from test_preemption import NoticeServer
+from test_remote import S3Server, events, stepping, training, wait_for
+
+LONG = ("train.max_steps=100000", "train.epochs=100000", "log.every_steps=1", "checkpoint.every_steps=0")
+
+
+def wait_until(cond, procs, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and all(p.poll() is None for p in procs):
+        try:
+            if cond():
+                return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def test_rank_0_failing_its_stop_save_makes_every_rank_exit_1():
+    """Rank 0's preemption save fails (a full disk): no rank exits 75, so srun (the highest code)
+    and the launcher both report 1, and no scheduler requeues a job that would not resume."""
+    with RunDir() as r:
+        args = ["train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path]
+        with Ranks(2, args, {"DLRUN_FAULT": "disk_error:ENOSPC"}) as rs:
+            expect(wait_until(stepping(r), rs.procs), "the ranks never trained")
+            for p in rs.procs:  # as Slurm signals every task of the step
+                p.send_signal(signal.SIGUSR1)
+            codes, outs = rs.wait(timeout=120)
+        expect(codes == [1, 1], f"exit codes {codes}:\n" + "\n".join(o[-1500:] for o in outs))
+        expect("rank 0 did not commit the checkpoint of step" in outs[1], outs[1][-2000:])
+        expect("No space left on device" in outs[1] or "ENOSPC" in outs[1], outs[1][-2000:])
+        expect(not os.path.exists(r.file("checkpoints", "LATEST")), "a LATEST without a committed checkpoint")
+        expect(r.summary()["status"] == "failed", r.summary())
+
+
+def test_every_rank_exits_75_only_after_rank_0_committed():
+    with RunDir() as r:
+        args = ["train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path]
+        with Ranks(2, args) as rs:
+            expect(wait_until(stepping(r), rs.procs), "the ranks never trained")
+            rs.procs[1].send_signal(signal.SIGTERM)  # one rank's signal stops both
+            codes, outs = rs.wait(timeout=120)
+        expect(codes == [75, 75], f"exit codes {codes}:\n" + "\n".join(o[-1500:] for o in outs))
+        latest = open(r.file("checkpoints", "LATEST")).read().strip()
+        expect(os.path.isdir(r.file("checkpoints", latest)), latest)
+        expect("did not read" not in outs[0], outs[0][-1500:])
+
+
+def test_one_sigterm_delivered_twice_is_one_request():
+    """systemd (KillMode=control-group), Slurm and a forwarding launcher deliver the same SIGTERM
+    twice, milliseconds apart: the save goes on and the exit is 75 with the checkpoint committed."""
+    with RunDir() as r:
+        p = subprocess.Popen([DLRUN, "train", TINY, *LONG, "log.progress=none", "--run-dir", r.path],
+                             env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            expect(wait_until(stepping(r), [p]), "never trained")
+            os.kill(p.pid, signal.SIGTERM)
+            os.kill(p.pid, signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
+        latest = open(r.file("checkpoints", "LATEST")).read().strip()
+        expect(os.path.isdir(r.file("checkpoints", latest)), latest)
+        expect("1 further signal(s) ignored" in out, out[-1500:])
+        expect(r.summary()["status"] == "interrupted", r.summary())
+
+
+def test_a_signal_after_the_commit_changes_nothing():
+    """The checkpoint is committed and its upload hangs: a later SIGTERM (the scheduler's kill
+    after its grace period would be SIGKILL; this is someone's second Ctrl-C) still exits 75."""
+    with S3Server() as s3, RunDir() as r:
+        with training(s3, r, *LONG, *s3.overrides("exp1", "preemption.deadline_s=8")) as p:
+            expect(wait_for(stepping(r), p), "never trained")
+            s3.stall()
+            p.send_signal(signal.SIGTERM)
+            expect(wait_for(lambda: os.path.exists(r.file("checkpoints", "LATEST")), p, timeout=60),
+                   "the local checkpoint was never committed")
+            time.sleep(1.5)  # well after the first: not the same request
+            p.send_signal(signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
+        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
+        expect("further signal(s) ignored" in out, out[-1500:])
+
+
+def test_the_deadline_counts_from_the_aws_notices_own_time():
+    """The instance-action names the time the VM is taken; AWS gave notice 120 s before it. With
+    that time 12 s away when dlrun sees the notice, the stop's upload may wait about 10 s -- not
+    the 118 s a deadline counted from the poll would give it."""
+    with NoticeServer() as srv, S3Server() as s3, RunDir() as r:
+        srv.action_in_s = 12
+        with training(s3, r, *LONG, f"preemption.watch=aws", f"preemption.endpoint=http://127.0.0.1:{srv.port}",
+                      "preemption.poll_s=0.1", *s3.overrides("exp2")) as p:
+            expect(wait_for(stepping(r), p), "never trained")
+            s3.stall()
+            t0 = time.time()
+            srv.noticed.set()
+            out, _ = p.communicate(timeout=200)
+            took = time.time() - t0
+        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
+        expect(took < 40, f"exit 75 came {took:.1f} s after the notice: the deadline counted from the poll")
+        ev = events(r, "preempt")[0]
+        expect(ev["remote_commit_time"] is None and "deadline" in ev["remote_note"], ev)
+        expect(abs(ev["signal_time"] - (srv.action_time - 120)) < 1.5, (ev["signal_time"], srv.action_time))
+        expect("it was given" in out, out[-1500:])
+
+
+def test_the_launchers_shutdown_timeout_bounds_the_workers_stop():
+    """An upload that hangs: without a deadline the workers would wait for it, the launcher would
+    SIGKILL them at --shutdown-timeout and fail the job (1); told the timeout, rank 0 gives up on
+    the upload in time and the launcher exits 75."""
+    with S3Server() as s3, RunDir() as r:
+        cmd = [sys.executable, LAUNCH, "--nproc-per-node", "2", "--master-port", str(free_port()),
+               "--shutdown-timeout", "8", "--", DLRUN, "train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path,
+               *s3.overrides("exp3")]
+        p = subprocess.Popen(cmd, env=environment(s3.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        try:
+            expect(wait_until(stepping(r), [p]), "never trained")
+            s3.stall()
+            p.send_signal(signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        expect(p.returncode == 75, f"launcher exited {p.returncode}:\n{out[-3000:]}")
+        expect("SIGKILL" not in out, out[-3000:])
+        expect("the launcher's --shutdown-timeout 8 s" in out, out[-3000:])
+
+
+def test_a_non_finite_loss_on_one_rank_is_skipped_on_every_rank():
+    """Rank 1's loss overflows at step 7 while the (averaged) gradients stay finite: both ranks
+    skip step 7, as one process skipping it would -- not rank 1 alone, which would leave the
+    replicas different from then on without a word."""
+    with RunDir() as one, RunDir() as two:
+        skip = ("train.nonfinite=skip",)
+        train(TINY, one.path, *SAME, *MLP, *skip, env={"DLRUN_FAULT": "nonfinite_loss_at_step:7"})
+        run_ranks(2, TINY, two.path, *SAME, *MLP, *skip,
+                  env={"DLRUN_FAULT": "nonfinite_loss_at_step:7", "DLRUN_FAULT_RANK": "1"})
+        expect(one.summary()["skipped_steps"] == 1, one.summary())
+        expect(two.summary()["skipped_steps"] == 1, two.summary())
+        d = max_rel_diff(final_params(one), final_params(two))
+        expect(d < 1e-5, f"2 processes (rank 1's loss non-finite) vs 1: {d:.3g}")
+
+
+def test_ranks_added_by_a_larger_world_get_streams_of_their_own():
+    """1 process -> 4: ranks 1-3 had no RNG state in the checkpoint; each starts its own stream
+    (before, they all kept run.seed and drew the same dropout masks)."""
+    with RunDir() as r:
+        train(TINY, r.path, *MLP, "run.threads=1", "train.max_steps=50", env={"DLRUN_FAULT": "signal_at_step:10"},
+              check=75)
+        run_ranks(4, TINY, r.path, *MLP, "run.threads=1", "train.max_steps=50",
+                  env={"DLRUN_FAULT": "signal_at_step:15"}, expect_codes=[75] * 4)
+        ck = r.file("checkpoints", "step-00000015")
+        states = [torch.load(os.path.join(ck, f"rng-rank0000{i}.pt")) for i in range(4)]
+        for a in range(4):
+            for b in range(a + 1, 4):
+                same = all(torch.equal(states[a][k], states[b][k]) for k in states[a])
+                expect(not same, f"ranks {a} and {b} share one RNG stream")
+
+
+if __name__ == "__main__":
+    main([test_rank_0_failing_its_stop_save_makes_every_rank_exit_1,
+          test_every_rank_exits_75_only_after_rank_0_committed, test_one_sigterm_delivered_twice_is_one_request,
+          test_a_signal_after_the_commit_changes_nothing, test_the_deadline_counts_from_the_aws_notices_own_time,
+          test_the_launchers_shutdown_timeout_bounds_the_workers_stop,
+          test_a_non_finite_loss_on_one_rank_is_skipped_on_every_rank,
+          test_ranks_added_by_a_larger_world_get_streams_of_their_own])
