@@ -22,6 +22,8 @@ set -euo pipefail
 NODE_RANK=${1:?usage: examples/two-hosts.sh NODE_RANK (0 on host A, 1 on host B) [train arguments ...]}
 shift
 
+# Ranks per host: one per GPU.
+NPROC_PER_NODE=${NPROC_PER_NODE:-8}
 # Host A's address as host B reaches it (an IP address, or a name both hosts resolve the same way).
 MASTER_ADDR=${MASTER_ADDR:-10.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
@@ -48,7 +50,7 @@ cd "$(dirname "$0")/.."   # the repository root: `train` below means its build/d
 # --shutdown-timeout: how long the ranks get after a forwarded stop signal before SIGKILL; above
 # the time a synchronous save (plus an upload with checkpoint.remote) takes.
 exec scripts/dlrun-launch \
-  --nproc-per-node 8 --nnodes 2 --node-rank "$NODE_RANK" \
+  --nproc-per-node "$NPROC_PER_NODE" --nnodes 2 --node-rank "$NODE_RANK" \
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \
   --shutdown-timeout 120 \
   -- train "$CONFIG" --run-dir "$RUN_DIR" \

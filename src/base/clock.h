@@ -14,5 +14,9 @@ double mono_now();
 std::string utc_stamp();
 /// Wall time at which this process started (captured before main runs).
 double process_start_wall();
+/// Wall time at which the kernel started this process (/proc: its start time after boot, plus
+/// the boot time; 10 ms resolution): before the dynamic loader mapped LibTorch, which
+/// process_start_wall() comes after. process_start_wall() where /proc cannot say.
+double process_exec_wall();
 
 }  // namespace dlrun

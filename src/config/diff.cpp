@@ -23,7 +23,7 @@ bool breaks_exact_resume(const std::string& key) { return key == "run.seed"; }
 bool is_bookkeeping(const std::string& key) {
   const std::string section = key.substr(0, key.find('.'));
   return section == "log" || section == "profile" || section == "checkpoint" || section == "preemption" || key == "run.name" ||
-         key == "run.dir" || key == "run.lock_wait_s" || key == "data.root" || key == "data.workers" || key == "data.prefetch" ||
+         key == "run.dir" || key == "run.lock_wait_s" || key == "run.price_per_hour" || key == "data.root" || key == "data.workers" || key == "data.prefetch" ||
          key == "data.pin_memory" || key == "dist.timeout_s";
 }
 

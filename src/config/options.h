@@ -101,6 +101,7 @@ struct RunOptions {
   int64_t threads = 0;
   bool deterministic = false;
   double lock_wait_s = 120;  ///< dlrun.lock held by a process on another host: wait, then exit 75
+  double price_per_hour = 0;  ///< the job's machines per hour, for the cost in summary.json (0: DLRUN_PRICE_PER_HOUR or none)
 };
 
 struct ModelOptions {

@@ -101,6 +101,9 @@ std::vector<Section> describe(Config& c) {
       F("lock_wait_s", o.lock_wait_s, 0, 86400,
         "the run directory locked by a process on another host (a shared file system keeps a reclaimed VM's lock "
         "for its lease): seconds to wait for it before exiting 75 (try again later)"),
+      F("price_per_hour", o.price_per_hour, 0, 1e6,
+        "what the job's machines cost per hour, all together (0: the DLRUN_PRICE_PER_HOUR variable, else no "
+        "cost): summary.json and the preempt/resume events then report the run's cost and its interruptions'"),
     }});
   }
   {

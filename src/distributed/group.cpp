@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "base/clock.h"
@@ -49,6 +51,7 @@ struct Group::Impl {
     } catch (const std::exception&) {
       who = world.rank != 0 ? "rank 0, which hosts the rendezvous store, is gone" : "";
     }
+    if (who.empty()) who = silent();  // a peer lost without a word: name it
     throw Error(ExitCode::kRuntime,
                 fmt::format("{} across {} ranks failed{}: {}", what, world.size, who.empty() ? "" : " (" + who + ")",
                             e.what()),
@@ -57,6 +60,94 @@ struct Group::Impl {
   }
 
   bool cpu_collectives = false;  ///< a CPU backend is registered too (gloo; beside NCCL for host tensors)
+
+  // The heartbeat: every rank adds 1 to "alive/<rank>" every kBeatS through a connection of its
+  // own, so that after a failure a rank can name the peers that went silent (a host taken away
+  // without a word: no FIN, no error of its own in the store).
+  std::string prefix;
+  std::mutex beat_mutex;
+  std::condition_variable beat_cv;
+  bool beat_stop = false;
+  std::thread beat;
+
+  c10::intrusive_ptr<c10d::Store> connect_again(double timeout_s) const {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(world.master_port);
+    o.isServer = false;
+    o.waitWorkers = false;
+    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    return c10::make_intrusive<c10d::PrefixStore>(prefix, c10::make_intrusive<c10d::TCPStore>(world.master_addr, o));
+  }
+
+  void start_heartbeat() {
+    beat = std::thread([this] {
+      c10::intrusive_ptr<c10d::Store> s;
+      std::unique_lock<std::mutex> lock(beat_mutex);
+      while (!beat_stop) {
+        lock.unlock();
+        try {
+          if (!s) s = connect_again(kBeatS * 2);
+          s->add(fmt::format("alive/{}", world.rank), 1);
+        } catch (const std::exception&) {
+          s.reset();  // the store is gone or slow: try again at the next beat
+        }
+        lock.lock();
+        beat_cv.wait_for(lock, std::chrono::duration<double>(kBeatS), [this] { return beat_stop; });
+      }
+    });
+  }
+
+  void stop_heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(beat_mutex);
+      beat_stop = true;
+    }
+    beat_cv.notify_all();
+    if (beat.joinable()) beat.join();
+  }
+
+  static constexpr double kBeatS = 1.0;
+
+  /// Group::silent_ranks().
+  std::string silent() const noexcept {
+    try {
+      const auto s = connect_again(2.0);
+      std::vector<std::string> keys;
+      std::vector<int> others;
+      for (int r = 0; r < world.size; ++r)
+        if (r != world.rank) {
+          keys.push_back(fmt::format("alive/{}", r));
+          others.push_back(r);
+        }
+      const auto count = [&] {
+        std::vector<int64_t> out;
+        for (const auto& k : keys) out.push_back(s->add(k, 0));
+        return out;
+      };
+      const auto before = count();
+      std::this_thread::sleep_for(std::chrono::duration<double>(3 * kBeatS));
+      const auto after = count();
+      std::vector<std::string> gone;
+      for (size_t i = 0; i < others.size(); ++i) {
+        if (after[i] != before[i]) continue;
+        std::string where;
+        try {
+          const auto v = s->get(fmt::format("arrived/{}", others[i]));
+          where = " on " + std::string(v.begin(), v.end());
+        } catch (const std::exception&) {
+        }
+        gone.push_back(fmt::format("rank {}{}", others[i], where));
+      }
+      if (gone.empty()) return "";
+      return fmt::format("{} went silent (no heartbeat for {:.0f} s): its host was lost, or it hangs",
+                         fmt::join(gone, ", "), 3 * kBeatS);
+    } catch (const std::exception&) {
+      if (world.rank == 0 && !world.agent_store) return "";
+      return fmt::format("the rendezvous store at {}:{} does not answer: rank 0's host was lost, or it hangs",
+                         world.master_addr, world.master_port);
+    }
+  }
+
 
   /// `t` on a device the group has a backend for: itself, or a copy on the default backend's.
   torch::Tensor on_backend(const torch::Tensor& t) const {
@@ -230,7 +321,9 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
   }
   const std::string prefix = fmt::format("dlrun/{}/", world.restart_count);
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
+  impl->prefix = prefix;
   await_ranks(*impl->store, world, opts.timeout_s);
+  impl->start_heartbeat();
 
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "pg/", tcp);
   impl->pg = c10::make_intrusive<c10d::ProcessGroup>(pg_store, world.rank, world.size);
@@ -275,7 +368,9 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
 }
 
 Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Group::~Group() = default;
+Group::~Group() { impl_->stop_heartbeat(); }
+
+std::string Group::silent_ranks() noexcept { return impl_->silent(); }
 
 int Group::rank() const { return impl_->world.rank; }
 int Group::size() const { return impl_->world.size; }

@@ -65,6 +65,12 @@ class Group {
   /// throws.
   std::vector<int> await_acknowledged(const std::string& key, double seconds) noexcept;
 
+  /// After a failure: the other ranks that went silent -- whose heartbeat (every rank adds to a
+  /// counter in the store each second, on a connection of its own) did not move in 3 s -- named
+  /// with their host and pid, or that the store itself does not answer; "" when every rank is
+  /// alive. Takes 3 s. Never throws.
+  std::string silent_ranks() noexcept;
+
   /// Record this rank's failure in the store, so the others name it in their error instead of
   /// a bare "connection closed". Never throws.
   void report_failure(const std::string& what) noexcept;

@@ -44,6 +44,7 @@ class Checkpointer {
   void resumed(const std::string& path, int64_t step);
   /// The checkpoint the run continues from ("" for a fresh start).
   const std::string& resumed_from() const { return resumed_from_; }
+  int64_t resumed_step() const { return resumed_step_; }
   /// Leader, once the run directory is ours: keep a checkpoint downloaded from remote storage
   /// beside the local ones, then write through `writer` (null: the background ckpt::Writer),
   /// uploading each commit when there is a remote store -- and, with `upload_resumed`, the

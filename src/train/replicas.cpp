@@ -54,8 +54,8 @@ void Replicas::agree_committed(int64_t step, const std::string& failure) {
   group_->acknowledge(key);
   if (outcome != "committed")
     throw Error(ExitCode::kRuntime,
-                fmt::format("rank 0 did not commit the checkpoint of step {}, so this rank exits 1 like it rather "
-                            "than 75 (requeueing would not resume from it): {}",
+                fmt::format("rank 0 did not commit the checkpoint of step {}, so this rank exits 1 with it, not 75 "
+                            "(there is nothing new to resume from): {}",
                             step, outcome.substr(0, 1000)));
 }
 

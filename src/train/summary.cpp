@@ -40,6 +40,8 @@ nlohmann::json run_summary(const SummaryInputs& in) {
       {"device", in.device},
       {"world_size", in.world_size},
       {"version", in.version},
+      {"wall_clock", in.wall_clock},
+      {"cost", in.cost},
   };
   for (const auto& [key, value] : in.checkpointer.items()) j[key] = value;
   return j;

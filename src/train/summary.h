@@ -27,6 +27,8 @@ struct SummaryInputs {
   std::string device;
   int world_size = 1;
   std::string version;
+  nlohmann::json wall_clock;         ///< Goodput::wall_clock_json() of the run so far
+  nlohmann::json cost;               ///< Goodput::cost_json(), null without a price
 };
 
 /// summary.json. Null where a value is not known: final_train_loss before any loss was read

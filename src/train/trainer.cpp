@@ -34,6 +34,7 @@
 #include "train/components.h"
 #include "train/evaluate.h"
 #include "train/fingerprint.h"
+#include "train/goodput.h"
 #include "train/parts.h"
 #include "train/profiler.h"
 #include "train/replicas.h"
@@ -121,6 +122,7 @@ class Trainer {
   bool any_rank_asked_to_stop() { return replicas_.any(preempt::stop_requested()); }  // a collective
   bool run_eval();
   void save(SaveReason why, bool sync);
+  void report_resume();
   int stop_and_save();
   int finish();
   int64_t epoch() const { return c_.train_loader->position().epoch; }
@@ -196,7 +198,7 @@ void Trainer::begin() {
   metrics::Event e{"start", st_.step};
   e.fields = {{"epoch", epoch()}, {"total_steps", c_.total_steps}, {"world_size", c_.placement.world_size},
               {"resumed_from", ckpt_.resumed_from()}, {"steps_lost", st_.steps_lost_last},
-              {"config_kept", kept}, {"version", build::version_line()}};
+              {"config_kept", kept}, {"version", build::version_line()}, {"process_start_time", process_exec_wall()}};
   report_.report(std::move(e));
 }
 
@@ -221,6 +223,7 @@ void Trainer::step(const std::vector<data::Batch>& micro) {
 std::optional<int> Trainer::at_boundary(bool epoch_end) {
   const Boundary b{st_.step, epoch(), c_.total_steps, epoch_end};
   ckpt_.report_uploads();
+  if (leader() && !ckpt_.resumed_from().empty() && st_.step == ckpt_.resumed_step() + 1) report_resume();
   if (!epoch_end) report_.tick({st_.step, b.epoch, meter_.samples_per_s(mono_now()), meter_.lr()});
   if (log_due(cfg_.log, b)) meter_.log(b.epoch, replicas_);  // the record of a step that has happened
   if (!epoch_end) fault::after_step(st_.step);
@@ -266,6 +269,17 @@ void Trainer::save(SaveReason why, bool sync) {
   ckpt_.save(why, sync, st_.step, [this] { return parts_.snapshot(); });
 }
 
+// The first step after a resume: what the interruption before it cost (goodput.h).
+void Trainer::report_resume() {
+  const auto segments = read_segments(dir_.metrics_jsonl());
+  metrics::Event e{"resume", st_.step};
+  e.fields = interruption_json(segments, segments.size() - 1, wall_now(), price_per_hour(cfg_.run.price_per_hour));
+  e.message = fmt::format("resumed at step {}: the interruption cost {:.1f} s ({} step(s) replayed, start-up {:.1f} s)",
+                          ckpt_.resumed_step(), e.fields.value("lost_s", 0.0), e.fields.value("steps_replayed", 0),
+                          e.fields.value("startup_s", 0.0));
+  report_.report(std::move(e));
+}
+
 // A stop request (a signal, a cloud notice, another rank's): save this step unless it is
 // saved, wait for the commit, then the upload within the deadline; exit 75.
 int Trainer::stop_and_save() {
@@ -302,6 +316,9 @@ int Trainer::stop_and_save() {
     e.scalars = {{"latency_s", commit_time - signal_time}};
     e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
     upload.add_to(e, signal_time);
+    const Goodput g = account(read_segments(dir_.metrics_jsonl()), wall_now(), "interrupted");
+    e.fields["wall_clock"] = g.wall_clock_json();
+    e.fields["cost"] = g.cost_json(price_per_hour(cfg_.run.price_per_hour));
     st_.preemption = e.fields;
     st_.preemption["event"] = "preempt";
     st_.preemption["latency_s"] = commit_time - signal_time;
@@ -359,6 +376,9 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.device = c_.placement.device.str();
   in.world_size = c_.placement.world_size;
   in.version = build::version_line();
+  const Goodput g = account(read_segments(dir_.metrics_jsonl()), wall_now());  // the record so far, this process's included
+  in.wall_clock = g.wall_clock_json();
+  in.cost = g.cost_json(price_per_hour(cfg_.run.price_per_hour));
   return run_summary(in);
 }
 
@@ -416,6 +436,7 @@ int train_in(const TrainArgs& args, const RunDir& dir, const Placement& placemen
 
 int run(const TrainArgs& args) {
   preempt::install_signal_handlers();  // (again: `dlrun train` installs them before loading the config)
+  price_per_hour(args.cfg.run.price_per_hour);  // a malformed DLRUN_PRICE_PER_HOUR: exit 2 before anything is written
   const dist::World world = dist::world_from_env();
   log::set_rank(world.rank, world.size);
   RunDir dir(args.run_dir, args.cfg.checkpoint.dir);
@@ -441,8 +462,9 @@ int run(const TrainArgs& args) {
   } catch (const Error& e) {
     if (group) group->report_failure(e.message());
     throw;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // (a collective inside backward, the Reducer's, times out here)
     if (group) group->report_failure(e.what());
+    if (const std::string lost = group ? group->silent_ranks() : ""; !lost.empty()) log::error("{}", lost);
     throw;
   }
 }

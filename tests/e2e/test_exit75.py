@@ -179,10 +179,43 @@ def test_ranks_added_by_a_larger_world_get_streams_of_their_own():
                 expect(not same, f"ranks {a} and {b} share one RNG stream")
 
 
+def test_what_the_interruptions_cost_in_the_run_record():
+    """Killed after step 12 (checkpoint at 10), stopped by a signal at step 20, then finished:
+    summary.json accounts for the wall clock of the three processes, the two steps computed
+    twice, and with a price what the run and its interruptions cost; each resume says what the
+    interruption before it cost."""
+    with RunDir() as r:
+        price = {"DLRUN_PRICE_PER_HOUR": "3.6"}
+        train(TINY, r.path, env={"DLRUN_FAULT": "abort_at_step:12", **price}, check=None)
+        train(TINY, r.path, env={"DLRUN_FAULT": "signal_at_step:20", **price}, check=75)
+        pre = [m for m in r.metrics() if m.get("event") == "preempt"][0]
+        expect(pre["wall_clock"]["interruptions"] == 2 and pre["cost"]["price_per_hour"] == 3.6, pre)
+        train(TINY, r.path, env=price)
+        s = r.summary()
+        w, c = s["wall_clock"], s["cost"]
+        print("  wall_clock:", json.dumps(w), "\n  cost:", json.dumps(c))
+        expect(w["segments"] == 3 and w["interruptions"] == 2 and w["replayed_steps"] == 2, w)
+        parts = w["startup_s"] + w["replayed_s"] + w["stop_s"] + w["save_stall_s"] + w["useful_s"]
+        expect(abs(parts - w["paid_s"]) < 1e-6 and 0 < w["goodput"] < 1, w)
+        expect(w["replayed_s"] > 0 and w["startup_s"] > 0 and w["stop_s"] > 0, w)
+        expect(abs(c["total"] - 3.6 * w["paid_s"] / 3600) < 1e-9, (c, w))
+        expect(abs(c["interruptions"] - 3.6 * w["interruptions_s"] / 3600) < 1e-9, (c, w))
+        res = [m for m in r.metrics() if m.get("event") == "resume"]
+        expect([m["previous"] for m in res] == ["killed", "interrupted"], res)
+        expect([m["steps_replayed"] for m in res] == [2, 0] and [m["step"] for m in res] == [11, 21], res)
+        expect(all(m["startup_s"] > 0 and m["lost_cost"] > 0 for m in res), res)
+        starts = [m for m in r.metrics() if m.get("event") == "start"]
+        expect(all(m["process_start_time"] <= m["time"] for m in starts), starts)
+        # No price: no cost; a malformed one is bad input before anything is written.
+        p = train(TINY, r.path, "--force", "--resume", "never", env={"DLRUN_PRICE_PER_HOUR": "three"}, check=2)
+        expect("DLRUN_PRICE_PER_HOUR=three" in p.stdout, p.stdout[-1000:])
+
+
 if __name__ == "__main__":
     main([test_rank_0_failing_its_stop_save_makes_every_rank_exit_1,
           test_every_rank_exits_75_only_after_rank_0_committed, test_one_sigterm_delivered_twice_is_one_request,
           test_a_signal_after_the_commit_changes_nothing, test_the_deadline_counts_from_the_aws_notices_own_time,
           test_the_launchers_shutdown_timeout_bounds_the_workers_stop,
           test_a_non_finite_loss_on_one_rank_is_skipped_on_every_rank,
-          test_ranks_added_by_a_larger_world_get_streams_of_their_own])
+          test_ranks_added_by_a_larger_world_get_streams_of_their_own,
+          test_what_the_interruptions_cost_in_the_run_record])

@@ -256,6 +256,49 @@ def test_k8s_manifest():
                for v in pod["volumes"] for m in c["volumeMounts"] if m["name"] == v["name"]), "no /dev/shm volume")
 
 
+def pod_failure_action(rules, container, exit_code, conditions=()):
+    """What the Job controller does with a failed pod under podFailurePolicy (batch/v1): the first
+    rule that matches decides (Ignore, Count, FailJob, FailIndex); none matching counts the
+    failure against backoffLimit. onExitCodes looks at the named container's non-zero exit code;
+    onPodConditions at the pod's conditions with status True."""
+    for rule in rules:
+        codes = rule.get("onExitCodes")
+        if codes is not None:
+            named = codes.get("containerName")
+            if exit_code != 0 and (named is None or named == container):
+                inside = exit_code in codes["values"]
+                if inside == (codes["operator"] == "In"):
+                    return rule["action"]
+        for pattern in rule.get("onPodConditions", []):
+            if pattern["type"] in conditions:
+                return rule["action"]
+    return "Count"
+
+
+def test_k8s_job_requeues_on_75_and_gives_up_on_failures():
+    """The manifest's podFailurePolicy evaluated as the Job controller does, on the exit codes the
+    pods' dlrun-launch returns (tests/e2e/test_exit75.py: a stop with a committed checkpoint is 75
+    on every rank; rank 0 unable to commit it is 1 on every rank)."""
+    _, job = k8s_docs()
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    container = job["spec"]["template"]["spec"]["containers"][0]["name"]
+    backoff = job["spec"].get("backoffLimit", 6)
+
+    def incident(codes, conditions=()):
+        return [pod_failure_action(rules, container, c, conditions) for c in codes]
+
+    # Preempted any number of times: never counted, the pods are replaced and resume.
+    expect(all(a == "Ignore" for _ in range(50) for a in incident([75, 75])), incident([75, 75]))
+    expect(incident([137, 137], ["DisruptionTarget"]) == ["Ignore", "Ignore"], "a drained node counts")
+    # Rank 0's save fails on every try: each incident counts, and the Job fails after backoffLimit.
+    counted, incidents = 0, 0
+    while counted <= backoff:
+        counted += incident([1, 1]).count("Count")
+        incidents += 1
+    expect(incidents <= backoff + 1, f"{incidents} incidents before the Job failed")
+    expect(pod_failure_action(rules, "sidecar", 75) == "Count", "exit 75 of another container is ignored")
+
+
 # ---- the page -----------------------------------------------------------------------------
 
 def test_doc_names_the_recipes_and_they_exist():
@@ -280,5 +323,6 @@ if __name__ == "__main__":
         test_sbatch_requeues_only_on_75,
         test_two_hosts_parses,
         test_k8s_manifest,
+        test_k8s_job_requeues_on_75_and_gives_up_on_failures,
         test_doc_names_the_recipes_and_they_exist,
     ])
