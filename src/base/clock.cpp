@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -39,7 +40,9 @@ const double g_process_start = wall_now();
 double process_start_wall() { return g_process_start; }
 
 double process_exec_wall() {
-  std::ifstream stat("/proc/self/stat"), sys("/proc/stat");
+  // /proc/self/stat's 22nd field: when the process started, in clock ticks after boot on the
+  // clock CLOCK_BOOTTIME reads; its age now, subtracted from the wall clock now.
+  std::ifstream stat("/proc/self/stat");
   std::string line;
   std::getline(stat, line);
   const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
@@ -48,13 +51,13 @@ double process_exec_wall() {
   std::string field;
   for (int i = 3; i <= 22 && fields >> field; ++i) {
     if (i != 22) continue;
-    double boot = 0;
-    for (std::string l; std::getline(sys, l);)
-      if (l.rfind("btime ", 0) == 0) boot = std::strtod(l.c_str() + 6, nullptr);
     const long ticks = ::sysconf(_SC_CLK_TCK);
-    const double t = boot + std::strtod(field.c_str(), nullptr) / static_cast<double>(ticks > 0 ? ticks : 100);
-    // btime is whole seconds: keep the answer within a second of what the process saw itself.
-    return boot > 0 && t <= g_process_start + 1e-3 && t > g_process_start - 600 ? t : g_process_start;
+    timespec boot{};
+    if (ticks <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &boot) != 0) break;
+    const double age = static_cast<double>(boot.tv_sec) + 1e-9 * static_cast<double>(boot.tv_nsec) -
+                       std::strtod(field.c_str(), nullptr) / static_cast<double>(ticks);
+    const double t = wall_now() - age;
+    return t <= g_process_start + 0.02 && t > g_process_start - 600 ? std::min(t, g_process_start) : g_process_start;
   }
   return g_process_start;
 }

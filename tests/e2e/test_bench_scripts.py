@@ -90,6 +90,18 @@ def test_gpu_suite_plumbing_on_the_cpu():
         expect("./summary.md" in names and "./suite.log" in names, names)
 
 
+def test_interruptions_bench_reports_and_ends_at_the_same_result():
+    """bench/interruptions.py, short: 3 interruptions (SIGTERM, SIGUSR1, SIGKILL in some order)
+    of a 300-step run; it exits non-zero when the interrupted run ends elsewhere."""
+    p = subprocess.run([sys.executable, os.path.join(SRC, "bench", "interruptions.py"), "--dlrun", DLRUN,
+                        "--interruptions", "3", "--steps", "300", "--seed", "2"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    expect(p.returncode == 0, p.stdout[-3000:])
+    expect("| params_sha256 |" in p.stdout and "| same |" in p.stdout, p.stdout)
+    for kind in ("SIGTERM", "SIGUSR1", "SIGKILL"):
+        expect(kind in p.stdout, p.stdout)
+
+
 def test_gpu_suite_parses():
     p = subprocess.run(["bash", "-n", os.path.join(SRC, "bench", "gpu_suite.sh")], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
@@ -98,4 +110,5 @@ def test_gpu_suite_parses():
 
 if __name__ == "__main__":
     main([test_compare_reports_both_sides, test_compare_reports_a_failed_workload_and_goes_on,
-          test_compare_rejects_an_unknown_workload, test_gpu_suite_plumbing_on_the_cpu, test_gpu_suite_parses])
+          test_compare_rejects_an_unknown_workload, test_gpu_suite_plumbing_on_the_cpu, test_gpu_suite_parses,
+          test_interruptions_bench_reports_and_ends_at_the_same_result])
