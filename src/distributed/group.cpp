@@ -43,9 +43,11 @@ struct Group::Impl {
 
   [[noreturn]] void fail(const char* what, const std::exception& e) {
     std::string who;
-    try {  // a rank that failed on its own says so in the store (report_failure)
-      if (store->check({"failed"})) {
-        const auto v = store->get("failed");
+    try {  // a rank that failed on its own says so in the store (report_failure); a fresh
+           // connection: the main one may be the one stuck until dist.timeout_s
+      const auto s = connect_again(2.0);
+      if (s->check({"failed"})) {
+        const auto v = s->get("failed");
         who = std::string(v.begin(), v.end());
       }
     } catch (const std::exception&) {
@@ -86,6 +88,7 @@ struct Group::Impl {
       while (!beat_stop) {
         lock.unlock();
         try {
+          if (!s && beat_stop_requested()) break;
           if (!s) s = connect_again(kBeatS * 2);
           s->add(fmt::format("alive/{}", world.rank), 1);
         } catch (const std::exception&) {
@@ -95,6 +98,11 @@ struct Group::Impl {
         beat_cv.wait_for(lock, std::chrono::duration<double>(kBeatS), [this] { return beat_stop; });
       }
     });
+  }
+
+  bool beat_stop_requested() {
+    std::lock_guard<std::mutex> lock(beat_mutex);
+    return beat_stop;
   }
 
   void stop_heartbeat() {
@@ -108,8 +116,11 @@ struct Group::Impl {
 
   static constexpr double kBeatS = 1.0;
 
+  ~Impl() { stop_heartbeat(); }  // also when connect() fails after the heartbeat started
+
   /// Group::silent_ranks().
   std::string silent() const noexcept {
+    if (world.size < 2) return "";
     try {
       const auto s = connect_again(2.0);
       std::vector<std::string> keys;
@@ -139,11 +150,11 @@ struct Group::Impl {
         gone.push_back(fmt::format("rank {}{}", others[i], where));
       }
       if (gone.empty()) return "";
-      return fmt::format("{} went silent (no heartbeat for {:.0f} s): its host was lost, or it hangs",
+      return fmt::format("{} went silent (no heartbeat for {:.0f} s): its process or its host is gone",
                          fmt::join(gone, ", "), 3 * kBeatS);
     } catch (const std::exception&) {
       if (world.rank == 0 && !world.agent_store) return "";
-      return fmt::format("the rendezvous store at {}:{} does not answer: rank 0's host was lost, or it hangs",
+      return fmt::format("the rendezvous store at {}:{} does not answer: rank 0's process or host is gone",
                          world.master_addr, world.master_port);
     }
   }
@@ -368,7 +379,7 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
 }
 
 Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Group::~Group() { impl_->stop_heartbeat(); }
+Group::~Group() = default;
 
 std::string Group::silent_ranks() noexcept { return impl_->silent(); }
 
@@ -447,6 +458,33 @@ std::string Group::share(const std::string& key, const std::string& text) {
   }
 }
 
+std::string Group::share_when_ready(const std::string& key, const std::string& text) {
+  if (rank() == 0) return share(key, text);
+  const std::string k = "share/" + key;
+  const double until = mono_now() + std::max(3600.0, impl_->timeout.count() / 1000.0);
+  try {
+    int64_t beats = -1;
+    double moved = mono_now(), looked = 0;
+    while (!impl_->store->check({k})) {
+      const double now = mono_now();
+      if (now - looked >= Impl::kBeatS) {  // rank 0's heartbeat: still there?
+        const int64_t b = impl_->store->add("alive/0", 0);
+        if (b != beats) moved = now;
+        beats = b;
+        looked = now;
+      }
+      if (now - moved > 3 * Impl::kBeatS || now > until)
+        throw std::runtime_error(now > until ? "gave up after an hour"
+                                             : fmt::format("rank 0's heartbeat stopped {:.0f} s ago", now - moved));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const auto v = impl_->store->get(k);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    impl_->fail(("waiting for rank 0's " + key).c_str(), e);
+  }
+}
+
 void Group::acknowledge(const std::string& key) noexcept {
   try {
     impl_->store->set(fmt::format("ack/{}/{}", key, rank()), "1");
@@ -459,12 +497,12 @@ std::vector<int> Group::await_acknowledged(const std::string& key, double second
   for (int r = 1; r < size(); ++r) missing.push_back(r);
   const double until = mono_now() + seconds;
   try {
-    while (!missing.empty()) {
-      if (impl_->store->check({fmt::format("ack/{}/{}", key, missing.front())})) {
-        missing.erase(missing.begin());
-        continue;
-      }
-      if (mono_now() >= until) break;
+    for (;;) {
+      std::vector<int> still;
+      for (int r : missing)
+        if (!impl_->store->check({fmt::format("ack/{}/{}", key, r)})) still.push_back(r);
+      missing = std::move(still);
+      if (missing.empty() || mono_now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   } catch (...) {

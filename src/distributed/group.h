@@ -58,6 +58,10 @@ class Group {
   /// Rank 0's `text` on every rank (through the store; for small texts: configs, manifests).
   std::string share(const std::string& key, const std::string& text);
 
+  /// share(), for something rank 0 does alone that may take long (a stop's local commit): the
+  /// other ranks wait as long as rank 0's heartbeat goes on (up to an hour, at least
+  /// dist.timeout_s), not a flat dist.timeout_s; a rank 0 silent for 3 s fails the wait (exit 1).
+  std::string share_when_ready(const std::string& key, const std::string& text);
   /// Ranks other than 0: say in the store that this rank has read `key` (share()). Never throws.
   void acknowledge(const std::string& key) noexcept;
   /// Rank 0: wait up to `seconds` until every other rank has acknowledged `key`; the ranks that
@@ -97,7 +101,8 @@ class GradSync {
   void prepare(const torch::Tensor& loss);
   size_t buckets() const;
   /// A boolean flag (0-dim, on the model's device) true on every rank when it is on any: an
-  /// all-reduce MAX, queued like the gradients' (no host synchronisation with NCCL).
+  /// all-reduce MAX (with NCCL queued on the device like the gradients'; with gloo and a CUDA
+  /// model a copy to the host and back, as gloo's gradients are).
   torch::Tensor any_rank(const torch::Tensor& flag);
 
  private:

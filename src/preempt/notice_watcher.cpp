@@ -2,6 +2,7 @@
 // and turns the first notice into request_stop(). The destructor wakes the thread through
 // a condition variable, so shutting down never waits for a poll interval (at most for one
 // HTTP request in flight, bounded by its 2 s timeout).
+#include <algorithm>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
@@ -20,6 +21,7 @@ struct NoticeWatcher::Impl {
   std::string endpoint;
   double poll_s = 5.0;
   double lead_s = 0;  ///< how long before the action the provider gives notice (AWS 120 s, Azure 30 s)
+  double last_quiet = 0;  ///< when the last poll that answered without a notice was sent
   std::mutex mutex;
   std::condition_variable cv;
   bool stopping = false;
@@ -30,8 +32,10 @@ struct NoticeWatcher::Impl {
   /// saw the notice (up to poll_s and a request later).
   double notice_time(double action_time) const {
     if (action_time <= 0 || lead_s <= 0) return 0;
-    const double t = action_time - lead_s, late = wall_now() - t;
-    if (late > 0)
+    // Not before a poll that saw no notice: a clock that disagrees with the provider's must not
+    // spend the whole deadline before the stop begins.
+    const double t = std::max(action_time - lead_s, last_quiet), late = wall_now() - t;
+    if (late > 1.5)
       log::warn("the notice names {:+.1f} s from now for the VM to be taken: it was given {:.1f} s ago, and "
                 "preemption.deadline_s counts from then",
                 action_time - wall_now(), late);
@@ -43,6 +47,7 @@ struct NoticeWatcher::Impl {
     const std::string name = name_of(watch);
     for (;;) {
       PollResult r;
+      const double asked = wall_now();
       try {
         r = poll_source(watch, endpoint);
       } catch (const std::exception& e) {  // checked in the constructor; keep the thread alive
@@ -53,6 +58,7 @@ struct NoticeWatcher::Impl {
         request_stop(name + " notice: " + r.detail, notice_time(r.action_time));
         return;
       }
+      if (r.error.empty()) last_quiet = asked;
       if (!r.error.empty() && !reported_error) {  // once: a misconfigured endpoint, not spam
         log::warn("preemption watch {}: {} (will keep polling every {}s)", name, r.error, poll_s);
         reported_error = true;

@@ -23,6 +23,9 @@ enum class StopPhase { kRunning = 0, kWriting = 1, kCommitted = 2 };
 void set_stop_phase(StopPhase phase);
 /// Signals that changed nothing (the same request again, or after the commit).
 int signals_ignored();
+/// When the first signal arrived (wall seconds; 0: none yet) -- also when a notice asked first:
+/// a launcher's kill timer runs from its signal, not from the notice.
+double signal_time();
 
 /// Install SIGTERM, SIGUSR1 and SIGINT handlers (SA_RESTART). A first signal only sets the
 /// flag (and records which signal and when) — even after a notice already asked to stop; a

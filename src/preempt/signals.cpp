@@ -31,6 +31,7 @@ std::atomic<int> g_first{0};          // 0: none; a signal number; or kByRequest
 std::atomic<int> g_signals{0};        // signals received since reset()
 std::atomic<int64_t> g_stop_ns{0};    // wall time of the first request, ns since epoch
 std::atomic<int64_t> g_signal_ns{0};  // monotonic time of the first signal, ns
+std::atomic<int64_t> g_signal_wall_ns{0};  // its wall time
 std::atomic<int> g_phase{0};          // StopPhase
 std::atomic<int> g_ignored{0};        // later signals taken for the first one, or after the commit
 std::mutex g_reason_mutex;            // guards g_reason (never touched by the handler)
@@ -51,7 +52,7 @@ int64_t mono_ns() {
 void on_signal(int signo) {
   const int64_t now = wall_ns(), mono = mono_ns();
   int64_t none = 0;
-  g_signal_ns.compare_exchange_strong(none, mono);  // the first signal's
+  if (g_signal_ns.compare_exchange_strong(none, mono)) g_signal_wall_ns.store(now);  // the first signal's
   if (g_signals.fetch_add(1) > 0) {
     const bool same_request = mono - g_signal_ns.load() < static_cast<int64_t>(kSameRequestS * 1e9);
     if (same_request || g_phase.load() == static_cast<int>(StopPhase::kCommitted)) {
@@ -152,6 +153,8 @@ void set_stop_phase(StopPhase phase) { g_phase.store(static_cast<int>(phase)); }
 
 int signals_ignored() { return g_ignored.load(); }
 
+double signal_time() { return double(g_signal_wall_ns.load()) / 1e9; }
+
 void reset() {
   std::lock_guard<std::mutex> lock(g_reason_mutex);
   g_stop.store(false);
@@ -159,6 +162,7 @@ void reset() {
   g_signals.store(0);
   g_stop_ns.store(0);
   g_signal_ns.store(0);
+  g_signal_wall_ns.store(0);
   g_phase.store(0);
   g_ignored.store(0);
   g_reason.clear();

@@ -17,25 +17,34 @@
 namespace dlrun::train {
 namespace {
 
-/// How long a stop may take from its signal or notice: preemption.deadline_s (auto: the
-/// provider's warning, else none), and under scripts/dlrun-launch less than the launcher's
-/// --shutdown-timeout, which it passes down as DLRUN_LAUNCHER_SHUTDOWN_S: past that the
-/// launcher kills the worker, and a killed rank 0 fails the job instead of requeueing it. A
-/// tenth of it (at least 1 s) is left for exiting and the launcher's own polling.
-double stop_deadline_s(const PreemptionOptions& opts, std::string* why) {
-  double d = opts.deadline_or_default();
-  *why = "preemption.deadline_s";
-  const char* v = std::getenv("DLRUN_LAUNCHER_SHUTDOWN_S");
-  if (v == nullptr || *v == '\0') return d;
-  char* end = nullptr;
-  const double launcher = std::strtod(v, &end);
-  if (*end != '\0' || !(launcher > 0)) return d;
-  const double fits = launcher - std::max(1.0, 0.1 * launcher);
-  if (d <= 0 || fits < d) {
-    d = std::max(fits, 0.5);
-    *why = fmt::format("the launcher's --shutdown-timeout {:g} s", launcher);
+/// When the stop's upload wait must end (monotonic seconds; 0: no end), asked again while it
+/// waits: preemption.deadline_s from the stop request (auto: the provider's warning, else none),
+/// and under scripts/dlrun-launch before the launcher's SIGKILL, which comes --shutdown-timeout
+/// s after it forwarded its first signal (passed down as DLRUN_LAUNCHER_SHUTDOWN_S; a killed
+/// rank 0 fails the job instead of requeueing it): a tenth of that (at least 1 s) is left for
+/// exiting. The launcher's bound counts from the first signal this process got, so a cloud
+/// notice's deadline is not cut short before the launcher is asked to stop. `why` names the bound.
+double stop_deadline(const PreemptionOptions& opts, double stop_time, std::string* why) {
+  double end = 0;
+  const double d = opts.deadline_or_default();
+  if (d > 0) {
+    end = stop_time + d - std::min(2.0, 0.1 * d);
+    *why = fmt::format("the {:.0f} s deadline (preemption.deadline_s)", d);
   }
-  return d;
+  const char* v = std::getenv("DLRUN_LAUNCHER_SHUTDOWN_S");
+  const double signalled = preempt::signal_time();
+  if (v != nullptr && *v != '\0' && signalled > 0) {
+    char* rest = nullptr;
+    const double launcher = std::strtod(v, &rest);
+    if (*rest == '\0' && launcher > 0) {
+      const double fits = signalled + std::max(0.5, launcher - std::max(1.0, 0.1 * launcher));
+      if (end <= 0 || fits < end) {
+        end = fits;
+        *why = fmt::format("the launcher's --shutdown-timeout {:g} s", launcher);
+      }
+    }
+  }
+  return end > 0 ? mono_now() + (end - wall_now()) : 0;
 }
 
 }  // namespace
@@ -273,13 +282,13 @@ Checkpointer::StopUpload Checkpointer::upload_before_deadline(int64_t step, doub
     out.active = true;
     uploader_->supersede_older(step);
     std::string why;
-    const double deadline_s = stop_deadline_s(cfg_.preemption, &why);
-    double deadline = 0;  // none
-    if (deadline_s > 0) {
-      const double margin = std::min(2.0, 0.1 * deadline_s);
-      deadline = std::max(mono_now() + 1e-3, mono_now() + (signal_time + deadline_s - margin - wall_now()));
+    bool done = false;
+    for (;;) {  // a signal may come while it waits (a notice first, then the launcher's SIGTERM)
+      const double deadline = stop_deadline(cfg_.preemption, signal_time, &why);
+      const double slice = mono_now() + 0.5;
+      done = uploader_->wait(deadline > 0 ? std::max(mono_now() + 1e-3, std::min(deadline, slice)) : slice);
+      if (done || (deadline > 0 && mono_now() >= deadline)) break;
     }
-    const bool done = uploader_->wait(deadline);
     const auto totals = uploader_->totals();
     if (done && totals.last_step == step) {
       out.commit_time = wall_now();
@@ -287,7 +296,7 @@ Checkpointer::StopUpload Checkpointer::upload_before_deadline(int64_t step, doub
                  out.commit_time.get<double>() - signal_time, reason);
     } else {
       out.note = done ? "the upload failed: " + totals.last_error
-                      : fmt::format("the upload did not finish within the {:.0f} s deadline ({})", deadline_s, why);
+                      : fmt::format("the upload did not finish within {}", why);
       log::warn("{}; exiting 75 with the local checkpoint", out.note);
     }
   }

@@ -2,6 +2,7 @@
 #include "train/goodput.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
@@ -43,9 +44,10 @@ double Segment::time_at(int64_t step) const {
   return t;
 }
 
-std::vector<Segment> read_segments(const std::string& metrics_jsonl) {
+std::vector<Segment> read_segments(const std::string& metrics_jsonl, uint64_t offset) {
   std::vector<Segment> out;
   std::ifstream in(metrics_jsonl);
+  if (offset > 0) in.seekg(static_cast<std::streamoff>(offset));
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;
@@ -97,7 +99,7 @@ nlohmann::json Goodput::wall_clock_json() const {
           {"downtime_s", downtime_s},
           {"interruptions", interruptions},
           {"interruptions_s", interruptions_s},
-          {"segments", interruptions + 1}};
+          {"segments", segments}};
 }
 
 nlohmann::json Goodput::cost_json(double price_per_hour) const {
@@ -113,6 +115,7 @@ Goodput account(std::vector<Segment> segments, double now, const std::string& li
   if (segments.empty()) return g;
   segments.back().end = std::max(segments.back().end, now);
   if (!live_status.empty()) segments.back().status = live_status;
+  g.segments = static_cast<int64_t>(segments.size());
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     g.paid_s += std::max(0.0, s.end - s.process_start);
@@ -125,8 +128,10 @@ Goodput account(std::vector<Segment> segments, double now, const std::string& li
       g.replayed_steps += steps;
       g.replayed_s += seconds;
       g.downtime_s += std::max(0.0, next.process_start - s.end);
-      g.interruptions += 1;
-      g.interruptions_s += stop_of(s) + seconds + startup_of(next);
+      if (s.status != "completed") {  // (a completed run continued with more steps was not interrupted)
+        g.interruptions += 1;
+        g.interruptions_s += stop_of(s) + seconds + startup_of(next);
+      }
     } else if (s.status == "interrupted") {  // the live process, stopping now
       g.interruptions += 1;
       g.interruptions_s += stop_of(s);
@@ -162,6 +167,39 @@ double price_per_hour(double configured) {
   DLRUN_CHECK_INPUT(*end == '\0' && p > 0 && p < 1e6,
                     "DLRUN_PRICE_PER_HOUR={}: not a price per hour (a number > 0 and < 1e6; unset it for none)", v);
   return p;
+}
+
+RunAccount::RunAccount(double configured, std::string metrics_jsonl)
+    : price_(price_per_hour(configured)), path_(std::move(metrics_jsonl)) {}
+
+void RunAccount::begin() {
+  std::ifstream in(path_, std::ios::binary | std::ios::ate);
+  offset_ = in ? static_cast<uint64_t>(std::max<std::streamoff>(0, in.tellg())) : 0;
+  earlier_ = read_segments(path_);
+}
+
+std::vector<Segment> RunAccount::all() const {
+  std::vector<Segment> out = earlier_;
+  for (auto& s : read_segments(path_, offset_)) out.push_back(std::move(s));
+  return out;
+}
+
+Goodput RunAccount::now(const std::string& live_status) const {
+  const double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return account(all(), t, live_status);
+}
+
+void RunAccount::add_to(nlohmann::json& fields, const std::string& live_status) const {
+  const Goodput g = now(live_status);
+  fields["wall_clock"] = g.wall_clock_json();
+  fields["cost"] = g.cost_json(price_);
+}
+
+nlohmann::json RunAccount::interruption() const {
+  if (earlier_.empty()) return nlohmann::json::object();
+  const auto segments = all();
+  const double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return interruption_json(segments, segments.size() - 1, t, price_);
 }
 
 }  // namespace dlrun::train

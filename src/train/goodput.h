@@ -36,9 +36,10 @@ struct Segment {
   double time_at(int64_t step) const;
 };
 
-/// The segments of metrics.jsonl, in order (each begins at a "start" event; records before the
-/// first one and lines that are not JSON objects are skipped). A missing file: none.
-std::vector<Segment> read_segments(const std::string& metrics_jsonl);
+/// The segments of metrics.jsonl from byte `offset` on, in order (each begins at a "start" event;
+/// records before the first one and lines that are not JSON objects are skipped). A missing
+/// file: none.
+std::vector<Segment> read_segments(const std::string& metrics_jsonl, uint64_t offset = 0);
 
 /// Seconds, summed over the segments.
 struct Goodput {
@@ -51,6 +52,7 @@ struct Goodput {
   double downtime_s = 0;      ///< between segments: not paid
   double interruptions_s = 0; ///< lost to interruptions: each one's stop, replay and the next start-up
   int64_t interruptions = 0;  ///< segments that ended before the run did
+  int64_t segments = 0;       ///< processes that trained the run
   double useful_s() const;
   /// summary.json's "wall_clock" and, with a price, "cost" (null without).
   nlohmann::json wall_clock_json() const;
@@ -69,5 +71,32 @@ nlohmann::json interruption_json(const std::vector<Segment>& segments, size_t i,
 
 /// run.price_per_hour when > 0, else DLRUN_PRICE_PER_HOUR (a number > 0, else exit 2), else 0.
 double price_per_hour(double configured);
+
+/// The live run's account, for the trainer: the earlier processes' segments are read once when
+/// this one begins, and only this process's own records (from where the file ended then) each
+/// time the account is asked for -- a stop has little time to spare.
+class RunAccount {
+ public:
+  /// `configured`: run.price_per_hour (a malformed DLRUN_PRICE_PER_HOUR throws here, exit 2).
+  RunAccount(double configured, std::string metrics_jsonl);
+  /// Leader, before this process's first record: read the earlier segments.
+  void begin();
+  /// The account now; `live_status` "interrupted" while this process stops.
+  Goodput now(const std::string& live_status = "") const;
+  double price() const { return price_; }
+  /// The account now as an event's "wall_clock" and "cost" fields (the preempt event's).
+  void add_to(nlohmann::json& fields, const std::string& live_status) const;
+  /// The "resume" event's fields: what the interruption before this process cost, its first
+  /// step done now. Empty when this process is the run's first.
+  nlohmann::json interruption() const;
+
+ private:
+  std::vector<Segment> all() const;
+
+  double price_;
+  std::string path_;
+  uint64_t offset_ = 0;
+  std::vector<Segment> earlier_;
+};
 
 }  // namespace dlrun::train

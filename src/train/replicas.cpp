@@ -49,7 +49,7 @@ std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& t) {
 void Replicas::agree_committed(int64_t step, const std::string& failure) {
   if (!group_ || (!leader() && !failure.empty())) return;
   const std::string key = fmt::format("commit/{}", step);
-  const std::string outcome = group_->share(key, failure.empty() ? "committed" : "failed: " + failure);
+  const std::string outcome = group_->share_when_ready(key, failure.empty() ? "committed" : "failed: " + failure);
   if (leader()) return;
   group_->acknowledge(key);
   if (outcome != "committed")
@@ -57,6 +57,20 @@ void Replicas::agree_committed(int64_t step, const std::string& failure) {
                 fmt::format("rank 0 did not commit the checkpoint of step {}, so this rank exits 1 with it, not 75 "
                             "(there is nothing new to resume from): {}",
                             step, outcome.substr(0, 1000)));
+}
+
+void Replicas::commit_together(int64_t step, const std::function<void()>& commit) {
+  try {
+    commit();
+  } catch (const std::exception& e) {
+    try {
+      agree_committed(step, e.what());
+      outcome_read(step);
+    } catch (...) {  // the original error is the one to report
+    }
+    throw;
+  }
+  agree_committed(step, "");
 }
 
 void Replicas::outcome_read(int64_t step) {

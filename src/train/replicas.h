@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -43,6 +44,10 @@ class Replicas {
   void all_reduce(torch::Tensor& t);
   /// Every rank's `t`, in rank order.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& t);
+  /// Run `commit` (the stop's save: its collectives on every rank, the commit on the leader),
+  /// then agree_committed() on its outcome; when it throws, the leader tells the others why and
+  /// waits for them to read it (outcome_read) before the exception goes on.
+  void commit_together(int64_t step, const std::function<void()>& commit);
   /// The checkpoint of `step` that ends a stop or the run, agreed on every rank: the leader tells
   /// the others through the store whether it committed it (`failure` empty) or not (why); each
   /// other rank returns when it did and throws dlrun::Error (exit 1) naming rank 0's failure

@@ -64,6 +64,7 @@ class Trainer {
         replicas_(group, cfg_, c_.placement.device),
         optimizers_(cfg_.optim, *c_.optimizer, *c_.model),
         meter_(cfg_, c_.placement.device, runner_, st_, report_, replicas_.leader()),
+        account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
         parts_({cfg_, *c_.model, optimizers_, runner_.scaler(), st_, *c_.train_loader, replicas_, c_.total_steps,
                 c_.placement.device}) {
@@ -138,6 +139,7 @@ class Trainer {
   TrainState st_;
   metrics::Reporter report_;  ///< sinks on the leader only
   StepMeter meter_;
+  RunAccount account_;        ///< what the run's wall clock went to (goodput.h)
   Checkpointer ckpt_;
   CheckpointParts parts_;
   ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
@@ -190,6 +192,7 @@ void Trainer::begin() {
   const std::string kept =
       dir_.write_config("resolved by " + build::version_line(), config::to_yaml(cfg_, false), st_.step);
   if (!kept.empty()) log0::info("the config changed since the last segment; the previous one is kept as {}", kept);
+  account_.begin();  // the earlier processes' records, before this one's
   report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
@@ -271,9 +274,9 @@ void Trainer::save(SaveReason why, bool sync) {
 
 // The first step after a resume: what the interruption before it cost (goodput.h).
 void Trainer::report_resume() {
-  const auto segments = read_segments(dir_.metrics_jsonl());
   metrics::Event e{"resume", st_.step};
-  e.fields = interruption_json(segments, segments.size() - 1, wall_now(), price_per_hour(cfg_.run.price_per_hour));
+  e.fields = account_.interruption();
+  if (e.fields.empty()) return;  // nothing before this process in metrics.jsonl (--force, a new run directory)
   e.message = fmt::format("resumed at step {}: the interruption cost {:.1f} s ({} step(s) replayed, start-up {:.1f} s)",
                           ckpt_.resumed_step(), e.fields.value("lost_s", 0.0), e.fields.value("steps_replayed", 0),
                           e.fields.value("startup_s", 0.0));
@@ -288,24 +291,22 @@ int Trainer::stop_and_save() {
   if (reason.empty()) reason = "stop requested by another rank";
   if (signal_time <= 0) signal_time = wall_now();
   preempt::set_stop_phase(preempt::StopPhase::kWriting);  // a later signal (not a repeat) exits at once
-  try {
-    if (!ckpt_.saved(st_.step)) {
+  replicas_.commit_together(st_.step, [&] {  // every rank exits 75 with rank 0's commit, or 1 with its failure
+    // Agreed: after a failed periodic save rank 0 has not saved this step while the others have.
+    if (replicas_.any(!ckpt_.saved(st_.step))) {
       log0::info("{} received: saving a checkpoint at step {} and exiting with code 75", reason, st_.step);
       save(SaveReason::kPreemption, /*sync=*/true);
     } else {
       log0::info("{} received: step {} is already saved; exiting with code 75", reason, st_.step);
       ckpt_.wait_written(SaveReason::kPreemption, st_.step);  // throws when it fails: nothing new is committed, so not 75
     }
-  } catch (const std::exception& e) {  // every rank exits 1 with rank 0, none 75
-    try {
-      replicas_.agree_committed(st_.step, e.what());
-    } catch (...) {
-    }
-    throw;
-  }
-  replicas_.agree_committed(st_.step, "");  // the other ranks wait for rank 0's commit (throw if it failed)
+  });
   preempt::set_stop_phase(preempt::StopPhase::kCommitted);  // from here on the exit is 75, whatever arrives
-  profiler_.finish(st_.step);  // the steps traced so far, after the checkpoint
+  try {
+    profiler_.finish(st_.step);  // the steps traced so far, after the checkpoint
+  } catch (const std::exception& e) {
+    log::error("the checkpoint is committed, but the profile could not be written: {}", e.what());
+  }
   if (!leader()) return kInterrupted;
   const double commit_time = wall_now();
   log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
@@ -316,9 +317,7 @@ int Trainer::stop_and_save() {
     e.scalars = {{"latency_s", commit_time - signal_time}};
     e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
     upload.add_to(e, signal_time);
-    const Goodput g = account(read_segments(dir_.metrics_jsonl()), wall_now(), "interrupted");
-    e.fields["wall_clock"] = g.wall_clock_json();
-    e.fields["cost"] = g.cost_json(price_per_hour(cfg_.run.price_per_hour));
+    account_.add_to(e.fields, "interrupted");
     st_.preemption = e.fields;
     st_.preemption["event"] = "preempt";
     st_.preemption["latency_s"] = commit_time - signal_time;
@@ -330,9 +329,8 @@ int Trainer::stop_and_save() {
     log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
   }
   replicas_.outcome_read(st_.step);
-  if (preempt::signals_ignored() > 0)
-    log0::info("{} further signal(s) ignored: the same request delivered again, or after the commit",
-               preempt::signals_ignored());
+  if (const int n = preempt::signals_ignored())
+    log0::info("{} further signal(s) ignored: the same request delivered again, or after the commit", n);
   return kInterrupted;
 }
 
@@ -376,9 +374,9 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.device = c_.placement.device.str();
   in.world_size = c_.placement.world_size;
   in.version = build::version_line();
-  const Goodput g = account(read_segments(dir_.metrics_jsonl()), wall_now());  // the record so far, this process's included
+  const Goodput g = account_.now();  // the record so far, this process's included
   in.wall_clock = g.wall_clock_json();
-  in.cost = g.cost_json(price_per_hour(cfg_.run.price_per_hour));
+  in.cost = g.cost_json(account_.price());
   return run_summary(in);
 }
 

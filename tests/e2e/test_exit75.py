@@ -50,7 +50,7 @@ def test_rank_0_failing_its_stop_save_makes_every_rank_exit_1():
         expect(r.summary()["status"] == "failed", r.summary())
 
 
-def test_every_rank_exits_75_only_after_rank_0_committed():
+def test_a_stop_seen_by_one_rank_exits_75_on_every_rank_with_the_checkpoint_committed():
     with RunDir() as r:
         args = ["train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path]
         with Ranks(2, args) as rs:
@@ -71,7 +71,11 @@ def test_one_sigterm_delivered_twice_is_one_request():
                              env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             expect(wait_until(stepping(r), [p]), "never trained")
+            # Two different signals at once (two SIGTERMs may merge in the kernel while the first
+            # is pending: then the process sees one), then the same one again 20 ms later.
             os.kill(p.pid, signal.SIGTERM)
+            os.kill(p.pid, signal.SIGUSR1)
+            time.sleep(0.02)
             os.kill(p.pid, signal.SIGTERM)
             out, _ = p.communicate(timeout=120)
         finally:
@@ -81,7 +85,7 @@ def test_one_sigterm_delivered_twice_is_one_request():
         expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
         latest = open(r.file("checkpoints", "LATEST")).read().strip()
         expect(os.path.isdir(r.file("checkpoints", latest)), latest)
-        expect("1 further signal(s) ignored" in out, out[-1500:])
+        expect("further signal(s) ignored" in out, out[-1500:])
         expect(r.summary()["status"] == "interrupted", r.summary())
 
 
@@ -103,34 +107,42 @@ def test_a_signal_after_the_commit_changes_nothing():
 
 
 def test_the_deadline_counts_from_the_aws_notices_own_time():
-    """The instance-action names the time the VM is taken; AWS gave notice 120 s before it. With
-    that time 12 s away when dlrun sees the notice, the stop's upload may wait about 10 s -- not
-    the 118 s a deadline counted from the poll would give it."""
+    """AWS publishes the instance-action when it gives notice, naming the time the VM is taken,
+    120 s on; dlrun polls every 4 s here and the notice appears right after a poll, so dlrun
+    sees it ~4 s late. The stop is dated back to the notice (that time less 120 s), not to the
+    poll that saw it: preemption.deadline_s (10 s, the upload hanging) runs from there."""
     with NoticeServer() as srv, S3Server() as s3, RunDir() as r:
-        srv.action_in_s = 12
-        with training(s3, r, *LONG, f"preemption.watch=aws", f"preemption.endpoint=http://127.0.0.1:{srv.port}",
-                      "preemption.poll_s=0.1", *s3.overrides("exp2")) as p:
+        with training(s3, r, *LONG, "preemption.watch=aws", f"preemption.endpoint=http://127.0.0.1:{srv.port}",
+                      "preemption.poll_s=4", "preemption.deadline_s=10", *s3.overrides("exp2")) as p:
             expect(wait_for(stepping(r), p), "never trained")
             s3.stall()
-            t0 = time.time()
+            polls = len([q for q in srv.requests if q[0] == "GET"])
+            expect(wait_for(lambda: len([q for q in srv.requests if q[0] == "GET"]) > polls, p, timeout=30),
+                   "no poll")
+            fired = time.time()  # just after a poll: the next one is ~4 s away
+            srv.action_time = int(fired) + 120
             srv.noticed.set()
             out, _ = p.communicate(timeout=200)
-            took = time.time() - t0
+            took = time.time() - fired
         expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
-        expect(took < 40, f"exit 75 came {took:.1f} s after the notice: the deadline counted from the poll")
+        seen = srv.served_at - fired
         ev = events(r, "preempt")[0]
+        print(f"  notice published, seen {seen:.1f} s later; stop dated {ev['signal_time'] - fired:+.2f} s from "
+              f"the notice; exit 75 {took:.1f} s after it")
+        expect(seen >= 2, f"the notice was seen {seen:.1f} s after it appeared: the test cannot tell")
+        expect(ev["signal_time"] <= fired + 0.05, (ev["signal_time"], fired))
         expect(ev["remote_commit_time"] is None and "deadline" in ev["remote_note"], ev)
-        expect(abs(ev["signal_time"] - (srv.action_time - 120)) < 1.5, (ev["signal_time"], srv.action_time))
+        expect(took < 25, f"exit 75 came {took:.1f} s after the notice with a 10 s deadline")
         expect("it was given" in out, out[-1500:])
 
 
 def test_the_launchers_shutdown_timeout_bounds_the_workers_stop():
     """An upload that hangs: without a deadline the workers would wait for it, the launcher would
     SIGKILL them at --shutdown-timeout and fail the job (1); told the timeout, rank 0 gives up on
-    the upload in time and the launcher exits 75."""
+    the upload in time (18 s after the signal of a 20 s timeout) and the launcher exits 75."""
     with S3Server() as s3, RunDir() as r:
         cmd = [sys.executable, LAUNCH, "--nproc-per-node", "2", "--master-port", str(free_port()),
-               "--shutdown-timeout", "8", "--", DLRUN, "train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path,
+               "--shutdown-timeout", "20", "--", DLRUN, "train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path,
                *s3.overrides("exp3")]
         p = subprocess.Popen(cmd, env=environment(s3.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
@@ -145,7 +157,7 @@ def test_the_launchers_shutdown_timeout_bounds_the_workers_stop():
                 p.wait()
         expect(p.returncode == 75, f"launcher exited {p.returncode}:\n{out[-3000:]}")
         expect("SIGKILL" not in out, out[-3000:])
-        expect("the launcher's --shutdown-timeout 8 s" in out, out[-3000:])
+        expect("the launcher's --shutdown-timeout 20 s" in out, out[-3000:])
 
 
 def test_a_non_finite_loss_on_one_rank_is_skipped_on_every_rank():
@@ -213,7 +225,7 @@ def test_what_the_interruptions_cost_in_the_run_record():
 
 if __name__ == "__main__":
     main([test_rank_0_failing_its_stop_save_makes_every_rank_exit_1,
-          test_every_rank_exits_75_only_after_rank_0_committed, test_one_sigterm_delivered_twice_is_one_request,
+          test_a_stop_seen_by_one_rank_exits_75_on_every_rank_with_the_checkpoint_committed, test_one_sigterm_delivered_twice_is_one_request,
           test_a_signal_after_the_commit_changes_nothing, test_the_deadline_counts_from_the_aws_notices_own_time,
           test_the_launchers_shutdown_timeout_bounds_the_workers_stop,
           test_a_non_finite_loss_on_one_rank_is_skipped_on_every_rank,

@@ -115,6 +115,7 @@ class NoticeServer:
         self.requests = []
         self.action_in_s = 120  # the AWS instance-action's time: when the VM is taken
         self.action_time = None
+        self.served_at = None   # when the notice was first answered
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -140,6 +141,8 @@ class NoticeServer:
                     if outer.noticed.is_set():
                         if outer.action_time is None:  # named when the notice is first read
                             outer.action_time = int(time.time()) + outer.action_in_s
+                        if outer.served_at is None:
+                            outer.served_at = time.time()
                         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(outer.action_time))
                         self._send(200, json.dumps({"action": "terminate", "time": when}).encode())
                     else:

@@ -121,3 +121,29 @@ TEST_CASE("the price: the config's, else DLRUN_PRICE_PER_HOUR, which must be a n
   CHECK_THROWS_AS(price_per_hour(0), dlrun::Error);
   ::unsetenv("DLRUN_PRICE_PER_HOUR");
 }
+
+TEST_CASE("RunAccount: earlier processes read once, this one's records from where the file ended",
+          "[train][goodput]") {
+  const std::string path = write_metrics();
+  RunAccount acc(0, path);
+  acc.begin();  // three earlier segments
+  {
+    std::ofstream f(path, std::ios::app);
+    f << R"({"event":"start","step":20,"time":300,"process_start_time":290})" << "\n";
+    f << R"({"loss":1.0,"step":21,"time":301})" << "\n";
+  }
+  const auto j = acc.interruption();
+  CHECK(j["previous"] == "completed");
+  CHECK(j["downtime_s"].get<double>() == Approx(290 - 209));
+  const Goodput g = acc.now("interrupted");
+  CHECK(g.interruptions == 3);  // killed, stopped, and this one stopping (the completed one resumed by --resume)
+  CHECK(g.paid_s >= 15 + 13 + 9 + 11);
+  nlohmann::json fields;
+  acc.add_to(fields, "");
+  CHECK(fields["cost"].is_null());
+  CHECK(fields["wall_clock"]["segments"] == 4);
+  std::remove(path.c_str());
+  RunAccount fresh(0, path);
+  fresh.begin();
+  CHECK(fresh.interruption().empty());
+}
