@@ -35,6 +35,14 @@ def start(dlrun, run_dir, overrides, env):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def run_to_end(dlrun, run_dir, overrides, env, what):
+    """Train `run_dir` to its last step (exit 0, else the bench ends saying `what` failed)."""
+    p = start(dlrun, run_dir, overrides, env)
+    out, _ = p.communicate()
+    if p.returncode != 0:
+        sys.exit(f"{what} failed ({p.returncode}):\n{out[-3000:]}")
+
+
 def summary(run_dir):
     with open(os.path.join(run_dir, "summary.json")) as f:
         return json.load(f)
@@ -74,10 +82,7 @@ def main(argv):
     try:
         ref, run = os.path.join(tmp, "ref"), os.path.join(tmp, "run")
         t0 = time.time()
-        p = start(a.dlrun, ref, steps, env)
-        out, _ = p.communicate()
-        if p.returncode != 0:
-            sys.exit(f"the uninterrupted run failed ({p.returncode}):\n{out[-3000:]}")
+        run_to_end(a.dlrun, ref, steps, env, "the uninterrupted run")
         ref_wall = time.time() - t0
         base = summary(ref)
 
@@ -101,10 +106,7 @@ def main(argv):
             if p.returncode != want:
                 sys.exit(f"{kind} at step ~{target}: exit {p.returncode}, expected {want}:\n{out[-3000:]}")
             log.append((kind, trained_step(run)))
-        p = start(a.dlrun, run, steps, env)
-        out, _ = p.communicate()
-        if p.returncode != 0:
-            sys.exit(f"the last restart failed ({p.returncode}):\n{out[-3000:]}")
+        run_to_end(a.dlrun, run, steps, env, "the last restart")
         wall = time.time() - t0
         s = summary(run)
         w, c, bw = s["wall_clock"], s["cost"], base["wall_clock"]

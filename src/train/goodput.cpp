@@ -2,10 +2,12 @@
 #include "train/goodput.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
+#include <fmt/format.h>
+
+#include "base/clock.h"
 #include "base/error.h"
 
 namespace dlrun::train {
@@ -185,8 +187,17 @@ std::vector<Segment> RunAccount::all() const {
 }
 
 Goodput RunAccount::now(const std::string& live_status) const {
-  const double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return account(all(), t, live_status);
+  return account(all(), wall_now(), live_status);
+}
+
+std::optional<metrics::Event> RunAccount::resume_event(int64_t step, int64_t resumed_step) const {
+  metrics::Event e{"resume", step};
+  e.fields = interruption();
+  if (e.fields.empty()) return std::nullopt;
+  e.message = fmt::format("resumed at step {}: the interruption cost {:.1f} s ({} step(s) replayed, start-up {:.1f} s)",
+                          resumed_step, e.fields.value("lost_s", 0.0), e.fields.value("steps_replayed", 0),
+                          e.fields.value("startup_s", 0.0));
+  return e;
 }
 
 void RunAccount::add_to(nlohmann::json& fields, const std::string& live_status) const {
@@ -198,8 +209,7 @@ void RunAccount::add_to(nlohmann::json& fields, const std::string& live_status) 
 nlohmann::json RunAccount::interruption() const {
   if (earlier_.empty()) return nlohmann::json::object();
   const auto segments = all();
-  const double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return interruption_json(segments, segments.size() - 1, t, price_);
+  return interruption_json(segments, segments.size() - 1, wall_now(), price_);
 }
 
 }  // namespace dlrun::train

@@ -13,9 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "metrics/sink.h"
 
 namespace dlrun::train {
 
@@ -89,6 +92,9 @@ class RunAccount {
   /// The "resume" event's fields: what the interruption before this process cost, its first
   /// step done now. Empty when this process is the run's first.
   nlohmann::json interruption() const;
+  /// The "resume" event at `step`, the first after resuming at `resumed_step`; none when this
+  /// process is the run's first in metrics.jsonl (--force, a new run directory).
+  std::optional<metrics::Event> resume_event(int64_t step, int64_t resumed_step) const;
 
  private:
   std::vector<Segment> all() const;

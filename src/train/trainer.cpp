@@ -123,7 +123,6 @@ class Trainer {
   bool any_rank_asked_to_stop() { return replicas_.any(preempt::stop_requested()); }  // a collective
   bool run_eval();
   void save(SaveReason why, bool sync);
-  void report_resume();
   int stop_and_save();
   int finish();
   int64_t epoch() const { return c_.train_loader->position().epoch; }
@@ -226,7 +225,8 @@ void Trainer::step(const std::vector<data::Batch>& micro) {
 std::optional<int> Trainer::at_boundary(bool epoch_end) {
   const Boundary b{st_.step, epoch(), c_.total_steps, epoch_end};
   ckpt_.report_uploads();
-  if (leader() && !ckpt_.resumed_from().empty() && st_.step == ckpt_.resumed_step() + 1) report_resume();
+  if (leader() && !ckpt_.resumed_from().empty() && st_.step == ckpt_.resumed_step() + 1)
+    if (auto e = account_.resume_event(st_.step, ckpt_.resumed_step())) report_.report(std::move(*e));
   if (!epoch_end) report_.tick({st_.step, b.epoch, meter_.samples_per_s(mono_now()), meter_.lr()});
   if (log_due(cfg_.log, b)) meter_.log(b.epoch, replicas_);  // the record of a step that has happened
   if (!epoch_end) fault::after_step(st_.step);
@@ -270,17 +270,6 @@ bool Trainer::run_eval() {
 void Trainer::save(SaveReason why, bool sync) {
   meter_.check_finite();  // never commit weights a non-finite step has already spoiled
   ckpt_.save(why, sync, st_.step, [this] { return parts_.snapshot(); });
-}
-
-// The first step after a resume: what the interruption before it cost (goodput.h).
-void Trainer::report_resume() {
-  metrics::Event e{"resume", st_.step};
-  e.fields = account_.interruption();
-  if (e.fields.empty()) return;  // nothing before this process in metrics.jsonl (--force, a new run directory)
-  e.message = fmt::format("resumed at step {}: the interruption cost {:.1f} s ({} step(s) replayed, start-up {:.1f} s)",
-                          ckpt_.resumed_step(), e.fields.value("lost_s", 0.0), e.fields.value("steps_replayed", 0),
-                          e.fields.value("startup_s", 0.0));
-  report_.report(std::move(e));
 }
 
 // A stop request (a signal, a cloud notice, another rank's): save this step unless it is

@@ -9,11 +9,7 @@ import subprocess
 import tempfile
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from s3_server import free_port  # noqa: F401 - also test_slurm's
 
 
 CONF = """ClusterName=dlrun-test

@@ -21,16 +21,19 @@ from test_remote import S3Server, events, stepping, training, wait_for
 LONG = ("train.max_steps=100000", "train.epochs=100000", "log.every_steps=1", "checkpoint.every_steps=0")
 
 
-def wait_until(cond, procs, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline and all(p.poll() is None for p in procs):
-        try:
-            if cond():
-                return True
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    return False
+def stopped_while_training(cmd, r, env, stop):
+    """Start `cmd`, call stop(p) once it trains (a step in r's metrics.jsonl), wait for its end;
+    (exit code, output). Killed at the end if still running."""
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        expect(wait_for(stepping(r), p), "never trained")
+        stop(p)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, out
 
 
 def test_rank_0_failing_its_stop_save_makes_every_rank_exit_1():
@@ -39,7 +42,7 @@ def test_rank_0_failing_its_stop_save_makes_every_rank_exit_1():
     with RunDir() as r:
         args = ["train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path]
         with Ranks(2, args, {"DLRUN_FAULT": "disk_error:ENOSPC"}) as rs:
-            expect(wait_until(stepping(r), rs.procs), "the ranks never trained")
+            expect(wait_for(stepping(r), rs.procs[0]), "the ranks never trained")
             for p in rs.procs:  # as Slurm signals every task of the step
                 p.send_signal(signal.SIGUSR1)
             codes, outs = rs.wait(timeout=120)
@@ -54,7 +57,7 @@ def test_a_stop_seen_by_one_rank_exits_75_on_every_rank_with_the_checkpoint_comm
     with RunDir() as r:
         args = ["train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path]
         with Ranks(2, args) as rs:
-            expect(wait_until(stepping(r), rs.procs), "the ranks never trained")
+            expect(wait_for(stepping(r), rs.procs[0]), "the ranks never trained")
             rs.procs[1].send_signal(signal.SIGTERM)  # one rank's signal stops both
             codes, outs = rs.wait(timeout=120)
         expect(codes == [75, 75], f"exit codes {codes}:\n" + "\n".join(o[-1500:] for o in outs))
@@ -66,23 +69,18 @@ def test_a_stop_seen_by_one_rank_exits_75_on_every_rank_with_the_checkpoint_comm
 def test_one_sigterm_delivered_twice_is_one_request():
     """systemd (KillMode=control-group), Slurm and a forwarding launcher deliver the same SIGTERM
     twice, milliseconds apart: the save goes on and the exit is 75 with the checkpoint committed."""
+    def twice(p):
+        # Two different signals at once (two SIGTERMs may merge in the kernel while the first is
+        # pending: then the process sees one), then the same one again 20 ms later.
+        os.kill(p.pid, signal.SIGTERM)
+        os.kill(p.pid, signal.SIGUSR1)
+        time.sleep(0.02)
+        os.kill(p.pid, signal.SIGTERM)
+
     with RunDir() as r:
-        p = subprocess.Popen([DLRUN, "train", TINY, *LONG, "log.progress=none", "--run-dir", r.path],
-                             env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            expect(wait_until(stepping(r), [p]), "never trained")
-            # Two different signals at once (two SIGTERMs may merge in the kernel while the first
-            # is pending: then the process sees one), then the same one again 20 ms later.
-            os.kill(p.pid, signal.SIGTERM)
-            os.kill(p.pid, signal.SIGUSR1)
-            time.sleep(0.02)
-            os.kill(p.pid, signal.SIGTERM)
-            out, _ = p.communicate(timeout=120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        expect(p.returncode == 75, f"exit {p.returncode}:\n{out[-2000:]}")
+        code, out = stopped_while_training([DLRUN, "train", TINY, *LONG, "log.progress=none", "--run-dir", r.path],
+                                           r, environment(), twice)
+        expect(code == 75, f"exit {code}:\n{out[-2000:]}")
         latest = open(r.file("checkpoints", "LATEST")).read().strip()
         expect(os.path.isdir(r.file("checkpoints", latest)), latest)
         expect("further signal(s) ignored" in out, out[-1500:])
@@ -144,18 +142,12 @@ def test_the_launchers_shutdown_timeout_bounds_the_workers_stop():
         cmd = [sys.executable, LAUNCH, "--nproc-per-node", "2", "--master-port", str(free_port()),
                "--shutdown-timeout", "20", "--", DLRUN, "train", TINY, *SAME, *MLP, *LONG, "--run-dir", r.path,
                *s3.overrides("exp3")]
-        p = subprocess.Popen(cmd, env=environment(s3.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-        try:
-            expect(wait_until(stepping(r), [p]), "never trained")
+        def stop(p):
             s3.stall()
             p.send_signal(signal.SIGTERM)
-            out, _ = p.communicate(timeout=120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        expect(p.returncode == 75, f"launcher exited {p.returncode}:\n{out[-3000:]}")
+
+        code, out = stopped_while_training(cmd, r, environment(s3.env), stop)
+        expect(code == 75, f"launcher exited {code}:\n{out[-3000:]}")
         expect("SIGKILL" not in out, out[-3000:])
         expect("the launcher's --shutdown-timeout 20 s" in out, out[-3000:])
 
