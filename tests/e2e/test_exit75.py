@@ -190,11 +190,14 @@ def test_what_the_interruptions_cost_in_the_run_record():
     interruption before it cost."""
     with RunDir() as r:
         price = {"DLRUN_PRICE_PER_HOUR": "3.6"}
-        train(TINY, r.path, env={"DLRUN_FAULT": "abort_at_step:12", **price}, check=None)
-        train(TINY, r.path, env={"DLRUN_FAULT": "signal_at_step:20", **price}, check=75)
+        # The step-10 save must be committed before the abort at 12: written in the loop, not
+        # by a background thread that a busy machine may not have finished by then.
+        sync = "checkpoint.async=false"
+        train(TINY, r.path, sync, env={"DLRUN_FAULT": "abort_at_step:12", **price}, check=None)
+        train(TINY, r.path, sync, env={"DLRUN_FAULT": "signal_at_step:20", **price}, check=75)
         pre = [m for m in r.metrics() if m.get("event") == "preempt"][0]
         expect(pre["wall_clock"]["interruptions"] == 2 and pre["cost"]["price_per_hour"] == 3.6, pre)
-        train(TINY, r.path, env=price)
+        train(TINY, r.path, sync, env=price)
         s = r.summary()
         w, c = s["wall_clock"], s["cost"]
         print("  wall_clock:", json.dumps(w), "\n  cost:", json.dumps(c))
