@@ -11,10 +11,10 @@ if(NOT DLRUN_CUDA STREQUAL "OFF")
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      # Hopper (H100/H200) plus a PTX fallback; override with -DCMAKE_CUDA_ARCHITECTURES=...
-      set(CMAKE_CUDA_ARCHITECTURES 90)
-    endif()
+    # The architectures come from TORCH_CUDA_ARCH_LIST alone (cmake/Dependencies.cmake): torch's
+    # cmake ignores CMAKE_CUDA_ARCHITECTURES. No static runtime either: the wheel's shared one
+    # is linked (Targets.cmake).
+    set(CMAKE_CUDA_RUNTIME_LIBRARY None)
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)
     set(DLRUN_WITH_CUDA ON)

@@ -106,8 +106,16 @@ set_source_files_properties(${_src}/kernels/bn_relu_cpu.cpp PROPERTIES
 if(DLRUN_WITH_CUDA)
   find_package(CUDAToolkit REQUIRED)
   target_sources(dlrun_kernels PRIVATE ${DLRUN_CUDA_SOURCES})
-  target_link_libraries(dlrun_kernels PUBLIC CUDA::cudart)
+  if(DLRUN_WHEEL_CUDART)
+    target_link_libraries(dlrun_kernels PUBLIC ${DLRUN_WHEEL_CUDART})
+    target_include_directories(dlrun_kernels PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  else()
+    target_link_libraries(dlrun_kernels PUBLIC CUDA::cudart)
+  endif()
   target_compile_definitions(dlrun_kernels PUBLIC DLRUN_WITH_CUDA=1)
+  string(REPLACE ";" " " _archs "${DLRUN_CUDA_ARCHS}")
+  set_property(SOURCE ${_src}/kernels/device_query.cu APPEND PROPERTY COMPILE_DEFINITIONS
+               "DLRUN_CUDA_ARCHS=\"${_archs}\"")
   # As PyTorch builds its own CUDA sources: c10::Half / c10::BFloat16 do the conversions, not
   # CUDA's __half operators; constexpr host functions usable on the device.
   target_compile_options(dlrun_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-D__CUDA_NO_HALF_OPERATORS__
@@ -118,8 +126,10 @@ endif()
 # Link what an executable needs to run dlrun code: the core library and the kernel objects.
 function(dlrun_link target)
   target_link_libraries(${target} PRIVATE dlrun_core dlrun_kernels)
-  # Keep torch's libraries findable without LD_LIBRARY_PATH (they live in the venv).
-  set_target_properties(${target} PROPERTIES BUILD_RPATH "${DLRUN_TORCH_LIBDIR}" INSTALL_RPATH "${DLRUN_TORCH_LIBDIR}")
+  # torch's libraries and the wheel's CUDA runtime found without LD_LIBRARY_PATH (they live in
+  # the venv), and nothing else: CMake would add the directory of every library linked by path
+  # (the toolkit's among them), so the RUNPATH is set outright.
+  set_target_properties(${target} PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH "${DLRUN_RUNPATH}")
 endfunction()
 
 add_library(dlrun_cli STATIC ${DLRUN_CLI_SOURCES})
