@@ -15,7 +15,8 @@ namespace {
 
 bool known(const std::string& name) {
   return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
-         name == "upload" || name == "slow_batch" || name == "disk_error" || name == "nonfinite_loss_at_step";
+         name == "upload" || name == "slow_batch" || name == "disk_error" || name == "nonfinite_loss_at_step" ||
+         name == "fused_mismatch";
 }
 
 [[noreturn]] void die(const std::string& what) {

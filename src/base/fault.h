@@ -17,6 +17,9 @@
 //   DLRUN_FAULT=nonfinite_loss_at_step:K  step K's loss is +inf on this rank, its gradients
 //                                  untouched (a loss that overflows where the gradients do not)
 //
+//   DLRUN_FAULT=fused_mismatch     the fused-kernel self-check sees the fused operators' output
+//                                  off by 10 % (a kernel defect on this GPU; src/kernels/self_check.h)
+//
 //   DLRUN_FAULT_RANK=R             in a multi-process run, only rank R (its RANK variable) is hit
 //   DLRUN_FAULT_RESTART=N          only in the group's N-th restart (TORCHELASTIC_RESTART_COUNT)
 //

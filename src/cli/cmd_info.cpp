@@ -1,6 +1,8 @@
-// `dlrun info [CONFIG.yaml [key=value ...]] [--json]`: versions, build features, devices, CPU
-// threads — for bug reports — and the fast paths (cuDNN autotuning, TF32, channels_last, AMP,
-// CUDA graphs, activation checkpointing) a config turns on, the defaults without one.
+// `dlrun info [CONFIG.yaml [key=value ...]] [--json]`: versions, build features (the GPU
+// architectures compiled in), devices (with their compute capability and whether the fused
+// kernels run there), CPU threads — for bug reports — and the fast paths (cuDNN autotuning, TF32,
+// channels_last, AMP, CUDA graphs, activation checkpointing) a config turns on, the defaults
+// without one, with the device it would get here and whether its fused kernels would run.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -32,6 +34,7 @@ nlohmann::json collect(const Config& cfg) {
   torch_cuda = true;
 #endif
   j["features"] = {{"cuda_sources_compiled", cuda::cuda_compiled()},
+                   {"cuda_archs", cuda::compiled_archs()},
                    {"nvcc", build::cuda_compiler_version()},
                    {"torch_built_with_cuda", torch_cuda},
 #ifdef DLRUN_HAVE_CURL
@@ -42,17 +45,29 @@ nlohmann::json collect(const Config& cfg) {
   };
   j["cuda"] = {{"driver", cuda::driver_version()}, {"runtime", cuda::runtime_version()}};
   nlohmann::json devs = nlohmann::json::array();
-  for (const auto& d : cuda::devices())
+  for (const auto& d : cuda::devices()) {
+    const auto fused = train::fused_kernels_here(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index)));
     devs.push_back({{"index", d.index}, {"name", d.name},
                     {"compute_capability", std::to_string(d.major) + "." + std::to_string(d.minor)},
                     {"memory_gib", static_cast<double>(d.total_memory) / (1ull << 30)},
-                    {"multiprocessors", d.multiprocessors}});
+                    {"multiprocessors", d.multiprocessors},
+                    {"fused_kernels", fused.runs ? fused.image : "no: " + fused.why}});
+  }
   j["devices"] = devs;
   j["cpu"] = {{"hardware_threads", std::thread::hardware_concurrency()},
               {"torch_threads", at::get_num_threads()},
               {"torch_interop_threads", at::get_num_interop_threads()}};
   j["fast_paths"] = train::fast_paths(cfg);
   j["fast_paths"]["config"] = cfg.source_file.empty() ? "defaults" : cfg.source_file;
+  // What the config gets here: its device, and whether the fused kernels would run there.
+  try {
+    const auto device = train::resolve_device(cfg.run);
+    j["fast_paths"]["device"] = device.str();
+    j["fast_paths"]["fused_conv_bn_relu_here"] = train::use_fused_kernels(cfg, device);
+  } catch (const std::exception& e) {
+    j["fast_paths"]["device"] = std::string("unavailable: ") + e.what();
+    j["fast_paths"]["fused_conv_bn_relu_here"] = false;
+  }
   return j;
 }
 
@@ -66,6 +81,8 @@ void print_text(const nlohmann::json& j) {
               "cloud notice HTTP (libcurl): %s\n",
               yn(j["features"]["cuda_sources_compiled"]), j["features"]["nvcc"].get<std::string>().c_str(),
               yn(j["features"]["torch_built_with_cuda"]), yn(j["features"]["cloud_notices_http"]));
+  const auto archs = j["features"]["cuda_archs"].get<std::string>();
+  std::printf("           GPU code for: %s\n", archs.empty() ? "none" : archs.c_str());
   std::printf("           MKLDNN: %s; OpenMP: %s; cuDNN usable: %s\n", yn(j["torch"]["mkldnn"]),
               yn(j["torch"]["openmp"]), yn(j["torch"]["cudnn_available"]));
   std::printf("cuda       available to torch: %s; driver %s; runtime %s\n", yn(j["torch"]["cuda_available"]),
@@ -73,9 +90,10 @@ void print_text(const nlohmann::json& j) {
               j["cuda"]["runtime"].get<std::string>().empty() ? "-" : j["cuda"]["runtime"].get<std::string>().c_str());
   if (j["devices"].empty()) std::printf("devices    cpu only (no CUDA device visible)\n");
   for (const auto& d : j["devices"])
-    std::printf("device     cuda:%d %s, compute %s, %.1f GiB, %d SMs\n", d["index"].get<int>(),
+    std::printf("device     cuda:%d %s, compute %s, %.1f GiB, %d SMs; fused kernels: %s\n", d["index"].get<int>(),
                 d["name"].get<std::string>().c_str(), d["compute_capability"].get<std::string>().c_str(),
-                d["memory_gib"].get<double>(), d["multiprocessors"].get<int>());
+                d["memory_gib"].get<double>(), d["multiprocessors"].get<int>(),
+                d["fused_kernels"].get<std::string>().c_str());
   std::printf("cpu        %u hardware threads; torch intra-op %d, inter-op %d\n",
               j["cpu"]["hardware_threads"].get<unsigned>(), j["cpu"]["torch_threads"].get<int>(),
               j["cpu"]["torch_interop_threads"].get<int>());
@@ -87,6 +105,8 @@ void print_text(const nlohmann::json& j) {
               f["fused_conv_bn_relu"].get<std::string>().c_str(),
               f["amp"].get<std::string>().c_str(), on("channels_last"),
               f["activation_checkpointing"].get<std::string>().c_str());
+  std::printf("           here: device %s, fused conv-BN-ReLU %s\n", f["device"].get<std::string>().c_str(),
+              f["fused_conv_bn_relu_here"].get<bool>() ? "on" : "off");
 }
 
 }  // namespace

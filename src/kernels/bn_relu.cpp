@@ -126,26 +126,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_reference(const 
   return {gx, gw, gb};
 }
 
-// The backward operators, through the dispatcher (each device its own kernel).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_op(const at::Tensor& grad_out, const at::Tensor& x,
-                                                                   const at::Tensor& out, const at::Tensor& weight,
-                                                                   const at::Tensor& mean, const at::Tensor& invstd,
-                                                                   bool training) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("dlrun::bn_relu_backward", "")
-                             .typed<decltype(bn_relu_backward_reference)>();
-  return op.call(grad_out, x, out, weight, mean, invstd, training);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward_op(
-    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
-    const at::Tensor& mean, const at::Tensor& invstd, bool training) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
-                             .typed<decltype(reference::bn_add_relu_backward)>();
-  return op.call(grad_out, x, out, weight, mean, invstd, training);
-}
-
 void save(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
           const at::Tensor& mean, const at::Tensor& invstd, bool training) {
   ctx->save_for_backward({x, out, weight, mean, invstd});
@@ -166,7 +146,7 @@ class BnReluFunction : public torch::autograd::Function<BnReluFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    auto [gx, gw, gb] = bn_relu_backward_op(grads.at(0), s[0], s[1], s[2], s[3], s[4],
+    auto [gx, gw, gb] = bn_relu_backward(grads.at(0), s[0], s[1], s[2], s[3], s[4],
                                             ctx->saved_data["training"].toBool());
     return {gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -186,7 +166,7 @@ class BnAddReluFunction : public torch::autograd::Function<BnAddReluFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    auto [gx, gr, gw, gb] = bn_add_relu_backward_op(grads.at(0), s[0], s[1], s[2], s[3], s[4],
+    auto [gx, gr, gw, gb] = bn_add_relu_backward(grads.at(0), s[0], s[1], s[2], s[3], s[4],
                                                     ctx->saved_data["training"].toBool());
     return {gx, gr, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -4,10 +4,41 @@
 
 #include "kernels/device_query.h"
 
+#ifndef DLRUN_CUDA_ARCHS
+#define DLRUN_CUDA_ARCHS ""
+#endif
+
 namespace dlrun::cuda {
 namespace {
 std::string ver(int v) { return v <= 0 ? std::string() : std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+// Compiled, as every .cu file of dlrun, for TORCH_CUDA_ARCH_LIST: whether the runtime finds an
+// image of it for a device is whether it finds one of the fused kernels.
+__global__ void probe_kernel(int* out) {
+  if (out != nullptr) *out = 1;
+}
 }  // namespace
+
+std::string compiled_archs() { return DLRUN_CUDA_ARCHS; }
+
+KernelImage kernel_image(int index) {
+  KernelImage r;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  cudaError_t e = cudaSetDevice(index);
+  cudaFuncAttributes attr{};
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, probe_kernel);
+  if (e == cudaSuccess) {
+    r.ok = true;
+    // The machine code's architecture (86 for sm_86) and the virtual architecture it came from.
+    r.arch = "sm_" + std::to_string(attr.binaryVersion) + " (from compute_" + std::to_string(attr.ptxVersion) + ")";
+  } else {
+    r.error = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  }
+  (void)cudaGetLastError();
+  if (previous >= 0) (void)cudaSetDevice(previous);
+  return r;
+}
 
 bool cuda_compiled() { return true; }
 

@@ -8,5 +8,7 @@ std::string driver_version() { return {}; }
 std::string runtime_version() { return {}; }
 std::vector<DeviceInfo> devices() { return {}; }
 std::string pci_bus_id(int) { return {}; }
+std::string compiled_archs() { return {}; }
+KernelImage kernel_image(int) { return {false, "", "this dlrun was built without CUDA sources"}; }
 }  // namespace dlrun::cuda
 #endif

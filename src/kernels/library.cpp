@@ -7,6 +7,21 @@
 // registration reaches every executable even though no code calls it by name.
 #include <torch/library.h>
 
+#include <array>
+#include <atomic>
+
+#include "kernels/ops.h"
+
+namespace dlrun::kernels {
+namespace {
+std::array<std::atomic<int64_t>, static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)> calls{};
+}  // namespace
+
+int64_t fused_calls(c10::DeviceType type) { return calls.at(static_cast<size_t>(type)).load(); }
+void count_fused_call(c10::DeviceType type) { calls.at(static_cast<size_t>(type)).fetch_add(1); }
+
+}  // namespace dlrun::kernels
+
 TORCH_LIBRARY(dlrun, m) {
   // BatchNorm (training: batch statistics, running statistics updated in place; eval: the
   // running statistics) then ReLU. Returns the output and the statistics backward needs:

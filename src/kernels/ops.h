@@ -39,6 +39,12 @@
 
 namespace dlrun::kernels {
 
+/// How many times conv_bn_relu and conv_bn_add_relu below were called with an input on a device
+/// of `type` in this process: tests that must see the fused path run (on CUDA above all) read
+/// it. count_fused_call adds one.
+int64_t fused_calls(c10::DeviceType type);
+void count_fused_call(c10::DeviceType type);
+
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu(const at::Tensor& x, const at::Tensor& weight,
                                                               const at::Tensor& bias, at::Tensor& running_mean,
                                                               at::Tensor& running_var, bool training, double momentum,
@@ -56,12 +62,34 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu(const at::Tens
   return op.call(x, residual, weight, bias, running_mean, running_var, training, momentum, eps);
 }
 
+/// The backward operators (each device its own kernel): from the forward's input, output and
+/// statistics, (dx, dweight, dbias) and (dx, dresidual, dweight, dbias).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                                       const at::Tensor& out, const at::Tensor& weight,
+                                                                       const at::Tensor& save_mean,
+                                                                       const at::Tensor& save_invstd, bool training) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dlrun::bn_relu_backward", "")
+                             .typed<decltype(bn_relu_backward)>();
+  return op.call(grad_out, x, out, weight, save_mean, save_invstd, training);
+}
+
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward(
+    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
+    const at::Tensor& save_mean, const at::Tensor& save_invstd, bool training) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
+                             .typed<decltype(bn_add_relu_backward)>();
+  return op.call(grad_out, x, out, weight, save_mean, save_invstd, training);
+}
+
 inline at::Tensor conv_bn_relu(const at::Tensor& x, const at::Tensor& conv_weight, const at::Tensor& bn_weight,
                                const at::Tensor& bn_bias, at::Tensor& running_mean, at::Tensor& running_var,
                                bool training, double momentum, double eps, c10::IntArrayRef stride,
                                c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   static const auto op =
       c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::conv_bn_relu", "").typed<decltype(conv_bn_relu)>();
+  count_fused_call(x.device().type());
   return op.call(x, conv_weight, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps, stride,
                  padding, dilation, groups);
 }
@@ -74,6 +102,7 @@ inline at::Tensor conv_bn_add_relu(const at::Tensor& x, const at::Tensor& conv_w
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("dlrun::conv_bn_add_relu", "")
                              .typed<decltype(conv_bn_add_relu)>();
+  count_fused_call(x.device().type());
   return op.call(x, conv_weight, residual, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps,
                  stride, padding, dilation, groups);
 }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kernels/ops.h"
+#include "kernels/self_check.h"
 #include "models/model.h"
 
 namespace dlrun::models {
@@ -104,7 +105,7 @@ torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch
     const auto [w, b] = fold_in_pass(conv, bn);
     return kernels::conv_bias_relu(x, w, b, *co.stride(), **plain_padding(conv), *co.dilation(), co.groups());
   }
-  if (!fused || !fusable(conv, bn)) return bn->forward(conv->forward(x)).relu_();
+  if (!fused || !fusable(conv, bn) || !kernels::fused_checked(x)) return bn->forward(conv->forward(x)).relu_();
   const double momentum = count_batch(bn);
   return kernels::conv_bn_relu(x, conv->weight, bn->weight, bn->bias, bn->running_mean, bn->running_var,
                                bn->is_training(), momentum, bn->options.eps(), *co.stride(), **plain_padding(conv),
@@ -113,7 +114,7 @@ torch::Tensor conv_bn_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch
 
 torch::Tensor conv_bn_add_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Tensor& x,
                                const torch::Tensor& residual, bool fused, bool folded) {
-  if (!fused || foldable(conv, bn, folded) || !fusable(conv, bn))
+  if (!fused || foldable(conv, bn, folded) || !fusable(conv, bn) || !kernels::fused_checked(x))
     return conv_bn(conv, bn, x, folded).add_(residual).relu_();
   const auto& co = conv->options;
   const double momentum = count_batch(bn);

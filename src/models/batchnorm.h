@@ -40,8 +40,9 @@ TORCH_MODULE(BatchNorm2d);
 int set_batchnorm_sync(torch::nn::Module& model, const std::shared_ptr<BatchNormSync>& sync);
 
 /// relu(bn(conv(x))): through the fused dlrun::conv_bn_relu operator when `fused` (and `bn` is
-/// not synchronised across ranks), else the three modules. Both update the running statistics
-/// and num_batches_tracked alike.
+/// not synchronised across ranks, and the fused kernels passed their self-check on x's device,
+/// dtype and memory format: kernels::fused_checked), else the three modules. Both update the
+/// running statistics and num_batches_tracked alike.
 ///
 /// `folded`: in an evaluation pass (bn in eval mode, gradients off) the BatchNorm is folded into
 /// the convolution instead (fold_batchnorm) and the pair runs as one dlrun::conv_bias_relu —

@@ -65,6 +65,9 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   out.model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
   out.model->to(placement.device);
   out.model->use_fused_conv_bn_relu(use_fused_kernels(c, placement.device));
+  // A self-check that finds the fused kernels wrong: true fails the run (exit 1), auto falls back.
+  kernels::set_on_mismatch(c.model.fused_conv_bn_relu == FusedKernels::kOn ? kernels::OnMismatch::kFail
+                                                                            : kernels::OnMismatch::kFallBack);
   if (purpose == Purpose::kEval) {
     out.model->eval();
   } else {

@@ -8,8 +8,11 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <atomic>
+
 #include "base/error.h"
 #include "base/log.h"
+#include "kernels/device_query.h"
 
 namespace dlrun::train {
 
@@ -33,13 +36,48 @@ CudaSettings cuda_settings(const Config& cfg) {
   return s;
 }
 
-bool use_fused_kernels(const Config& cfg, const torch::Device& device) {
+kernels::ArchVerdict fused_kernels_here(const torch::Device& device) {
+  if (!device.is_cuda()) return {true, "dlrun's CPU kernels", ""};
+  const int index = device.has_index() ? device.index() : 0;
+  for (const auto& d : cuda::devices()) {
+    if (d.index != index) continue;
+    auto v = kernels::fused_kernels_run_on(d.major, d.minor, cuda::compiled_archs());
+    if (!v.runs) return v;
+    const auto image = cuda::kernel_image(index);
+    if (!image.ok)
+      return {false, "", fmt::format("the CUDA runtime finds no image of dlrun's kernels for {} (compute {}.{}): {}",
+                                     d.name, d.major, d.minor, image.error)};
+    v.image = fmt::format("{}: {}", v.image, image.arch);
+    return v;
+  }
+  return {false, "", fmt::format("cuda:{} is not visible to the CUDA runtime", index)};
+}
+
+namespace {
+bool wants_fused_kernels(const Config& cfg, const torch::Device& device) {
   switch (cfg.model.fused_conv_bn_relu) {
     case FusedKernels::kOn: return true;
     case FusedKernels::kOff: return false;
     case FusedKernels::kAuto: break;
   }
   return device.is_cuda();
+}
+}  // namespace
+
+bool use_fused_kernels(const Config& cfg, const torch::Device& device) {
+  if (!wants_fused_kernels(cfg, device) || !device.is_cuda()) return wants_fused_kernels(cfg, device);
+  return use_fused_kernels(cfg, device, fused_kernels_here(device));
+}
+
+bool use_fused_kernels(const Config& cfg, const torch::Device& device, const kernels::ArchVerdict& here) {
+  if (!wants_fused_kernels(cfg, device)) return false;
+  if (here.runs) return true;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    log0::warn("model.fused_conv_bn_relu={}: the fused kernels cannot run on {}: {}; the modules (conv, BatchNorm, "
+               "ReLU) run instead",
+               name_of(cfg.model.fused_conv_bn_relu), device.str(), here.why);
+  return false;
 }
 
 nlohmann::json fast_paths(const Config& cfg) {
@@ -84,8 +122,11 @@ Placement place(const Config& cfg, const dist::World& world) {
       log0::warn("run.device={} puts all {} local ranks on one GPU; use run.device: cuda for cuda:LOCAL_RANK",
                  run.device, world.local_size);
     }
-    c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(p.device);
   }
+  // The current CUDA device is the run's, in one process too: what synchronises "the device"
+  // (CUDA graph capture, cudaDeviceSynchronize, a stream without an index) would otherwise wait
+  // on GPU 0, and make a context there, for a run on cuda:N.
+  if (p.device.is_cuda()) c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(p.device);
   if (run.threads > 0) at::set_num_threads(static_cast<int>(run.threads));
   if (run.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, false);
@@ -95,17 +136,26 @@ Placement place(const Config& cfg, const dist::World& world) {
     if (p.device.is_cuda() && ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0) != 0)
       log0::warn("run.deterministic: could not set CUBLAS_WORKSPACE_CONFIG");
   }
-  const CudaSettings cs = cuda_settings(cfg);
-  auto& ctx = at::globalContext();
-  ctx.setBenchmarkCuDNN(cs.cudnn_benchmark);
-  const auto fp32 = cs.tf32 ? at::Float32Precision::TF32 : at::Float32Precision::IEEE;
-  // The fp32_precision API of torch >= 2.9 only (mixing it with allow_tf32 draws warnings);
-  // conv and RNN alike, so that cuDNN's operator-less query agrees with itself.
-  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, fp32);
-  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::RNN, fp32);
-  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, fp32);
+  apply_cuda_settings(cuda_settings(cfg));
   torch::manual_seed(run.seed);
   return p;
+}
+
+void apply_cuda_settings(const CudaSettings& s) {
+  auto& ctx = at::globalContext();
+  ctx.setBenchmarkCuDNN(s.cudnn_benchmark);
+  // torch 2.11 keeps TF32 twice: the legacy flags (float32_matmul_precision, allow_tf32 for
+  // cuDNN) and the fp32_precision map, and its legacy readers refuse to answer when the two
+  // disagree ("mix of the legacy and new APIs"). Setting only the new map leaves the legacy flags
+  // at their defaults (cuBLAS: highest), which cuBLAS's reader then rejects. The legacy setters
+  // write both: setAllowTF32CuBLAS sets float32_matmul_precision and the CUDA matmul entry,
+  // setAllowTF32CuDNN the cuDNN conv and RNN entries.
+  ctx.setAllowTF32CuBLAS(s.tf32);
+  ctx.setAllowTF32CuDNN(s.tf32);
+}
+
+nlohmann::json fused_kernels_report(bool enabled) {
+  return {{"enabled", enabled}, {"checks", kernels::self_check_report()}};
 }
 
 nlohmann::json peak_cuda_memory_mb(const torch::Device& device) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/options.h"
+#include "kernels/self_check.h"
 #include "world/world.h"
 
 namespace dlrun::train {
@@ -34,8 +35,25 @@ CudaSettings cuda_settings(const Config& cfg);
 
 /// Whether the models run their conv-BN-ReLU triples and ResNet block ends through dlrun's
 /// fused operators on `device` (model.fused_conv_bn_relu: auto means on CUDA only: on the CPU,
-/// ATen's own BatchNorm is faster than dlrun's CPU kernels, docs/benchmarks.md).
+/// ATen's own BatchNorm is faster than dlrun's CPU kernels, docs/benchmarks.md). On a GPU the
+/// binary carries no code for (fused_kernels_here), never: the modules run, and the first call
+/// says so in a warning. Each fused call is still gated by the self-check
+/// (kernels::fused_checked).
 bool use_fused_kernels(const Config& cfg, const torch::Device& device);
+/// The same decision with the device's capability verdict given (tests feed any GPU's).
+bool use_fused_kernels(const Config& cfg, const torch::Device& device, const kernels::ArchVerdict& here);
+
+/// Whether dlrun's fused kernels can run on `device` at all: always on the CPU; on a CUDA device
+/// when the binary carries code for its compute capability (kernels::fused_kernels_run_on on
+/// cuda::compiled_archs()) and the CUDA runtime finds an image for it (cuda::kernel_image).
+/// `image` says which code runs, `why` why none does.
+kernels::ArchVerdict fused_kernels_here(const torch::Device& device);
+
+/// The CUDA settings of cuda_settings() applied to LibTorch's global context: cuDNN autotuning,
+/// and TF32 through the legacy setters (allow_tf32 for cuBLAS and cuDNN), which keep the
+/// fp32_precision API of torch >= 2.9 consistent with them, so that either API reads them back
+/// without torch's "mix of the legacy and new APIs" error.
+void apply_cuda_settings(const CudaSettings& s);
 
 /// What a run with `cfg` turns on, for the start of the log and `dlrun info CONFIG`:
 /// cudnn_benchmark, tf32, channels_last, amp ("off", "bf16", "fp16"), cuda_graphs, fused_conv_bn_relu
@@ -53,6 +71,11 @@ std::string describe_fast_paths(const Config& cfg, const torch::Device& device);
 /// cuda:N is kept, with a warning when several local ranks would share it), made the
 /// current CUDA device.
 Placement place(const Config& cfg, const dist::World& world = {});
+
+/// summary.json's fused_kernels: whether the models use the fused operators (`enabled`, after
+/// the capability check) and every self-check this process ran ({device, dtype,
+/// memory_format, passed, worst, worst_in, seconds}, and on a mismatch both sides' values).
+nlohmann::json fused_kernels_report(bool enabled);
 
 /// summary.json's peak_cuda_memory_mb: the caching allocator's high-water marks on `device`,
 /// {"allocated", "reserved"} in MiB; null off CUDA.

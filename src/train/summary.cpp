@@ -30,6 +30,7 @@ nlohmann::json run_summary(const SummaryInputs& in) {
       // interval).
       {"time_s", {{"data_wait", m.data_wait_s}, {"forward", phase(0)}, {"backward", phase(1)}, {"optimizer", phase(2)}}},
       {"peak_cuda_memory_mb", in.peak_cuda_memory_mb},
+      {"fused_kernels", in.fused_kernels},
       {"profile_trace", or_null(in.profile_trace)},
       {"params_sha256", in.params_sha256},
       {"skipped_steps", st.skipped_steps},

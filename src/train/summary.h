@@ -23,6 +23,7 @@ struct SummaryInputs {
   nlohmann::json checkpointer;       ///< Checkpointer::summary(): checkpoint, checkpoint_errors, remote
   nlohmann::json params_sha256;      ///< hex, or null when it could not be computed
   nlohmann::json peak_cuda_memory_mb;  ///< {allocated, reserved} or null (not on CUDA)
+  nlohmann::json fused_kernels;      ///< fused_kernels_report(): {enabled, checks}
   std::string profile_trace;         ///< "" when none was written
   std::string device;
   int world_size = 1;

@@ -359,6 +359,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.eval = last_eval_.result;
   in.checkpointer = ckpt_.summary();
   in.peak_cuda_memory_mb = peak_cuda_memory_mb(c_.placement.device);
+  in.fused_kernels = fused_kernels_report(c_.model->fused_conv_bn_relu());
   in.profile_trace = profiler_.written();
   in.device = c_.placement.device.str();
   in.world_size = c_.placement.world_size;

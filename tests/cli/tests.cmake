@@ -12,6 +12,16 @@ dlrun_cli_test(no_subcommand 2 "subcommand" )
 dlrun_cli_test(unknown_subcommand 2 "unknown subcommand 'frobnicate' \\(valid: .*config" frobnicate)
 dlrun_cli_test(info 0 "torch +[0-9]+\\.[0-9]+" info)
 dlrun_cli_test(info_json 0 "\"cuda_sources_compiled\"" info --json)
+# The GPU code baked in is what TORCH_CUDA_ARCH_LIST asked of nvcc; a config's device and fused
+# path as they would be here.
+if(DLRUN_WITH_CUDA)
+  string(REPLACE ";" " " _archs "${DLRUN_CUDA_ARCHS}")
+  dlrun_cli_test(info_gpu_code 0 "GPU code for: ${_archs}$" info)
+else()
+  dlrun_cli_test(info_gpu_code 0 "GPU code for: none$" info)
+endif()
+dlrun_cli_test(info_fused_here 0 "^ +here: device cpu, fused conv-BN-ReLU on$"
+               info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.device=cpu model.fused_conv_bn_relu=true)
 dlrun_cli_test(info_fast_paths_default 0 "^fast paths \\(defaults\\): cudnn_benchmark on, tf32 on, cuda_graphs off, fused_conv_bn_relu auto; .*activation_checkpointing none$" info)
 dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cudnn_benchmark off, tf32 off, .*amp bf16, channels_last on, activation_checkpointing blocks$"
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cudnn_benchmark=false train.tf32=false amp.enabled=true

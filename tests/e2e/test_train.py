@@ -102,7 +102,32 @@ def test_activation_checkpointing_trains_to_the_same_parameters():
             print(f"  {' '.join(overrides)}: blocks == plain ({a[:12]}...)")
 
 
+def test_the_fused_kernels_self_check_in_the_run_record():
+    """model.fused_conv_bn_relu: true on the CPU runs dlrun's CPU kernels after one self-check,
+    recorded in summary.json; with a kernel defect injected the run fails with exit 1 rather
+    than train on it; auto on the CPU uses the modules and checks nothing."""
+    short = ("train.max_steps=3", "train.eval_at_end=false")
+    with RunDir() as ok, RunDir() as bad, RunDir() as auto:
+        out = train(TINY, ok.path, "model.fused_conv_bn_relu=true", *short).stdout
+        f = ok.summary()["fused_kernels"]
+        expect(f["enabled"] and len(f["checks"]) == 1, f)
+        c = f["checks"][0]
+        expect(c["passed"] and c["device"] == "cpu" and c["dtype"] == "Float" and c["worst"] <= 1, c)
+        expect("the self-check on cpu (Float, contiguous) passed" in out, out[-2000:])
+        print(f"  self-check on the CPU: {c['seconds']:.3f} s, worst {c['worst']:.2g} of the tolerance")
+        p = train(TINY, bad.path, "model.fused_conv_bn_relu=true", *short, env={"DLRUN_FAULT": "fused_mismatch"},
+                  check=1)
+        expect("disagree with the reference on cpu (Float, contiguous)" in p.stdout, p.stdout[-2000:])
+        expect("does not train on wrong kernels" in p.stdout, p.stdout[-2000:])
+        s = bad.summary()
+        expect(s["status"] == "failed" and s["fused_kernels"]["checks"][0]["passed"] is False, s)
+        expect(s["steps"] == 0, s["steps"])
+        train(TINY, auto.path, *short)
+        expect(auto.summary()["fused_kernels"] == {"enabled": False, "checks": []}, auto.summary()["fused_kernels"])
+
+
 if __name__ == "__main__":
     main([test_run_directory_contract, test_deterministic_runs_match, test_different_seed_differs,
           test_fashion_mnist_learns, test_bf16_autocast_on_the_cpu_learns_like_fp32,
-          test_activation_checkpointing_trains_to_the_same_parameters])
+          test_activation_checkpointing_trains_to_the_same_parameters,
+          test_the_fused_kernels_self_check_in_the_run_record])

@@ -273,23 +273,15 @@ Result call(const torch::Tensor& x, const torch::Tensor& residual, const Bn& bn,
     if (residual.defined()) r.t.push_back(g);
     return r;
   }
-  static const auto backward = c10::Dispatcher::singleton()
-                                   .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
-                                   .typed<decltype(kernels::reference::bn_add_relu_backward)>();
-  static const auto relu_backward = c10::Dispatcher::singleton()
-                                        .findSchemaOrThrow("dlrun::bn_relu_backward", "")
-                                        .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-                                            const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                            const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>();
   auto [out, mean, invstd] = residual.defined()
                                  ? kernels::bn_add_relu(x, residual, w, b, rm, rv, training, 0.1, 1e-5)
                                  : kernels::bn_relu(x, w, b, rm, rv, training, 0.1, 1e-5);
   const auto& f = backward_from != nullptr ? backward_from->t : std::vector<torch::Tensor>{out, mean, invstd};
   if (residual.defined()) {
-    auto [dx, g, dw, db] = backward.call(dy, x, f[0], w, f[1], f[2], training);
+    auto [dx, g, dw, db] = kernels::bn_add_relu_backward(dy, x, f[0], w, f[1], f[2], training);
     r.t = {out, mean, invstd, rm, rv, dx, dw, db, g};
   } else {
-    auto [dx, dw, db] = relu_backward.call(dy, x, f[0], w, f[1], f[2], training);
+    auto [dx, dw, db] = kernels::bn_relu_backward(dy, x, f[0], w, f[1], f[2], training);
     r.t = {out, mean, invstd, rm, rv, dx, dw, db};
   }
   return r;

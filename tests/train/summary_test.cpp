@@ -25,6 +25,7 @@ train::SummaryInputs inputs(const train::TrainState& st) {
   in.checkpointer = {{"checkpoint", "run/checkpoints/step-00000025"}, {"checkpoint_errors", 0}, {"remote", nullptr}};
   in.params_sha256 = "ab";
   in.peak_cuda_memory_mb = {{"allocated", 10.0}, {"reserved", 12.0}};
+  in.fused_kernels = {{"enabled", true}, {"checks", nlohmann::json::array({{{"passed", true}}})}};
   in.profile_trace = "run/profile/trace.json";
   in.device = "cpu";
   in.version = "dlrun test";
@@ -54,6 +55,8 @@ TEST_CASE("summary.json holds what the parts measured", "[train][summary]") {
   CHECK(j["resumed_from_step"] == 20);
   CHECK(j["params_sha256"] == "ab");
   CHECK(j["peak_cuda_memory_mb"]["reserved"] == 12.0);
+  CHECK(j["fused_kernels"]["enabled"] == true);
+  CHECK(j["fused_kernels"]["checks"][0]["passed"] == true);
   CHECK(j["profile_trace"] == "run/profile/trace.json");
   for (const char* key : {"wall_time_s", "preemption", "device", "world_size", "version", "remote"})
     CHECK(j.contains(key));
