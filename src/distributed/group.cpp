@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -42,6 +44,7 @@ struct Group::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
 
   [[noreturn]] void fail(const char* what, const std::exception& e) {
+    failed = true;
     std::string who;
     try {  // a rank that failed on its own says so in the store (report_failure); a fresh
            // connection: the main one may be the one stuck until dist.timeout_s
@@ -117,6 +120,31 @@ struct Group::Impl {
   static constexpr double kBeatS = 1.0;
 
   ~Impl() { stop_heartbeat(); }  // also when connect() fails after the heartbeat started
+
+  /// Set by a failed collective and by report_failure: the group is closed by abort().
+  std::atomic<bool> failed{false};
+
+  /// Close the process group on the way out of the process, whatever the way: shutdown() after
+  /// a clean run (what torch.distributed.destroy_process_group does: NCCL's communicators
+  /// finalised and destroyed, its watchdog stopped), abort() when this rank failed or a peer
+  /// did -- a shutdown would wait on a collective that a dead peer left pending, and the exit
+  /// would hang. gloo has nothing to close (both are no-ops there).
+  void close(bool abort) noexcept {
+    stop_heartbeat();
+    if (!pg) return;
+    try {
+      if (abort) {
+        pg->abort();
+        log::info("distributed: {} process group aborted (this rank or a peer failed)", backend);
+      } else {
+        pg->shutdown();
+        log::info("distributed: {} process group shut down", backend);
+      }
+    } catch (const std::exception& e) {
+      log::warn("distributed: closing the {} process group: {}", backend, e.what());
+    }
+    pg.reset();
+  }
 
   /// Group::silent_ranks().
   std::string silent() const noexcept {
@@ -344,6 +372,12 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = impl->timeout;
       auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, world.rank, world.size, o);
+      // Bound to this rank's GPU, as init_process_group(device_id=...) binds it: the
+      // communicator is made now, on that device (not lazily on whichever device is current at
+      // the first collective), and a failure to make it is an error here, at start.
+      impl->pg->setBoundDeviceId(device);
+      backend->setBoundDeviceId(device);
+      backend->eagerConnectSingleDevice(device);
       impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
       impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
       impl->nccl_version = c10d::getNcclVersion();
@@ -379,7 +413,9 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
 }
 
 Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Group::~Group() = default;
+// Destroyed while an exception unwinds (a failure anywhere in training) or after a failure was
+// recorded: abort; else a clean shutdown.
+Group::~Group() { impl_->close(impl_->failed || std::uncaught_exceptions() > 0); }
 
 std::string Group::silent_ranks() noexcept { return impl_->silent(); }
 
@@ -511,6 +547,7 @@ std::vector<int> Group::await_acknowledged(const std::string& key, double second
 }
 
 void Group::report_failure(const std::string& what) noexcept {
+  impl_->failed = true;
   try {
     impl_->store->set("failed", fmt::format("rank {} failed: {}", rank(), what.substr(0, 2000)));
   } catch (...) {

@@ -33,6 +33,9 @@ class Group {
   /// auto|nccl), gloo otherwise. Ranks that do not arrive within dist.timeout_s are named
   /// in the error (exit 1); dist.timeout_s also bounds every collective.
   static std::unique_ptr<Group> connect(const World& world, const DistOptions& opts, const torch::Device& device);
+  /// Closes the process group: a shutdown after a clean run; an abort when destroyed while an
+  /// exception unwinds or after a failure (a failed collective, report_failure), so that the
+  /// exit never waits on a collective a dead peer left pending. The log says which.
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -76,7 +79,7 @@ class Group {
   std::string silent_ranks() noexcept;
 
   /// Record this rank's failure in the store, so the others name it in their error instead of
-  /// a bare "connection closed". Never throws.
+  /// a bare "connection closed" (and close this group by abort). Never throws.
   void report_failure(const std::string& what) noexcept;
 
   struct Impl;

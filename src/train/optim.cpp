@@ -84,6 +84,12 @@ class FusedAdamW : public torch::optim::AdamW, public DeviceSkip {
     return it != steps_.end() && it->second.owner == &s ? it->second.count.item<int64_t>() : s.step();
   }
 
+  /// After the states were replaced (a checkpoint loaded): the device counters belong to states
+  /// that are gone, and a new state may be allocated at a freed one's address, which the owner
+  /// check alone would take for the old state (and its count).
+  void forget_counts() { steps_.clear(); }
+  size_t counts() const { return steps_.size(); }
+
   torch::Tensor step(LossClosure closure = nullptr) override {
     TORCH_CHECK(!closure, "FusedAdamW takes no closure");
     torch::NoGradGuard no_grad;
@@ -165,6 +171,11 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, 
   fail_input("unknown optimizer {}", static_cast<int>(o.name));
 }
 
+size_t device_step_counts(const torch::optim::Optimizer& opt) {
+  const auto* fused = dynamic_cast<const FusedAdamW*>(&opt);
+  return fused != nullptr ? fused->counts() : 0;
+}
+
 void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip) {
   auto* d = dynamic_cast<DeviceSkip*>(&opt);
   if (d == nullptr) {
@@ -222,6 +233,7 @@ void load_optimizer_state(const OptimOptions& o, torch::optim::Optimizer& opt, t
   size_t used = 0;
   auto& state = opt.state();
   state.clear();
+  if (auto* fused = dynamic_cast<FusedAdamW*>(&opt)) fused->forget_counts();
   for (const auto& kv : model.named_parameters()) {
     const std::string& n = kv.key();
     const torch::Tensor& p = kv.value();

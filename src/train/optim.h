@@ -39,6 +39,11 @@ void use_device_lr(torch::optim::Optimizer& opt, const torch::Device& device);
 /// "<p>.exp_avg_sq", "<p>.step" (0-dim int64). Parameters without state are absent.
 TensorDict optimizer_state(const OptimOptions& opts, torch::optim::Optimizer& opt, torch::nn::Module& model);
 
+/// How many parameters' step counts the fused AdamW keeps on the device (0 for SGD): one per
+/// parameter once a step has run, none right after load_optimizer_state (whose states replace
+/// the ones the counters belonged to). For tests.
+size_t device_step_counts(const torch::optim::Optimizer& opt);
+
 /// Inverse of optimizer_state(); tensors are moved to each parameter's device.
 /// Unknown keys are a checkpoint error (exit 2).
 void load_optimizer_state(const OptimOptions& opts, torch::optim::Optimizer& opt, torch::nn::Module& model,

@@ -189,7 +189,15 @@ void order_after(const c10::cuda::CUDAStream& from, const c10::cuda::CUDAStream&
 // allocations to the graph's pool, and the pool itself -- so that the eager steps that follow
 // allocate, and free cached blocks when memory runs short, as before. Each step tolerates
 // having been done already: capture_end may have got part of the way.
-void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& side, const at::cuda::MempoolId_t& pool) {
+//
+// Who gives the pool back must be exactly one party. When the graph says its capture ended
+// (pool() answers), its destructor does. Otherwise this function does -- and then the graph must
+// never be destroyed: how CUDAGraph::reset() decides to release depends on torch's version (a
+// failed instantiation after the capture ended leaves a graph whose pool() refuses while, in
+// some versions, its reset() still releases), and a second release of the same pool corrupts
+// the caching allocator. Returns true when it released the pool here (the caller then leaks the
+// graph object, a few hundred bytes, once per run: a failed capture is not tried again).
+bool abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& side, const at::cuda::MempoolId_t& pool) {
   const c10::cuda::CUDAStreamGuard on_side(side);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
@@ -203,7 +211,7 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& si
   } catch (const c10::Error&) {
     ended = false;
   }
-  if (ended) return;
+  if (ended) return false;
   const auto device = side.device_index();
   auto* host = at::getHostAllocator(at::kCUDA);
   auto quietly = [](auto&& close) {
@@ -216,6 +224,7 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& si
   quietly([&] { host->end_allocate_to_pool(pool); });
   quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(device, pool); });
   quietly([&] { host->release_pool(pool); });
+  return true;
 }
 
 StepResult copy_of(const StepResult& r) {  // the static outputs change at the next replay
@@ -290,8 +299,13 @@ StepResult StepRunner::run_graphed(const std::vector<data::Batch>& micro) {
     at::autocast::set_autocast_cache_enabled(cache);
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    abandon_capture(g.graph, side, pool);
-    graph_.reset();
+    if (abandon_capture(g.graph, side, pool)) {
+      g.x = g.y = torch::Tensor();
+      g.out = StepResult();
+      (void)graph_.release();  // its destructor must not release the pool a second time (above)
+    } else {
+      graph_.reset();
+    }
     log0::warn("train.cuda_graphs: the step could not be captured ({}); training goes on eagerly", what);
     return body(micro);
   }

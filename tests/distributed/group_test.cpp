@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "distributed/group.h"
+#include "support/capture.h"
 #include "distributed/sync_bn.h"
 #include "models/batchnorm.h"
 #include "models/model.h"
@@ -207,6 +208,52 @@ TEST_CASE("synchronised BatchNorm equals BatchNorm over the global batch, forwar
     CHECK(torch::allclose(s.running_mean, ref->running_mean, 1e-5, 1e-6));
     CHECK(torch::allclose(s.running_var, ref->running_var, 1e-5, 1e-6));
   }
+}
+
+TEST_CASE("the process group is shut down after a clean run and aborted after a failure", "[dist]") {
+  // Two ranks per round, each on its own thread; the group is destroyed as a rank's scope ends.
+  // round(how_rank0, how_rank1) says how each rank leaves: 0 returns, 1 throws (the group
+  // destroyed while the exception unwinds), 2 records its failure (report_failure) and returns.
+  auto round = [](int how_rank0, int how_rank1) {
+    const int port = free_port();
+    std::mutex m;
+    std::condition_variable cv;
+    int arrived = 0;
+    return dlrun::testing::capture_stderr([&] {
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            dlrun::DistOptions o;
+            o.timeout_s = 30;
+            auto g = Group::connect(world(r, 2, port), o, torch::kCPU);
+            auto t = torch::ones({2});
+            g->all_reduce(t);
+            {  // both done with the collective before either group goes (see on_ranks)
+              std::unique_lock<std::mutex> lock(m);
+              if (++arrived == 2) cv.notify_all();
+              cv.wait(lock, [&] { return arrived == 2; });
+            }
+            const int how = r == 0 ? how_rank0 : how_rank1;
+            if (how == 1) throw std::runtime_error("this rank fails");
+            if (how == 2) g->report_failure("this rank failed");
+          } catch (const std::exception&) {
+          }
+        });
+      for (auto& t : threads) t.join();
+    });
+  };
+  auto count = [](const std::string& log, const std::string& what) {
+    size_t n = 0;
+    for (auto at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  const auto clean = round(0, 0);
+  CHECK(count(clean, "gloo process group shut down") == 2);
+  CHECK(count(clean, "aborted") == 0);
+  const auto failed = round(2, 1);
+  CHECK(count(failed, "gloo process group aborted (this rank or a peer failed)") == 2);
+  CHECK(count(failed, "shut down") == 0);
 }
 
 TEST_CASE("a rank that never arrives is named within dist.timeout_s", "[dist]") {

@@ -118,6 +118,7 @@ def test_two_processes_match_one_mlp():
         expect(abs(s["eval"]["accuracy"] - one.summary()["eval"]["accuracy"]) < 0.02, "eval differs")
         expect(s["eval"]["samples"] == 128, f"the evaluation covered {s['eval']['samples']} samples, not all 128")
         expect("distributed: gloo, world size 2" in outs[0], "rank 0 does not log the backend and world layout")
+        expect("gloo process group shut down" in outs[0], outs[0][-2000:])  # a clean run's close
         # As DDP, the Reducer re-buckets once after the first step (until then it records the
         # gradients' arrival order every step: a record that would grow for the whole run).
         expect(outs[0].count("gradient buckets rebuilt") == 1, outs[0][-3000:])
@@ -242,6 +243,8 @@ def test_a_failing_rank_makes_the_other_exit_1_promptly():
         expect(codes[1] not in (0, 75), f"rank 1 exited {codes[1]}")
         expect(time.time() - start < 60, f"took {time.time() - start:.0f} s: waited for the timeout")
         expect(r.summary()["status"] == "failed", "summary.json does not record the failure")
+        # The survivor aborts its process group rather than shut it down on a dead peer.
+        expect("gloo process group aborted" in outs[0] and "shut down" not in outs[0], outs[0][-2000:])
 
 
 def test_a_rank_that_never_arrives_is_named():

@@ -128,3 +128,52 @@ TEST_CASE("optimizer state loads in each parameter's memory format (channels_las
     CHECK(same_params(*a, *b));
   }
 }
+
+TEST_CASE("a state loaded into an optimizer that has stepped takes the loaded step counts", "[train][optim]") {
+  // The fused AdamW keeps each step count on the device, keyed by the parameter and owned by its
+  // state object; a load replaces the states, and a new one may be allocated where a freed one
+  // was. The count must come from the load, not from the counter of the state it replaced.
+  OptimOptions o;
+  o.name = dlrun::OptimName::kAdamw;
+  o.lr = 0.01;
+  auto make = [] {
+    torch::manual_seed(5);
+    return torch::nn::Linear(torch::nn::LinearOptions(4, 3).bias(false));
+  };
+  auto a = make(), b = make();
+  auto opt = train::build_optimizer(o, *a), opt_b = train::build_optimizer(o, *b);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto step = [&](torch::nn::Linear& m, torch::optim::Optimizer& op) {
+    const auto x = torch::randn({8, 4}, gen);
+    op.zero_grad();
+    m->forward(x).square().sum().backward();
+    op.step();
+  };
+  for (int i = 0; i < 3; ++i) step(a, *opt);
+  CHECK(train::device_step_counts(*opt) == 1);
+  auto state = train::optimizer_state(o, *opt, *a);
+  REQUIRE(state.size() == 3);  // exp_avg, exp_avg_sq, step
+  for (auto& [name, t] : state)
+    if (name == "weight.step") {
+      CHECK(t.item<int64_t>() == 3);
+      t = torch::tensor(int64_t{10});
+    }
+  {
+    torch::NoGradGuard g;
+    b->weight.copy_(a->weight);
+  }
+  train::load_optimizer_state(o, *opt, *a, state);    // into the optimizer that has stepped
+  train::load_optimizer_state(o, *opt_b, *b, state);  // into a fresh one: the reference
+  // The counter of the replaced state is gone: whether or not the allocator happened to put the
+  // new state at the old one's address, nothing can take the old count for the loaded one's.
+  CHECK(train::device_step_counts(*opt) == 0);
+  for (const auto& [name, t] : train::optimizer_state(o, *opt, *a))
+    if (name == "weight.step") CHECK(t.item<int64_t>() == 10);
+  gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  step(a, *opt);
+  gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  step(b, *opt_b);
+  CHECK(torch::equal(a->weight, b->weight));  // bias correction with step 11 on both
+  for (const auto& [name, t] : train::optimizer_state(o, *opt, *a))
+    if (name == "weight.step") CHECK(t.item<int64_t>() == 11);
+}
