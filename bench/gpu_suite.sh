@@ -22,7 +22,8 @@
 # parts when less than a part needs is left of DLRUN_GPU_BUDGET_S (default 540 s), and
 # DLRUN_GPU_PARTS picks parts (default all: "build tests sanitize kernels telemetry fast amp
 # memory compare pipeline ckpt throughput"). In the order of what a session needs most:
-#   1. DLRUN_GPU_PARTS="build tests sanitize"      the build (all cores) and every GPU test
+#   1. DLRUN_GPU_PARTS="build safety tests sanitize"  the build (all cores), the safety checks
+#                                                  (issue 28) and every GPU test
 #   2. DLRUN_GPU_PARTS="kernels telemetry fast"    fused BatchNorm; records; time to accuracy
 #   3. DLRUN_GPU_PARTS="amp"                       dlrun vs PyTorch on the GPU fast paths
 #   4. DLRUN_GPU_PARTS="memory compare"            activation checkpointing; the harness
@@ -34,7 +35,7 @@ OUT="${OUT:-$ROOT/gpu-out}"                       # what comes back: summary.md 
 RES="${DLRUN_GPU_WORK:-/tmp/dlrun-gpu}"           # everything the parts write
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build tests sanitize kernels telemetry fast amp memory compare pipeline ckpt throughput} "
+PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline ckpt throughput} "
 BUDGET="${DLRUN_GPU_BUDGET_S:-540}"
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
@@ -98,8 +99,10 @@ if [[ -n "${DLRUN_GPU_BIN:-}" && -x "$DLRUN_GPU_BIN/dlrun" ]]; then
 elif want build 0; then
   step "build ($JOBS jobs)"
   start=$(date +%s)
+  # TORCH_CUDA_ARCH_LIST narrowed to this machine's GPU (the default list costs minutes more;
+  # the safety part below checks what was built against what was asked).
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLRUN_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DDLRUN_PYTHON="$(command -v python3)" \
+        -DTORCH_CUDA_ARCH_LIST="${DLRUN_GPU_ARCHS:-9.0}" -DDLRUN_PYTHON="$(command -v python3)" \
         -DOPENSSL_ROOT_DIR=/opt/devdeps/usr -DCMAKE_CXX_FLAGS="-isystem $MULTIARCH_INC" \
         > "$RES/configure.log" 2>&1 || fail "configure"
   cmake --build "$BUILD" -j "$JOBS" > "$RES/build.log" 2>&1 || fail "build"
@@ -118,6 +121,38 @@ pack
 # A command with what is left of the budget as its time limit (10 s at the least), so that a
 # part running long ends inside the device call and its results are still packed.
 limited() { local t; t=$(left); (( t > 10 )) || t=10; timeout -k 10 "$t" "$@"; }
+
+# Issue 28, first: the GPU paths fail safe. A [gpu] case that finds no device fails here
+# (DLRUN_REQUIRE_GPU=1) instead of skipping; the binary carries the GPU code it was built for
+# and no toolkit RUNPATH; `dlrun info` sees the device and the fused kernels' image; a training
+# run self-checks its fused kernels (summary.json's fused_kernels), falls back to the modules
+# under an injected defect, and fails with exit 1 under fused_conv_bn_relu: true.
+export DLRUN_REQUIRE_GPU=1
+if want safety 60; then
+step "safety: architectures, RUNPATH, dlrun info, the fused-kernel self-check and its fallback"
+python3 tools/cuda_archs.py "$DLRUN" --expect "$(grep -o 'GPU code for: .*' "$RES/info.txt" | cut -d: -f2)" \
+  --runpath-excludes /usr/local/cuda > "$RES/cuda-archs.txt" 2>&1 || fail "cuda_archs: the binary's GPU code"
+sed 's/^/    /' "$RES/cuda-archs.txt" | head -5 >> "$summary"
+grep -E "^device|GPU code for" "$RES/info.txt" | sed 's/^/    /' >> "$summary"
+safe() {  # NAME EXPECTED_EXIT [ENV=VALUE ...] -- OVERRIDES...: a short resnet18 run on the GPU
+  local name=$1 want=$2; shift 2
+  local envs=(); while [[ "$1" != "--" ]]; do envs+=("$1"); shift; done; shift
+  rm -rf "$RES/run-$name"
+  env "${envs[@]}" timeout 120 "$DLRUN" train configs/synthetic/resnet18.yaml --run-dir "$RES/run-$name" \
+    run.device=cuda train.max_steps=5 data.batch_size=64 log.progress=none \
+    train.eval_at_end=false train.eval_every_epochs=0 checkpoint.at_end=false "$@" > "$RES/train-$name.log" 2>&1
+  local got=$?
+  (( got == want )) || fail "safety $name: exit $got, expected $want"
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("    '"$name"': exit", sys.argv[2], json.dumps(s.get("fused_kernels")))' \
+    "$RES/run-$name/summary.json" "$got" >> "$summary" 2>/dev/null || echo "    $name: exit $got, no summary" >> "$summary"
+  rm -rf "$RES/run-$name/checkpoints"
+}
+safe checked 0 DLRUN_FAULT= -- amp.enabled=true amp.dtype=bf16 model.channels_last=true
+safe fallback 0 DLRUN_FAULT=fused_mismatch --
+safe strict 1 DLRUN_FAULT=fused_mismatch -- model.fused_conv_bn_relu=true
+grep -h "fused kernels\|disagree" "$RES"/train-checked.log "$RES"/train-fallback.log | head -4 | sed 's/^/    /' >> "$summary"
+pack
+fi
 
 if want tests 60; then
 step "tests: the gpu label"

@@ -33,14 +33,6 @@ void poison_cuda_memory(int64_t bytes) {
 TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtypes, statistics, gradients",
           "[gpu][kernels][sanitize]") {
   if (no_cuda()) return;
-  using T = const at::Tensor&;
-  static const auto relu_backward = c10::Dispatcher::singleton()
-                                        .findSchemaOrThrow("dlrun::bn_relu_backward", "")
-                                        .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(T, T, T, T, T, T, bool)>();
-  static const auto add_backward =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(T, T, T, T, T, T, bool)>();
   const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7}, {2, 16, 1, 1}, {7, 33, 9, 13}, {32, 64, 14, 14},
                                                     {3, 5, 65, 129}};
   auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
@@ -84,10 +76,10 @@ TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtype
                                                 fc.invstd.to(d));
               std::vector<torch::Tensor> g;
               if (add) {
-                auto [dx, dres, dw, db] = std::apply([&](auto&&... t) { return add_backward.call(t..., training); }, args);
+                auto [dx, dres, dw, db] = std::apply([&](auto&&... t) { return kernels::bn_add_relu_backward(t..., training); }, args);
                 g = {dx, dw, db, dres};
               } else {
-                auto [dx, dw, db] = std::apply([&](auto&&... t) { return relu_backward.call(t..., training); }, args);
+                auto [dx, dw, db] = std::apply([&](auto&&... t) { return kernels::bn_relu_backward(t..., training); }, args);
                 g = {dx, dw, db, torch::zeros({1}, torch::TensorOptions().device(d))};
               }
               return g;

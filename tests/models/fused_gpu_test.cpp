@@ -14,6 +14,7 @@
 
 #include "support/gpu.h"
 
+#include "kernels/ops.h"
 #include "models/model.h"
 #include "train/amp.h"
 
@@ -65,8 +66,15 @@ TEST_CASE("fused resnet18 on CUDA trains as the unfused one for 200 steps", "[gp
   if (no_cuda()) return;
   for (const bool bf16 : {false, true}) {
     INFO((bf16 ? "bf16 autocast, channels_last" : "float32, NCHW"));
+    const auto calls0 = kernels::fused_calls(c10::DeviceType::CUDA);
     const auto plain = train_losses(false, bf16, 200);
+    CHECK(kernels::fused_calls(c10::DeviceType::CUDA) == calls0);  // the plain model calls no fused operator
     const auto fused = train_losses(true, bf16, 200);
+    // The fused operators ran on CUDA tensors (not skipped by a gate): each of resnet18's 17
+    // conv-BN-ReLU triples and block ends in every one of the 200 steps.
+    const auto calls = kernels::fused_calls(c10::DeviceType::CUDA) - calls0;
+    INFO("fused CUDA calls: " << calls);
+    CHECK(calls >= 200 * 17);
     for (size_t i = 0; i < 5; ++i) {
       INFO("step " << i << ": plain " << plain[i] << ", fused " << fused[i]);
       CHECK(std::abs(fused[i] - plain[i]) <= 0.02 * std::abs(plain[i]));
