@@ -30,6 +30,7 @@
 #include "base/error.h"
 #include "world/listen.h"
 #include "base/log.h"
+#include "distributed/rendezvous.h"
 #include "preempt/preempt.h"
 
 namespace dlrun::dist {
@@ -124,22 +125,17 @@ struct Group::Impl {
   /// Set by a failed collective and by report_failure: the group is closed by abort().
   std::atomic<bool> failed{false};
 
-  /// Close the process group on the way out of the process, whatever the way: shutdown() after
-  /// a clean run (what torch.distributed.destroy_process_group does: NCCL's communicators
-  /// finalised and destroyed, its watchdog stopped), abort() when this rank failed or a peer
-  /// did -- a shutdown would wait on a collective that a dead peer left pending, and the exit
-  /// would hang. gloo has nothing to close (both are no-ops there).
+  /// Close the process group however the process leaves: shutdown() after a clean run (as
+  /// destroy_process_group: NCCL's communicators finalised, its watchdog stopped), abort() after
+  /// a failure here or in a peer -- a shutdown would wait on a collective a dead peer left
+  /// pending, and the exit would hang. (No-ops for gloo.)
   void close(bool abort) noexcept {
     stop_heartbeat();
     if (!pg) return;
     try {
-      if (abort) {
-        pg->abort();
-        log::info("distributed: {} process group aborted (this rank or a peer failed)", backend);
-      } else {
-        pg->shutdown();
-        log::info("distributed: {} process group shut down", backend);
-      }
+      abort ? pg->abort() : pg->shutdown();
+      log::info("distributed: {} process group {}", backend,
+                abort ? "aborted (this rank or a peer failed)" : "shut down");
     } catch (const std::exception& e) {
       log::warn("distributed: closing the {} process group: {}", backend, e.what());
     }
@@ -196,12 +192,6 @@ struct Group::Impl {
 
 namespace {
 
-std::string hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
-
 bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
 /// The gloo transport device: GLOO_SOCKET_IFNAME as in PyTorch; loopback when the job runs
@@ -211,80 +201,6 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   if (is_loopback(w.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
-}
-
-/// keys[i] for every rank i: "<what>/<i>".
-std::vector<std::string> rank_keys(const char* what, int size) {
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", what, r));
-  return keys;
-}
-
-/// The rendezvous, in two rounds on the store, so that a stop request (SIGTERM, a notice) that
-/// arrives meanwhile ends every rank's start-up with exit 75 instead of leaving some waiting:
-///
-/// 1. Arrival: every rank writes "arrived/<rank>" and waits for the others' keys until the
-///    deadline (those missing then are named, exit 1). A rank asked to stop meanwhile writes
-///    "stop/<rank>" and leaves.
-/// 2. Agreement: every rank that got through writes "go/<rank>" — or "stop/<rank>" if a stop
-///    request came in the meantime — once, and proceeds to open the backend only when every
-///    rank wrote "go". One "stop" makes every rank leave: none is left waiting in the backend's
-///    own connection set-up, which cannot be interrupted. A stop request after a rank's "go" is
-///    seen by the start-up checks that follow (every rank together).
-///
-/// A store that stops answering while this rank has a stop request of its own (rank 0, which
-/// hosts it, left for the same reason) also counts as a stop.
-void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
-  const std::string me = std::to_string(w.rank);
-  const auto stopped = [&](const std::string& why) {
-    return StoppedDuringRendezvous(fmt::format("{} {} at {}:{}", why, "during the rendezvous", w.master_addr,
-                                               w.master_port));
-  };
-  const auto leave = [&]() {
-    const std::string reason = preempt::stop_reason() + " received";
-    try {
-      store.set("stop/" + me, "1");
-    } catch (const std::exception&) {
-    }
-    return stopped(reason);
-  };
-  const auto ask = [&](const std::vector<std::string>& keys) {
-    try {
-      return store.check(keys);
-    } catch (const std::exception&) {
-      if (preempt::stop_requested()) throw leave();
-      throw;
-    }
-  };
-  const double deadline = mono_now() + timeout_s;
-  const auto wait_a_little = [&](const std::vector<std::string>& keys, const char* round) {
-    if (mono_now() > deadline) {
-      std::vector<int> missing;
-      for (int r = 0; r < w.size; ++r)
-        if (!ask({keys[r]})) missing.push_back(r);
-      throw Error(ExitCode::kRuntime,
-                  fmt::format("rendezvous at {}:{}: rank(s) {} of {} did not {} within dist.timeout_s={} s",
-                              w.master_addr, w.master_port, fmt::join(missing, ", "), w.size, round, timeout_s),
-                  "start every rank (torchrun / scripts/dlrun-launch with the same --nnodes, --master-addr and "
-                  "--master-port on each host), or raise dist.timeout_s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  };
-
-  store.set("arrived/" + me, fmt::format("{} (pid {})", hostname(), getpid()));
-  const auto arrived = rank_keys("arrived", w.size);
-  while (!ask(arrived)) {
-    if (preempt::stop_requested()) throw leave();
-    wait_a_little(arrived, "arrive");
-  }
-  if (preempt::stop_requested()) throw leave();
-  store.set("go/" + me, "1");
-  const auto go = rank_keys("go", w.size), stop = rank_keys("stop", w.size);
-  while (!ask(go)) {
-    for (int r = 0; r < w.size; ++r)
-      if (ask({stop[r]})) throw stopped(fmt::format("rank {} received a stop request", r));
-    wait_a_little(go, "agree to start");
-  }
 }
 
 c10d::ReduceOp reduce_op(Reduce op) {
