@@ -130,26 +130,47 @@ limited() { local t; t=$(left); (( t > 10 )) || t=10; timeout -k 10 "$t" "$@"; }
 export DLRUN_REQUIRE_GPU=1
 if want safety 60; then
 step "safety: architectures, RUNPATH, dlrun info, the fused-kernel self-check and its fallback"
-python3 tools/cuda_archs.py "$DLRUN" --expect "$(grep -o 'GPU code for: .*' "$RES/info.txt" | cut -d: -f2)" \
-  --runpath-excludes /usr/local/cuda > "$RES/cuda-archs.txt" 2>&1 || fail "cuda_archs: the binary's GPU code"
+# What was asked of nvcc: TORCH_CUDA_ARCH_LIST as this suite built it ("9.0" -> sm_90, "9.0+PTX"
+# adds compute_90); for carried executables, what their own `dlrun info` says.
+asked=""
+if [[ -z "${DLRUN_GPU_BIN:-}" ]]; then
+  archs="${DLRUN_GPU_ARCHS:-9.0}"
+  for a in ${archs//;/ }; do
+    n=${a%%+*}; n=${n/./}; asked+=" sm_$n"; [[ "$a" == *+PTX ]] && asked+=" compute_$n"
+  done
+else
+  asked=$(grep -o 'GPU code for: .*' "$RES/info.txt" | cut -d: -f2)
+fi
+python3 tools/cuda_archs.py "$DLRUN" --expect "$asked" --runpath-excludes /usr/local/cuda \
+  > "$RES/cuda-archs.txt" 2>&1 || fail "cuda_archs: the binary's GPU code (asked:$asked)"
 sed 's/^/    /' "$RES/cuda-archs.txt" | head -5 >> "$summary"
 grep -E "^device|GPU code for" "$RES/info.txt" | sed 's/^/    /' >> "$summary"
-safe() {  # NAME EXPECTED_EXIT [ENV=VALUE ...] -- OVERRIDES...: a short resnet18 run on the GPU
-  local name=$1 want=$2; shift 2
+# safe NAME EXPECTED_EXIT CHECK [ENV=VALUE ...] -- OVERRIDES...: a short resnet18 run on the GPU;
+# CHECK, a Python expression over `s` (summary.json) and `log` (the run's output), must hold.
+safe() {
+  local name=$1 want=$2 check=$3; shift 3
   local envs=(); while [[ "$1" != "--" ]]; do envs+=("$1"); shift; done; shift
   rm -rf "$RES/run-$name"
-  env "${envs[@]}" timeout 120 "$DLRUN" train configs/synthetic/resnet18.yaml --run-dir "$RES/run-$name" \
+  env ${envs[@]+"${envs[@]}"} timeout 120 "$DLRUN" train configs/synthetic/resnet18.yaml --run-dir "$RES/run-$name" \
     run.device=cuda train.max_steps=5 data.batch_size=64 log.progress=none \
     train.eval_at_end=false train.eval_every_epochs=0 checkpoint.at_end=false "$@" > "$RES/train-$name.log" 2>&1
   local got=$?
   (( got == want )) || fail "safety $name: exit $got, expected $want"
-  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("    '"$name"': exit", sys.argv[2], json.dumps(s.get("fused_kernels")))' \
-    "$RES/run-$name/summary.json" "$got" >> "$summary" 2>/dev/null || echo "    $name: exit $got, no summary" >> "$summary"
+  python3 - "$RES/run-$name/summary.json" "$RES/train-$name.log" "$name" "$got" "$check" >> "$summary" 2>&1 <<'PY' \
+    || fail "safety $name: $check"
+import json, sys
+s, log = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+print(f"    {sys.argv[3]}: exit {sys.argv[4]}, fused_kernels {json.dumps(s.get('fused_kernels'))}")
+assert eval(sys.argv[5]), sys.argv[5]
+PY
   rm -rf "$RES/run-$name/checkpoints"
 }
-safe checked 0 DLRUN_FAULT= -- amp.enabled=true amp.dtype=bf16 model.channels_last=true
-safe fallback 0 DLRUN_FAULT=fused_mismatch --
-safe strict 1 DLRUN_FAULT=fused_mismatch -- model.fused_conv_bn_relu=true
+safe checked 0 's["fused_kernels"]["enabled"] and s["fused_kernels"]["checks"] and all(c["passed"] for c in s["fused_kernels"]["checks"])' \
+  DLRUN_FAULT= -- amp.enabled=true amp.dtype=bf16 model.channels_last=true
+safe fallback 0 'not s["fused_kernels"]["checks"][0]["passed"] and "this run uses the modules" in log' \
+  DLRUN_FAULT=fused_mismatch --
+safe strict 1 's["status"] == "failed" and "does not train on wrong kernels" in log' \
+  DLRUN_FAULT=fused_mismatch -- model.fused_conv_bn_relu=true
 grep -h "fused kernels\|disagree" "$RES"/train-checked.log "$RES"/train-fallback.log | head -4 | sed 's/^/    /' >> "$summary"
 pack
 fi

@@ -61,7 +61,7 @@ get_filename_component(DLRUN_TORCH_LIBDIR "${TORCH_LIBRARY}" DIRECTORY)
 # its capability check and `dlrun info`, and what the build:cuda_archs test finds in the binary.
 set(DLRUN_CUDA_ARCHS)
 foreach(_flag ${NVCC_FLAGS_EXTRA})
-  if(_flag MATCHES "code=(sm|compute)_([0-9]+a?)")
+  if(_flag MATCHES "code=(sm|compute)_([0-9]+[af]?)")
     list(APPEND DLRUN_CUDA_ARCHS "${CMAKE_MATCH_1}_${CMAKE_MATCH_2}")
   endif()
 endforeach()

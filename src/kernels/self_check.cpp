@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -58,8 +59,8 @@ ArchVerdict fused_kernels_run_on(int major, int minor, const std::string& archs)
     if (fits && (best == nullptr || a.cc > best->cc)) best = &a;
   }
   if (best != nullptr) return {true, best->name + " machine code", ""};
-  for (const auto& a : all)
-    if (a.ptx && a.cc <= device && (best == nullptr || a.cc > best->cc)) best = &a;
+  for (const auto& a : all)  // (arch-specific PTX, compute_90a, serves its own capability only)
+    if (a.ptx && (a.exact ? a.cc == device : a.cc <= device) && (best == nullptr || a.cc > best->cc)) best = &a;
   if (best != nullptr) return {true, best->name + " PTX (compiled by the driver on first use)", ""};
   if (all.empty()) return {false, "", "this dlrun was built without GPU code for its kernels"};
   return {false, "",
@@ -72,6 +73,8 @@ nlohmann::json SelfCheck::to_json() const {
   nlohmann::json j = {{"device", device}, {"dtype", dtype},      {"memory_format", memory_format},
                       {"passed", passed}, {"worst", worst},      {"worst_in", worst_in},
                       {"seconds", seconds}};
+  if (!std::isfinite(worst)) j["worst"] = "inf";  // (JSON has no infinity)
+  if (!error.empty()) j["error"] = error;
   if (!passed) j["values"] = {{"fused", fused}, {"reference", reference}};
   return j;
 }
@@ -102,8 +105,9 @@ void compare(SelfCheck& check, const char* what, const at::Tensor& got, const at
              double atol_scale = 1.0) {
   const auto g = got.to(at::kCPU, at::kDouble), w = want.to(at::kCPU, at::kDouble);
   const auto allowed = tol * atol_scale + tol * w.abs();
-  auto ratio = (g - w).abs() / allowed;
-  ratio = at::where(at::isfinite(g), ratio, at::full_like(ratio, std::numeric_limits<double>::infinity()));
+  auto ratio = (g - w).abs() / allowed;  // a NaN or infinity on either side: no match at all
+  ratio = at::where(at::isfinite(g) & at::isfinite(w), ratio,
+                    at::full_like(ratio, std::numeric_limits<double>::infinity()));
   const double worst = ratio.max().item<double>();
   if (worst > check.worst || check.worst_in.empty()) {
     check.worst = worst;
@@ -125,10 +129,12 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
   // asked for, and their backward through the dispatcher.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   at::NoGradGuard no_grad;
-  // One small batch from a generator of its own (the run's random streams are not touched):
-  // 8 x 24 x 10 x 12, values spread as a network's pre-activations are.
+  // One small batch from a generator of its own (the run's random streams are not touched),
+  // values spread as a network's pre-activations are: 4 x 40 x 24 x 24, shaped to take the
+  // CUDA kernels' large-batch paths (2304 values per channel: more than one reduction chunk per
+  // channel in NCHW, 18 in channels_last; 40 channels: a full 32-channel tile and a partial one).
   auto gen = at::make_generator<at::CPUGeneratorImpl>(20261126);
-  const std::vector<int64_t> shape = {8, 24, 10, 12};
+  const std::vector<int64_t> shape = {4, 40, 24, 24};
   const int64_t c = shape[1];
   const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const auto param_type = dtype == at::kDouble ? at::kDouble : at::kFloat;
@@ -210,7 +216,18 @@ bool fused_checked(const at::Tensor& x) {
   std::lock_guard<std::mutex> lock(gate_mu);
   auto it = checks().find(key);
   if (it != checks().end()) return it->second.passed;
-  SelfCheck r = self_check(x.device(), dtype, channels_last);
+  SelfCheck r;
+  try {
+    r = self_check(x.device(), dtype, channels_last);
+  } catch (const std::exception& e) {  // a kernel that cannot launch here (resources, a PTX the driver refuses)
+    std::string what = e.what();
+    r.device = x.device().str();
+    r.dtype = c10::toString(dtype);
+    r.memory_format = channels_last ? "channels_last" : "contiguous";
+    r.worst = std::numeric_limits<double>::infinity();
+    r.worst_in = "the fused operators";
+    r.error = what.substr(0, what.find('\n'));
+  }
   check_order().push_back(key);
   it = checks().emplace(key, r).first;
   const std::string what = fmt::format("{} ({}, {})", r.device, r.dtype, r.memory_format);
@@ -220,9 +237,11 @@ bool fused_checked(const at::Tensor& x) {
     return true;
   }
   const std::string detail =
-      fmt::format("the fused BatchNorm kernels disagree with the reference on {}: {} is off by {:.3g} times the "
-                  "tolerance the kernel tests allow (fused: {}; reference: {})",
-                  what, r.worst_in, r.worst, r.fused, r.reference);
+      r.error.empty()
+          ? fmt::format("the fused BatchNorm kernels disagree with the reference on {}: {} is off by {:.3g} times "
+                        "the tolerance the kernel tests allow (fused: {}; reference: {})",
+                        what, r.worst_in, r.worst, r.fused, r.reference)
+          : fmt::format("the fused BatchNorm kernels failed their self-check on {}: {}", what, r.error);
   if (on_mismatch == OnMismatch::kFail)
     throw Error(ExitCode::kRuntime, detail + "; model.fused_conv_bn_relu: true does not train on wrong kernels",
                 "model.fused_conv_bn_relu: auto runs the modules instead; please report the GPU (`dlrun info`)");

@@ -49,6 +49,7 @@ struct SelfCheck {
   std::string worst_in;
   double seconds = 0;
   std::string fused, reference;  ///< on a mismatch: that tensor's first values from each side
+  std::string error;             ///< the operators threw instead (fused_checked): the first line
   nlohmann::json to_json() const;
 };
 
@@ -65,8 +66,10 @@ void set_on_mismatch(OnMismatch policy);
 
 /// The models' gate before a fused call on the BatchNorm input `x` (dtype: autocast's when it
 /// is on for x's device): true when the self-check for x's device, dtype and memory format
-/// passed, running it on first use (once per process; thread-safe). On a mismatch it logs both
-/// results once and returns false (kFallBack) or throws dlrun::Error, exit 1 (kFail).
+/// passed, running it on first use (once per process; thread-safe). On a mismatch -- or when
+/// the fused operators throw during the check -- it logs both results once and returns false
+/// (kFallBack) or throws dlrun::Error, exit 1 (kFail). Each rank of a multi-process run decides
+/// for itself (both paths compute the same function; docs/kernels.md).
 bool fused_checked(const at::Tensor& x);
 
 /// Every self-check this process ran, as summary.json's "fused_kernels"."checks"; forget them

@@ -135,6 +135,21 @@ TEST_CASE("a failed self-check: the model falls back to the modules, or the run 
     CHECK_THAT(std::string(e.what()), Catch::Contains("does not train on wrong kernels"));
   }
 
+  // Operators that throw during the check (here: an input they refuse, as a kernel that cannot
+  // launch on some GPU would) are a failed check, not a failed run, under auto.
+  kernels::forget_self_checks();
+  kernels::set_on_mismatch(kernels::OnMismatch::kFallBack);
+  bool usable = true;
+  const auto refused = testing::capture_stderr(
+      [&] { usable = kernels::fused_checked(torch::zeros({2, 3, 4, 4}, torch::kInt32)); });
+  CHECK_FALSE(usable);
+  CHECK_THAT(refused, Catch::Contains("the fused BatchNorm kernels failed their self-check on cpu (Int"));
+  report = kernels::self_check_report();
+  REQUIRE(report.size() == 1);
+  CHECK(report[0]["passed"] == false);
+  CHECK(report[0]["worst"] == "inf");
+  CHECK_THAT(report[0]["error"].get<std::string>(), Catch::Contains("floating"));
+
   // Without the defect the check passes and the fused operators run.
   unsetenv("DLRUN_FAULT");
   kernels::forget_self_checks();
