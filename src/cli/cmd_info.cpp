@@ -64,9 +64,11 @@ nlohmann::json collect(const Config& cfg) {
     const auto device = train::resolve_device(cfg.run);
     j["fast_paths"]["device"] = device.str();
     j["fast_paths"]["fused_conv_bn_relu_here"] = train::use_fused_kernels(cfg, device);
+    j["fast_paths"]["here"] = train::describe_fast_paths(cfg, device);
   } catch (const std::exception& e) {
     j["fast_paths"]["device"] = std::string("unavailable: ") + e.what();
     j["fast_paths"]["fused_conv_bn_relu_here"] = false;
+    j["fast_paths"]["here"] = e.what();
   }
   return j;
 }
@@ -105,8 +107,7 @@ void print_text(const nlohmann::json& j) {
               f["fused_conv_bn_relu"].get<std::string>().c_str(),
               f["amp"].get<std::string>().c_str(), on("channels_last"),
               f["activation_checkpointing"].get<std::string>().c_str());
-  std::printf("           here: device %s, fused conv-BN-ReLU %s\n", f["device"].get<std::string>().c_str(),
-              f["fused_conv_bn_relu_here"].get<bool>() ? "on" : "off");
+  std::printf("           here: %s\n", f["here"].get<std::string>().c_str());
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ if(DLRUN_WITH_CUDA)
 else()
   dlrun_cli_test(info_gpu_code 0 "GPU code for: none$" info)
 endif()
-dlrun_cli_test(info_fused_here 0 "^ +here: device cpu, fused conv-BN-ReLU on$"
+dlrun_cli_test(info_fused_here 0 "^ +here: fast paths on cpu: fused_conv_bn_relu on, amp off, channels_last on, "
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.device=cpu model.fused_conv_bn_relu=true)
 dlrun_cli_test(info_fast_paths_default 0 "^fast paths \\(defaults\\): cudnn_benchmark on, tf32 on, cuda_graphs off, fused_conv_bn_relu auto; .*activation_checkpointing none$" info)
 dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cudnn_benchmark off, tf32 off, .*amp bf16, channels_last on, activation_checkpointing blocks$"
