@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -100,6 +99,15 @@ std::string first_values(const at::Tensor& t) {
   return s + (flat.numel() > n ? ", ..." : "");
 }
 
+// A check of `device`, `dtype` and a memory format, before any result.
+SelfCheck named(const at::Device& device, at::ScalarType dtype, bool channels_last) {
+  SelfCheck c;
+  c.device = device.str();
+  c.dtype = c10::toString(dtype);
+  c.memory_format = channels_last ? "channels_last" : "contiguous";
+  return c;
+}
+
 // The largest error of `got` against `want` relative to its allowance, folded into `check`.
 void compare(SelfCheck& check, const char* what, const at::Tensor& got, const at::Tensor& want, double tol,
              double atol_scale = 1.0) {
@@ -121,10 +129,7 @@ void compare(SelfCheck& check, const char* what, const at::Tensor& got, const at
 
 SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channels_last, double tolerance_scale) {
   const auto start = std::chrono::steady_clock::now();
-  SelfCheck check;
-  check.device = device.str();
-  check.dtype = c10::toString(dtype);
-  check.memory_format = channels_last ? "channels_last" : "contiguous";
+  SelfCheck check = named(device, dtype, channels_last);
   // Outside the caller's autocast and autograd: the operators are called directly, in the dtype
   // asked for, and their backward through the dispatcher.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -187,14 +192,18 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
 
 namespace {
 
+// The checks run so far, in the order they ran: a handful at most (one per device, dtype and
+// memory format a run uses), looked up before every fused call -- by value, without formatting.
+struct Gate {
+  c10::Device device;
+  at::ScalarType dtype;
+  bool channels_last;
+  SelfCheck result;
+};
 std::mutex gate_mu;
 OnMismatch on_mismatch = OnMismatch::kFallBack;
-std::map<std::string, SelfCheck>& checks() {
-  static std::map<std::string, SelfCheck> m;
-  return m;
-}
-std::vector<std::string>& check_order() {
-  static std::vector<std::string> v;
+std::vector<Gate>& gates() {
+  static std::vector<Gate> v;
   return v;
 }
 
@@ -212,24 +221,20 @@ bool fused_checked(const at::Tensor& x) {
   // the BatchNorm kernel.
   if (dtype == at::kFloat && at::autocast::is_autocast_enabled(type)) dtype = at::autocast::get_autocast_dtype(type);
   const bool channels_last = x.dim() == 4 && x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
-  const std::string key = fmt::format("{} {} {}", x.device().str(), c10::toString(dtype), channels_last);
   std::lock_guard<std::mutex> lock(gate_mu);
-  auto it = checks().find(key);
-  if (it != checks().end()) return it->second.passed;
+  for (const auto& g : gates())
+    if (g.device == x.device() && g.dtype == dtype && g.channels_last == channels_last) return g.result.passed;
   SelfCheck r;
   try {
     r = self_check(x.device(), dtype, channels_last);
   } catch (const std::exception& e) {  // a kernel that cannot launch here (resources, a PTX the driver refuses)
-    std::string what = e.what();
-    r.device = x.device().str();
-    r.dtype = c10::toString(dtype);
-    r.memory_format = channels_last ? "channels_last" : "contiguous";
+    const std::string error = e.what();
+    r = named(x.device(), dtype, channels_last);
     r.worst = std::numeric_limits<double>::infinity();
     r.worst_in = "the fused operators";
-    r.error = what.substr(0, what.find('\n'));
+    r.error = error.substr(0, error.find('\n'));
   }
-  check_order().push_back(key);
-  it = checks().emplace(key, r).first;
+  gates().push_back({x.device(), dtype, channels_last, r});
   const std::string what = fmt::format("{} ({}, {})", r.device, r.dtype, r.memory_format);
   if (r.passed) {
     log0::info("fused kernels: the self-check on {} passed in {:.3f} s (worst error {:.2g} of the tolerance)", what,
@@ -252,14 +257,13 @@ bool fused_checked(const at::Tensor& x) {
 nlohmann::json self_check_report() {
   std::lock_guard<std::mutex> lock(gate_mu);
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& key : check_order()) out.push_back(checks().at(key).to_json());
+  for (const auto& g : gates()) out.push_back(g.result.to_json());
   return out;
 }
 
 void forget_self_checks() {
   std::lock_guard<std::mutex> lock(gate_mu);
-  checks().clear();
-  check_order().clear();
+  gates().clear();
 }
 
 }  // namespace dlrun::kernels

@@ -65,8 +65,8 @@ bool wants_fused_kernels(const Config& cfg, const torch::Device& device) {
 }  // namespace
 
 bool use_fused_kernels(const Config& cfg, const torch::Device& device) {
-  if (!wants_fused_kernels(cfg, device) || !device.is_cuda()) return wants_fused_kernels(cfg, device);
-  return use_fused_kernels(cfg, device, fused_kernels_here(device));
+  const bool wanted = wants_fused_kernels(cfg, device);
+  return wanted && device.is_cuda() ? use_fused_kernels(cfg, device, fused_kernels_here(device)) : wanted;
 }
 
 bool use_fused_kernels(const Config& cfg, const torch::Device& device, const kernels::ArchVerdict& here) {
