@@ -21,6 +21,11 @@ endif()
 add_library(dlrun::turbojpeg UNKNOWN IMPORTED)
 set_target_properties(dlrun::turbojpeg PROPERTIES
   IMPORTED_LOCATION ${TURBOJPEG_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${TURBOJPEG_INCLUDE_DIR})
+# ... and its libjpeg API (the same package's libjpeg.so): the scaled, cropped decode of
+# data/image_decode.cpp needs jpeg_crop_scanline and jpeg_skip_scanlines, which TurboJPEG 2.1
+# does not offer.
+find_package(JPEG REQUIRED)
+set_property(TARGET dlrun::turbojpeg APPEND PROPERTY INTERFACE_LINK_LIBRARIES JPEG::JPEG)
 
 # libcurl is optional: it is used to poll cloud preemption notices and to talk to S3 for remote
 # checkpoints; without it both are refused with a clear error.

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   setup_bench(app);
   setup_ckpt(app);
   setup_export(app);
+  setup_data(app);
   // A dispatcher error from LibTorch (CUDA out of memory, a shape mismatch) is a runtime
   // failure; everything else is mapped by its dlrun::Error code.
   try {

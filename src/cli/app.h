@@ -20,5 +20,6 @@ void setup_bench_data(CLI::App* bench);     ///< `dlrun bench data` (cmd_bench_d
 void setup_bench_kernels(CLI::App* bench);  ///< `dlrun bench kernels` (cmd_bench_kernels.cpp)
 void setup_ckpt(CLI::App& app);
 void setup_export(CLI::App& app);
+void setup_data(CLI::App& app);
 
 }  // namespace dlrun::cli

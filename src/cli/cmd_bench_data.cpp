@@ -13,6 +13,7 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "data/loader.h"
+#include "data/transforms.h"
 #include "train/components.h"
 #include "train/device.h"
 
@@ -23,6 +24,7 @@ struct BenchDataOptions {
   ConfigArgs config;
   int64_t batches = 100;
   int64_t warmup = 10;
+  int64_t psnr = 0;
   bool json = false;
 };
 
@@ -58,6 +60,17 @@ void bench_data(const BenchDataOptions& o) {
                       {"images_per_s", ips},
                       {"images_per_s_per_worker", ips / static_cast<double>(threads)},
                       {"host_cores", std::thread::hardware_concurrency()}};
+  if (o.psnr > 0) {
+    const data::RoiQuality q = data::measure_roi_decode(*datasets.train, cfg.data, cfg.run.seed, o.psnr);
+    j["roi_psnr"] = {{"samples", q.samples}, {"mean_db", q.mean_psnr_db}, {"worst_db", q.worst_psnr_db},
+                     {"roi_ms_per_image", 1e3 * q.roi_s / std::max<int64_t>(1, q.samples)},
+                     {"full_ms_per_image", 1e3 * q.full_s / std::max<int64_t>(1, q.samples)}};
+    if (!o.json)
+      std::printf("region decode vs full decode, %lld samples: PSNR mean %.1f dB, worst %.1f dB; %.2f vs %.2f ms per "
+                  "image (decode + transform, one thread)\n",
+                  static_cast<long long>(q.samples), q.mean_psnr_db, q.worst_psnr_db,
+                  1e3 * q.roi_s / std::max<int64_t>(1, q.samples), 1e3 * q.full_s / std::max<int64_t>(1, q.samples));
+  }
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -77,6 +90,9 @@ void setup_bench_data(CLI::App* bench) {
   cmd->add_option("--batches", o->batches, "batches timed")->check(CLI::Range(1, 1000000));
   cmd->add_option("--warmup", o->warmup, "batches read before timing (workers start, caches fill)")
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--psnr", o->psnr,
+                  "also compare the region JPEG decode with the full decode on the first N samples (PSNR, time)")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--json", o->json, "print JSON (one line)");
   cmd->callback([o] { bench_data(*o); });
 }

@@ -143,6 +143,16 @@ struct DataOptions {
   int64_t synthetic_eval_size = 1024;
   int64_t limit_train = 0;
   int64_t limit_eval = 0;
+  // webdataset (docs/data.md "Sharded datasets")
+  std::string shards;       ///< training shards: a directory, a brace pattern or an s3:// prefix
+  std::string eval_shards;  ///< evaluation shards (same forms)
+  int64_t shuffle_block = 8;     ///< shards whose samples are shuffled together
+  int64_t fetch_ahead = 0;       ///< shards fetched ahead of the one being read (0: one shuffle block)
+  int64_t fetch_threads = 4;     ///< background fetch threads
+  std::string cache_dir;         ///< local copies of remote shards ("": ~/.cache/dlrun/shards)
+  double cache_limit_gb = 20.0;  ///< the cache's size limit
+  double retry_s = 120.0;        ///< how long an unreachable store is retried before the run fails
+  bool jpeg_roi_decode = true;   ///< decode JPEGs at a DCT scale, only the rows and columns the crop needs
 
   /// The directory the dataset reads from: `root`, or the dataset's default location
   /// (Debian's dataset-fashion-mnist for fashion_mnist; "" when there is none).

@@ -130,7 +130,7 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.data;
     s.push_back({"data", "dataset, loader and augmentation", {
-      Sreq("name", o.name, "dataset", {"synthetic", "fashion_mnist", "mnist", "cifar10", "cifar100", "image_folder"}),
+      Sreq("name", o.name, "dataset", {"synthetic", "fashion_mnist", "mnist", "cifar10", "cifar100", "image_folder", "webdataset"}),
       Snull("root", o.root, "data directory (empty: the dataset's default)"),
       I("batch_size", o.batch_size, 1, 1e7, "GLOBAL batch size per optimizer step (all ranks, all accumulation steps)"),
       I("eval_batch_size", o.eval_batch_size, 1, 1e7, "batch size for evaluation"),
@@ -155,6 +155,19 @@ std::vector<Section> describe(Config& c) {
       I("synthetic_eval_size", o.synthetic_eval_size, 1, 1e9, "synthetic: evaluation samples"),
       I("limit_train", o.limit_train, 0, 1e12, "use only the first N training samples (0: all)"),
       I("limit_eval", o.limit_eval, 0, 1e12, "use only the first N evaluation samples (0: all)"),
+      Snull("shards", o.shards,
+            "webdataset: training shards -- a directory of .tar files, a brace pattern (train-{000000..000127}.tar) "
+            "or an s3:// prefix"),
+      Snull("eval_shards", o.eval_shards, "webdataset: evaluation shards (same forms; empty: no evaluation set)"),
+      I("shuffle_block", o.shuffle_block, 1, 1e6,
+        "webdataset: shards whose samples are shuffled together (larger: a better shuffle, a larger cache window)"),
+      I("fetch_ahead", o.fetch_ahead, 0, 1e6, "webdataset: shards fetched ahead of the one being read (0: shuffle_block)"),
+      I("fetch_threads", o.fetch_threads, 1, 64, "webdataset: background threads fetching and verifying shards"),
+      Snull("cache_dir", o.cache_dir, "webdataset: where copies of remote shards are kept (empty: ~/.cache/dlrun/shards)"),
+      F("cache_limit_gb", o.cache_limit_gb, 0, 1e6, "webdataset: the shard cache's size limit in GB", true),
+      F("retry_s", o.retry_s, 0, 1e6, "webdataset: how long an unreachable store is retried before the run fails"),
+      B("jpeg_roi_decode", o.jpeg_roi_decode,
+        "decode JPEGs at the smallest DCT scale that covers the crop, and only its rows and columns (false: full decode)"),
     }});
   }
   {

@@ -29,7 +29,15 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
 
   // Data.
   const std::string& ds = c.data.name;
-  if (ds != "synthetic") {
+  if (ds == "webdataset") {
+    if (c.data.shards.empty())
+      c.refuse("data.shards", "data.name=webdataset needs data.shards",
+               "a directory of .tar shards, a brace pattern (train-{000000..000127}.tar) or an s3:// prefix");
+    if (c.data.eval_shards.empty())
+      c.refuse("data.eval_shards", "data.name=webdataset needs data.eval_shards (the evaluation set's shards)");
+    if (c.data.image_size <= 0)
+      c.refuse("data.image_size", "the images of a webdataset vary in size: set data.image_size (e.g. 224)");
+  } else if (ds != "synthetic") {
     const std::string root = c.data.root_or_default();
     if (root.empty())
       c.refuse("data.root", "data.name=" + ds + " needs data.root (the directory with its files)");

@@ -20,6 +20,15 @@ struct DatasetInfo {
   std::vector<std::string> class_names;
 };
 
+/// One sample as its image file's bytes, for datasets of JPEG/PNG files: the loader decodes it
+/// knowing the sample's crop, so that a JPEG is decoded at a reduced DCT scale and only over the
+/// rows and columns the crop reads (image_decode.h).
+struct EncodedSample {
+  std::vector<uint8_t> bytes;
+  std::string name;  ///< for messages: the file, or "shard.tar:key.jpg"
+  int64_t label = 0;
+};
+
 /// Random-access dataset. Implementations must be safe to call get() from several
 /// threads at once.
 class Dataset {
@@ -32,6 +41,14 @@ class Dataset {
   /// For sets held in memory: all images (N, C, H, W) uint8 and labels (N) int64, used by
   /// the device-resident mode. Undefined tensors when the set is not in memory.
   virtual std::pair<torch::Tensor, torch::Tensor> all() const { return {}; }
+  /// True when samples are read with get_encoded() (image files) rather than get().
+  virtual bool encoded() const { return false; }
+  /// Sample `index` undecoded; the channel count to decode to is info().channels.
+  virtual EncodedSample get_encoded(int64_t index) const;
+  /// The order in which epoch `epoch` visits the samples: a permutation of [0, size()) that
+  /// depends on (seed, epoch) and the dataset only. Default: epoch_permutation (sampler.h).
+  /// Sharded sets shuffle in blocks of shards, and start fetching in this order.
+  virtual std::vector<int64_t> epoch_order(uint64_t seed, int64_t epoch, bool shuffle) const;
 };
 
 enum class Split { kTrain, kEval };

@@ -7,9 +7,15 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
+
+#include <jpeglib.h>
 
 #include "base/error.h"
 
@@ -148,7 +154,179 @@ DecodedImage decode_png(const std::vector<uint8_t>& b, const std::string& name, 
   return img;
 }
 
+// ---- scaled, cropped JPEG decode (libjpeg API) ----------------------------------------------
+
+struct JpegError {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void jpeg_error_exit(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegError*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+void jpeg_quiet(j_common_ptr, int) {}  // warnings (corrupt data that still decodes) are accepted, as above
+
+/// TJFLAG_LIMITSCANS for the libjpeg API: a progressive JPEG of more than 500 scans is refused.
+void jpeg_scan_limit(j_common_ptr c) {
+  if (c->is_decompressor) {
+    auto* d = reinterpret_cast<j_decompress_ptr>(c);
+    if (d->input_scan_number > 500) {
+      std::snprintf(reinterpret_cast<JpegError*>(c->err)->message, JMSG_LENGTH_MAX,
+                    "progressive JPEG with more than 500 scans");
+      std::longjmp(reinterpret_cast<JpegError*>(c->err)->jump, 1);
+    }
+  }
+}
+
+/// The smallest eighth at which the box still covers the output.
+int pick_scale(const RegionRequest& r) {
+  for (int num = 1; num < 8; ++num)
+    if (r.box_w * num / 8.0 >= static_cast<double>(r.out_w) && r.box_h * num / 8.0 >= static_cast<double>(r.out_h))
+      return num;
+  return 8;
+}
+
+/// Returns false (with `why` set) on a libjpeg error. No C++ object with a destructor lives
+/// between the setjmp and a longjmp: `out` is sized before, and filled through a raw pointer.
+bool jpeg_region(const std::vector<uint8_t>& b, int channels, const RegionRequest& req, DecodedRegion* out,
+                 std::string* why, bool* cmyk) {
+  jpeg_decompress_struct cinfo;
+  JpegError err;
+  jpeg_progress_mgr progress;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_error_exit;
+  err.mgr.emit_message = jpeg_quiet;
+  err.message[0] = 0;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *why = err.message;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  progress.progress_monitor = jpeg_scan_limit;
+  cinfo.progress = &progress;
+  jpeg_mem_src(&cinfo, b.data(), static_cast<unsigned long>(b.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    jpeg_destroy_decompress(&cinfo);
+    *cmyk = true;
+    return true;
+  }
+  if (static_cast<uint64_t>(cinfo.image_width) * cinfo.image_height > kMaxPixels) {
+    std::snprintf(err.message, JMSG_LENGTH_MAX, "%u x %u pixels; at most %llu pixels are accepted", cinfo.image_width,
+                  cinfo.image_height, static_cast<unsigned long long>(kMaxPixels));
+    jpeg_destroy_decompress(&cinfo);
+    *why = err.message;
+    return false;
+  }
+  const int num = pick_scale(req);
+  cinfo.scale_num = static_cast<unsigned>(num);
+  cinfo.scale_denom = 8;
+  cinfo.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_start_decompress(&cinfo);
+  // Each 8x8 block becomes num x num pixels: the scale is num/8 exactly (output_width / image_width
+  // is off by the rounding up of the last block, which is most of a pixel at the far edge).
+  const double sx = num / 8.0, sy = num / 8.0;
+  // The filter of transforms.cpp reaches half an output pixel's footprint past the box, plus one.
+  const double fx = req.box_w * sx / std::max<int64_t>(1, req.out_w), fy = req.box_h * sy / std::max<int64_t>(1, req.out_h);
+  const int64_t mx = static_cast<int64_t>(std::ceil(fx / 2)) + 2, my = static_cast<int64_t>(std::ceil(fy / 2)) + 2;
+  const int64_t W = cinfo.output_width, H = cinfo.output_height;
+  int64_t x0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(req.box_x * sx)) - mx, 0, W - 1);
+  int64_t x1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((req.box_x + req.box_w) * sx)) + mx, x0 + 1, W);
+  int64_t y0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(req.box_y * sy)) - my, 0, H - 1);
+  int64_t y1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((req.box_y + req.box_h) * sy)) + my, y0 + 1, H);
+  JDIMENSION xoff = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
+  if (xoff > 0 || width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &width);  // widened to iMCU edges
+  const int64_t rows = y1 - y0, cols = cinfo.output_width;
+  uint8_t* px = out->image.pixels.data();  // sized by the caller for the worst case (the whole scaled image)
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
+  for (int64_t r = 0; r < rows;) {
+    JSAMPROW row = px + r * cols * channels;
+    r += jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_abort_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  out->image.height = static_cast<int>(rows);
+  out->image.width = static_cast<int>(cols);
+  out->image.channels = channels;
+  out->scale_y = sy;
+  out->scale_x = sx;
+  out->y0 = y0;
+  out->x0 = xoff;
+  out->scale_num = num;
+  return true;
+}
+
 }  // namespace
+
+int probe_channels_bytes(const std::vector<uint8_t>& b, const std::string& name) {
+  if (is_jpeg(b)) {
+    int w = 0, ht = 0, cs = 0;
+    jpeg_header(jpeg_handle(), b, name, &w, &ht, &cs);
+    return cs == TJCS_GRAY ? 1 : 3;
+  }
+  if (is_png(b)) {
+    png_image image;
+    std::memset(&image, 0, sizeof(image));
+    image.version = PNG_IMAGE_VERSION;
+    DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0,
+                      "undecodable PNG image {}: {}", name, image.message);
+    int ch = (image.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
+    png_image_free(&image);
+    return ch;
+  }
+  fail_input("undecodable image {}: not a JPEG or PNG file", name);
+}
+
+void image_size_bytes(const std::vector<uint8_t>& b, const std::string& name, int64_t* height, int64_t* width) {
+  if (is_jpeg(b)) {
+    int w = 0, ht = 0, cs = 0;
+    jpeg_header(jpeg_handle(), b, name, &w, &ht, &cs);
+    *height = ht;
+    *width = w;
+    return;
+  }
+  if (is_png(b)) {
+    png_image image;
+    std::memset(&image, 0, sizeof(image));
+    image.version = PNG_IMAGE_VERSION;
+    DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0,
+                      "undecodable PNG image {}: {}", name, image.message);
+    *height = image.height;
+    *width = image.width;
+    png_image_free(&image);
+    return;
+  }
+  fail_input("undecodable image {}: not a JPEG or PNG file", name);
+}
+
+DecodedRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int channels,
+                            const RegionRequest& req) {
+  DLRUN_CHECK(channels == 1 || channels == 3, ExitCode::kRuntime, "decode_region: channels must be 1 or 3");
+  DecodedRegion out;
+  if (is_jpeg(bytes)) {
+    int64_t h = 0, w = 0;
+    image_size_bytes(bytes, name, &h, &w);
+    check_pixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), "JPEG", name);
+    // Worst case: the whole image at the chosen scale, rounded up.
+    const int num = pick_scale(req);
+    const size_t sw = static_cast<size_t>((w * num + 7) / 8), sh = static_cast<size_t>((h * num + 7) / 8);
+    out.image.pixels.resize(sw * sh * static_cast<size_t>(channels));
+    std::string why;
+    bool cmyk = false;
+    if (!jpeg_region(bytes, channels, req, &out, &why, &cmyk)) fail_input("undecodable JPEG image {}: {}", name, why);
+    if (!cmyk) {
+      out.image.pixels.resize(static_cast<size_t>(out.image.height) * out.image.width * channels);
+      return out;
+    }
+  }
+  out = DecodedRegion{};
+  out.image = decode_image_bytes(bytes, name, channels);
+  return out;
+}
 
 DecodedImage decode_image_bytes(const std::vector<uint8_t>& bytes, const std::string& name, int channels) {
   DLRUN_CHECK(channels == 1 || channels == 3, ExitCode::kRuntime, "decode_image: channels must be 1 or 3");
@@ -161,24 +339,8 @@ DecodedImage decode_image(const std::string& path, int channels) {
   return decode_image_bytes(read_all(path), path, channels);
 }
 
-int probe_channels(const std::string& path) {
-  std::vector<uint8_t> b = read_all(path);
-  if (is_jpeg(b)) {
-    int w = 0, ht = 0, cs = 0;
-    jpeg_header(jpeg_handle(), b, path, &w, &ht, &cs);
-    return cs == TJCS_GRAY ? 1 : 3;
-  }
-  if (is_png(b)) {
-    png_image image;
-    std::memset(&image, 0, sizeof(image));
-    image.version = PNG_IMAGE_VERSION;
-    DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0,
-                      "undecodable PNG image {}: {}", path, image.message);
-    int ch = (image.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
-    png_image_free(&image);
-    return ch;
-  }
-  fail_input("undecodable image {}: not a JPEG or PNG file", path);
-}
+std::vector<uint8_t> read_image_file(const std::string& path) { return read_all(path); }
+
+int probe_channels(const std::string& path) { return probe_channels_bytes(read_all(path), path); }
 
 }  // namespace dlrun::data

@@ -45,6 +45,14 @@ class ImageFolderDataset : public Dataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   DatasetInfo info() const override { return info_; }
 
+  bool encoded() const override { return true; }
+  EncodedSample get_encoded(int64_t index) const override {
+    DLRUN_CHECK(index >= 0 && index < size(), ExitCode::kRuntime, "sample index {} out of range [0, {})", index,
+                size());
+    const Sample& s = samples_[static_cast<size_t>(index)];
+    return {read_image_file(s.path), s.path, s.label};
+  }
+
   std::pair<torch::Tensor, int64_t> get(int64_t index) const override {
     DLRUN_CHECK(index >= 0 && index < size(), ExitCode::kRuntime, "sample index {} out of range [0, {})", index,
                 size());

@@ -7,6 +7,8 @@
 #include "data/loader.h"
 
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -14,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "data/device_augment.h"
 #include "data/sampler.h"
 #include "data/transforms.h"
@@ -27,6 +30,13 @@ struct Loader::Impl {
   Pipeline pipeline;
   SamplerGeometry geo;
   bool pin = false;
+  bool encoded = false;  // image files, decoded here knowing each sample's crop
+
+  // DLRUN_SAMPLE_LOG=PATH (a test flag): every sample this rank produces, as a line of
+  // PATH.rank<r>: epoch, position in the epoch's order, dataset index, label and the SHA-256
+  // of its transformed pixels -- what the resume tests compare across world sizes.
+  std::FILE* sample_log = nullptr;
+  mutable std::mutex log_mu;
 
   // Device-resident copies: (N, C, H, W) uint8 and (N) int64 on spec.device.
   torch::Tensor dev_images, dev_labels;
@@ -69,17 +79,48 @@ struct Loader::Impl {
     out.y = torch::empty({n}, fopt.dtype(torch::kLong));                 // (b)
     float* xp = out.x.data_ptr<float>();
     int64_t* yp = out.y.data_ptr<int64_t>();
+    int64_t begin = 0, end = 0, step = 0;
+    int micro = 0;
+    geo.task(first_step, t, &begin, &end, &step, &micro);
     for (int64_t i = 0; i < n; ++i) {
-      auto [img, label] = ds->get(idx[static_cast<size_t>(i)]);
-      DLRUN_CHECK(img.dim() == 3 && img.size(0) == c && img.scalar_type() == torch::kUInt8, ExitCode::kRuntime,
-                  "sample {} has shape {} (expected {} uint8 channels)", idx[static_cast<size_t>(i)], c10::str(img.sizes()), c);
-      torch::Tensor src = img.contiguous();
-      const int64_t h = src.size(1), w = src.size(2);
-      SampleParams sp = draw_params(pipeline, spec.seed, epoch, idx[static_cast<size_t>(i)], h, w);
-      apply_transforms(src.data_ptr<uint8_t>(), h, w, pipeline, sp, xp + i * plane);
-      yp[i] = label;
+      const int64_t index = idx[static_cast<size_t>(i)];
+      if (encoded) {
+        yp[i] = produce_encoded(index, xp + i * plane);
+      } else {
+        yp[i] = produce_decoded(index, xp + i * plane);
+      }
+      if (sample_log) log_sample(begin + i, index, yp[i], xp + i * plane, plane);
     }
     return out;
+  }
+
+  void log_sample(int64_t position, int64_t index, int64_t label, const float* x, int64_t n) const {
+    const std::string h = sha256_hex(x, static_cast<size_t>(n) * sizeof(float)).substr(0, 16);
+    std::lock_guard<std::mutex> lock(log_mu);
+    std::fprintf(sample_log, "%lld %lld %lld %lld %s\n", static_cast<long long>(epoch), static_cast<long long>(position),
+                 static_cast<long long>(index), static_cast<long long>(label), h.c_str());
+    std::fflush(sample_log);
+  }
+
+  /// One image file, decoded knowing its crop (transforms.h transform_encoded).
+  int64_t produce_encoded(int64_t index, float* out) const {
+    EncodedSample es = ds->get_encoded(index);
+    transform_encoded(es.bytes, es.name, pipeline, spec.seed, epoch, index, opts.jpeg_roi_decode, out);
+    return es.label;
+  }
+
+  int64_t produce_decoded(int64_t index, float* out) const {
+    const int64_t c = pipeline.channels;
+    {
+      auto [img, label] = ds->get(index);
+      DLRUN_CHECK(img.dim() == 3 && img.size(0) == c && img.scalar_type() == torch::kUInt8, ExitCode::kRuntime,
+                  "sample {} has shape {} (expected {} uint8 channels)", index, c10::str(img.sizes()), c);
+      torch::Tensor src = img.contiguous();
+      const int64_t h = src.size(1), w = src.size(2);
+      SampleParams sp = draw_params(pipeline, spec.seed, epoch, index, h, w);
+      apply_transforms(src.data_ptr<uint8_t>(), h, w, pipeline, sp, out);
+      return label;
+    }
   }
 
   /// Task t in device-resident mode: gather + augment on the device.
@@ -159,6 +200,12 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const 
     DLRUN_CHECK_INPUT(opts.eval_batch_size > 0, "data.eval_batch_size must be > 0");
   }
   m.pin = spec.device.is_cuda() && opts.pin_memory;
+  m.encoded = m.ds->encoded();
+  if (const char* p = std::getenv("DLRUN_SAMPLE_LOG"); p && *p && spec.train) {
+    const std::string path = fmt::format("{}.rank{}", p, spec.rank);
+    m.sample_log = std::fopen(path.c_str(), "a");
+    DLRUN_CHECK(m.sample_log != nullptr, ExitCode::kRuntime, "DLRUN_SAMPLE_LOG: cannot open {}", path);
+  }
   if (opts.device_resident) {
     auto [images, labels] = m.ds->all();
     DLRUN_CHECK_INPUT(images.defined() && labels.defined(),
@@ -171,7 +218,10 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const 
   }
 }
 
-Loader::~Loader() { impl_->stop_workers(); }
+Loader::~Loader() {
+  impl_->stop_workers();
+  if (impl_->sample_log) std::fclose(impl_->sample_log);
+}
 
 int64_t Loader::steps_per_epoch() const { return impl_->geo.steps(); }
 
@@ -196,7 +246,7 @@ void Loader::start_epoch(int64_t epoch, int64_t cursor) {
   m.epoch = epoch;
   m.first_step = cursor / m.geo.batch;
   m.perm = std::make_shared<const std::vector<int64_t>>(
-      epoch_permutation(m.spec.seed, epoch, m.geo.n, m.spec.train && m.opts.shuffle));
+      m.ds->epoch_order(m.spec.seed, epoch, m.spec.train && m.opts.shuffle));
   m.ntasks = m.geo.tasks(m.first_step);
   m.next_task = 0;
   m.consumed = 0;

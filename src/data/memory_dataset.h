@@ -31,5 +31,7 @@ std::shared_ptr<Dataset> open_idx(const DataOptions& opts, Split split, const st
 std::shared_ptr<Dataset> open_cifar(const DataOptions& opts, Split split, int classes);
 std::shared_ptr<Dataset> open_synthetic(const DataOptions& opts, Split split, uint64_t seed);
 std::shared_ptr<Dataset> open_image_folder(const DataOptions& opts, Split split);
+/// WebDataset tar shards (webdataset.cpp, docs/data.md "Sharded datasets").
+std::shared_ptr<Dataset> open_webdataset(const DataOptions& opts, Split split);
 
 }  // namespace dlrun::data

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "data/memory_dataset.h"
+#include "data/sampler.h"
 
 namespace dlrun::data {
 
@@ -19,11 +20,20 @@ const std::map<std::string, Factory>& registry() {
       {"cifar10", [](const DataOptions& o, Split s, uint64_t) { return open_cifar(o, s, 10); }},
       {"cifar100", [](const DataOptions& o, Split s, uint64_t) { return open_cifar(o, s, 100); }},
       {"image_folder", [](const DataOptions& o, Split s, uint64_t) { return open_image_folder(o, s); }},
+      {"webdataset", [](const DataOptions& o, Split s, uint64_t) { return open_webdataset(o, s); }},
   };
   return r;
 }
 
 }  // namespace
+
+EncodedSample Dataset::get_encoded(int64_t) const {
+  throw Error(ExitCode::kRuntime, "get_encoded() called on a dataset of decoded samples");
+}
+
+std::vector<int64_t> Dataset::epoch_order(uint64_t seed, int64_t epoch, bool shuffle) const {
+  return epoch_permutation(seed, epoch, size(), shuffle);
+}
 
 std::vector<std::string> names() {
   std::vector<std::string> out;

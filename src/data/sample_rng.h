@@ -53,6 +53,8 @@ enum Stream : uint64_t {
   kStreamTranslate,
   kStreamCrop,
   kStreamErase,
+  kStreamShardOrder,   ///< webdataset: the order of the shards in an epoch
+  kStreamShardBlock,   ///< webdataset: the order of the samples within a block of shards
 };
 
 }  // namespace dlrun::data

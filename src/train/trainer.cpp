@@ -25,6 +25,7 @@
 #include "base/fsutil.h"
 #include "base/log.h"
 #include "config/loader.h"
+#include "data/shard_store.h"
 #include "distributed/group.h"
 #include "metrics/sink.h"
 #include "preempt/preempt.h"
@@ -151,29 +152,34 @@ class Trainer {
 
 int Trainer::run() {
   begin();
-  if (st_.eval_pending && !run_eval()) return stop_and_save();  // the evaluation an interruption cut off
-  data::Loader& loader = *c_.train_loader;
-  while (st_.step < c_.total_steps) {
-    std::vector<data::Batch> micro;
-    bool epoch_done = true;  // false: the run ended in the middle of the epoch
-    while (std::optional<data::Batch> b = next_batch()) {
-      micro.push_back(std::move(*b));
-      if (static_cast<int64_t>(micro.size()) < cfg_.train.grad_accum) continue;
-      profiler_.before_step(st_.step);
-      step(micro);
-      profiler_.after_step(st_.step);
-      micro.clear();
-      if (auto code = at_boundary(false)) return *code;
-      if (st_.step >= c_.total_steps) {
-        epoch_done = loader.epoch_consumed();
-        break;
+  try {
+    if (st_.eval_pending && !run_eval()) return stop_and_save();  // the evaluation an interruption cut off
+    data::Loader& loader = *c_.train_loader;
+    while (st_.step < c_.total_steps) {
+      std::vector<data::Batch> micro;
+      bool epoch_done = true;  // false: the run ended in the middle of the epoch
+      while (std::optional<data::Batch> b = next_batch()) {
+        micro.push_back(std::move(*b));
+        if (static_cast<int64_t>(micro.size()) < cfg_.train.grad_accum) continue;
+        profiler_.before_step(st_.step);
+        step(micro);
+        profiler_.after_step(st_.step);
+        micro.clear();
+        if (auto code = at_boundary(false)) return *code;
+        if (st_.step >= c_.total_steps) {
+          epoch_done = loader.epoch_consumed();
+          break;
+        }
       }
+      if (!epoch_done) break;
+      loader.seek({loader.position().epoch + 1, 0});
+      if (auto code = at_boundary(true)) return *code;
     }
-    if (!epoch_done) break;
-    loader.seek({loader.position().epoch + 1, 0});
-    if (auto code = at_boundary(true)) return *code;
+    return finish();
+  } catch (const data::StopWhileWaiting& e) {  // a stop request while the loader waited for a shard (one process)
+    log0::info("{}", e.message());
+    return stop_and_save();
   }
-  return finish();
 }
 
 // Every start-up check has passed: from here on the run directory is written, and a failure
@@ -209,7 +215,18 @@ std::optional<data::Batch> Trainer::next_batch() {
   std::optional<data::Batch> b;
   {
     RECORD_USER_SCOPE("dlrun::data_wait");
-    b = c_.train_loader->next();
+    try {
+      b = c_.train_loader->next();
+    } catch (const data::StoreUnavailable&) {
+      // The shards' store stayed unreachable past data.retry_s: the steps trained are committed
+      // before the run fails. (One process only: with several, the others wait in a collective,
+      // and the last periodic checkpoint stands.)
+      if (c_.placement.world_size == 1 && st_.step > 0 && !ckpt_.saved(st_.step)) {
+        log::error("the data store is unreachable: saving a checkpoint at step {} before exiting", st_.step);
+        save(SaveReason::kPreemption, /*sync=*/true);
+      }
+      throw;
+    }
     fault::slow_batch();
   }
   meter_.waited(mono_now() - asked);

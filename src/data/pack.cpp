@@ -1,0 +1,219 @@
+// Packing, indexing and verifying shards (pack.h).
+#include "data/pack.h"
+
+#include <png.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/fsutil.h"
+#include "base/sha256.h"
+#include "config/remote_options.h"
+#include "data/image_decode.h"
+#include "data/shard_index.h"
+#include "data/shard_store.h"
+#include "remote/s3.h"
+
+namespace dlrun::data {
+
+using namespace fsutil;
+
+namespace {
+
+/// A (C, H, W) uint8 image as PNG bytes.
+std::vector<uint8_t> encode_png(const torch::Tensor& chw) {
+  const torch::Tensor hwc = chw.permute({1, 2, 0}).contiguous();
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(hwc.size(1));
+  image.height = static_cast<png_uint_32>(hwc.size(0));
+  image.format = hwc.size(2) == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+  png_alloc_size_t size = 0;
+  DLRUN_CHECK(png_image_write_to_memory(&image, nullptr, &size, 0, hwc.data_ptr<uint8_t>(), 0, nullptr) != 0,
+              ExitCode::kRuntime, "PNG encoding failed: {}", image.message);
+  std::vector<uint8_t> out(size);
+  DLRUN_CHECK(png_image_write_to_memory(&image, out.data(), &size, 0, hwc.data_ptr<uint8_t>(), 0, nullptr) != 0,
+              ExitCode::kRuntime, "PNG encoding failed: {}", image.message);
+  out.resize(size);
+  return out;
+}
+
+bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
+
+/// One shard being written: to a file, hashed on the way, its sample table kept.
+struct OpenShard {
+  std::string path, url;
+  std::ofstream out;
+  Sha256 hash;
+  ShardEntry entry;
+  std::unique_ptr<TarWriter> tar;
+};
+
+}  // namespace
+
+PackResult pack_shards(const PackSpec& spec) {
+  const double t0 = mono_now();
+  std::shared_ptr<Dataset> ds = open(spec.source, spec.split, 0);
+  const DatasetInfo info = ds->info();
+  const bool remote = remote::is_s3_url(spec.dest);
+  std::string dir = spec.dest;
+  std::unique_ptr<remote::S3Client> s3;
+  remote::S3Url url;
+  if (remote) {
+    url = remote::parse_s3_url(spec.dest, "data pack --to");
+    s3 = std::make_unique<remote::S3Client>(config::s3_config(CheckpointOptions{}), url.bucket);
+    dir = fmt::format("{}/dlrun-pack-{}", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
+  }
+  make_dirs(dir);
+  ShardIndex index;
+  index.channels = static_cast<int>(info.channels);
+  PackResult r;
+  std::unique_ptr<OpenShard> cur;
+  auto close = [&] {
+    if (!cur) return;
+    cur->tar->finish();
+    cur->out.close();
+    DLRUN_CHECK(cur->out.good(), ExitCode::kRuntime, "cannot write shard {} (disk full?)", cur->path);
+    cur->entry.filesize = cur->tar->bytes();
+    cur->entry.sha256 = cur->hash.hex();
+    if (remote) {
+      s3->put_file(url.key(cur->url), cur->path, cur->entry.filesize, cur->entry.sha256);
+      std::remove(cur->path.c_str());
+    }
+    r.bytes += cur->entry.filesize;
+    index.shards.push_back(std::move(cur->entry));
+    cur.reset();
+  };
+  const int64_t n = ds->size();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!cur) {
+      cur = std::make_unique<OpenShard>();
+      cur->url = fmt::format("{}-{:06d}.tar", spec.prefix, index.shards.size());
+      cur->path = dir + "/" + cur->url;
+      cur->out.open(cur->path, std::ios::binary | std::ios::trunc);
+      DLRUN_CHECK_INPUT(cur->out.good(), "cannot write shard {}", cur->path);
+      cur->entry.url = cur->url;
+      OpenShard* s = cur.get();
+      cur->tar = std::make_unique<TarWriter>([s](const char* p, size_t k) {
+        s->out.write(p, static_cast<std::streamsize>(k));
+        s->hash.update(p, k);
+      });
+    }
+    std::vector<uint8_t> bytes;
+    int64_t label = 0;
+    if (ds->encoded()) {
+      EncodedSample es = ds->get_encoded(i);
+      bytes = std::move(es.bytes);
+      label = es.label;
+    } else {
+      auto [img, l] = ds->get(i);
+      bytes = encode_png(img);
+      label = l;
+    }
+    const std::string key = fmt::format("{:09d}", i);
+    const std::string ext = is_jpeg(bytes) ? "jpg" : "png";
+    cur->entry.offsets.push_back(cur->tar->bytes() + 512);
+    cur->entry.sizes.push_back(bytes.size());
+    cur->entry.labels.push_back(label);
+    cur->tar->add(key + "." + ext, bytes.data(), bytes.size());
+    const std::string cls = std::to_string(label);
+    cur->tar->add(key + ".cls", cls.data(), cls.size());
+    index.num_classes = std::max(index.num_classes, label + 1);
+    if (cur->tar->bytes() >= spec.shard_bytes) close();
+    if (spec.progress) spec.progress(i + 1, n, r.bytes + (cur ? cur->tar->bytes() : 0));
+  }
+  close();
+  index.num_classes = std::max<int64_t>(index.num_classes, info.num_classes);
+  const std::string text = index_to_json(index, spec.prefix).dump();
+  if (remote) {
+    s3->put_bytes(url.key("shardindex.json"), text, "application/json");
+    remove_tree(dir);
+    r.index = url.str("shardindex.json");
+  } else {
+    write_file_atomic(dir + "/shardindex.json", text);
+    r.index = dir + "/shardindex.json";
+  }
+  r.samples = n;
+  r.shards = static_cast<int64_t>(index.shards.size());
+  r.seconds = mono_now() - t0;
+  return r;
+}
+
+std::string index_shards(const std::string& spec) {
+  std::unique_ptr<ShardSource> src = open_source(spec, "shards");
+  const std::string tmp = fmt::format("{}/dlrun-index-{}", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
+  ShardIndex idx;
+  try {
+    idx = load_index(*src, tmp, "shards");
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+  remove_tree(tmp);
+  src->write_index(index_to_json(idx, "shards").dump());
+  return src->describe() + "/shardindex.json";
+}
+
+VerifyResult verify_shards(const std::string& spec, const std::function<void(int64_t, int64_t)>& progress) {
+  std::unique_ptr<ShardSource> src = open_source(spec, "shards");
+  const auto text = src->read_index();
+  DLRUN_CHECK_INPUT(text.has_value(), "{} has no shardindex.json to verify against (`dlrun data index {}` writes one)",
+                    src->describe(), spec);
+  bool tables = false;
+  const ShardIndex idx = index_from_json(*text, src->describe() + "/shardindex.json", &tables);
+  DLRUN_CHECK_INPUT(tables, "{}/shardindex.json is a plain wids index without dlrun's sample tables; `dlrun data index "
+                    "{}` rewrites it with them", src->describe(), spec);
+  VerifyResult r;
+  const std::string tmp = fmt::format("{}/dlrun-verify-{}.tar", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
+  for (size_t i = 0; i < idx.shards.size(); ++i) {
+    const ShardEntry& want = idx.shards[i];
+    const std::string shown = src->describe() + "/" + want.url;
+    std::string path = src->local_path(want.url), sha;
+    try {
+      if (path.empty()) {
+        sha = src->download(want.url, tmp);
+        path = tmp;
+      } else {
+        DLRUN_CHECK_INPUT(is_regular_file(path), "missing");
+        sha = sha256_file(path);
+      }
+      std::ifstream in(path, std::ios::binary | std::ios::ate);
+      const uint64_t size = static_cast<uint64_t>(in.tellg());
+      std::string why;
+      if (size != want.filesize) {
+        why = fmt::format("{} bytes, the index says {}", size, want.filesize);
+      } else if (sha != want.sha256) {
+        why = fmt::format("SHA-256 {}, the index says {}", sha.substr(0, 16), want.sha256.substr(0, 16));
+      } else {
+        std::ifstream f(path, std::ios::binary);
+        ShardEntry got = index_tar(
+            [&](uint64_t off, size_t k, char* buf) {
+              f.seekg(static_cast<std::streamoff>(off));
+              f.read(buf, static_cast<std::streamsize>(k));
+              DLRUN_CHECK_INPUT(static_cast<size_t>(f.gcount()) == k, "shard {}: short read at byte {}", shown, off);
+            },
+            size, want.url, shown);
+        if (got.offsets != want.offsets || got.sizes != want.sizes || got.labels != want.labels)
+          why = "its samples differ from the index's tables";
+      }
+      if (!why.empty()) r.problems.push_back(fmt::format("{}: {}", shown, why));
+      r.bytes += size;
+    } catch (const Error& e) {
+      r.problems.push_back(fmt::format("{}: {}", shown, e.message()));
+    } catch (const std::exception& e) {
+      r.problems.push_back(fmt::format("{}: {}", shown, e.what()));
+    }
+    r.shards += 1;
+    r.samples += want.nsamples();
+    if (progress) progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(idx.shards.size()));
+  }
+  std::remove(tmp.c_str());
+  return r;
+}
+
+}  // namespace dlrun::data

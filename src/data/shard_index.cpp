@@ -1,0 +1,185 @@
+// Shard indexes (shard_index.h).
+#include "data/shard_index.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "base/error.h"
+#include "base/json_limits.h"
+
+namespace dlrun::data {
+
+namespace {
+
+constexpr uint64_t kMaxLabelBytes = 1 << 16;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+int image_rank(const std::string& ext) {  // lower is preferred; 0: not an image
+  const std::string e = lower(ext);
+  return e == "jpg" ? 1 : e == "jpeg" ? 2 : e == "png" ? 3 : 0;
+}
+
+/// A label member's value; -1 when it holds no integer label.
+int64_t parse_label(const std::string& ext, const std::string& text) {
+  const std::string e = lower(ext);
+  std::string t = text;
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  size_t i = 0;
+  while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
+  t = t.substr(i);
+  if (e == "cls") {
+    if (t.empty() || t.size() > 18 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return -1;
+    return std::stoll(t);
+  }
+  try {  // json
+    nlohmann::json j = parse_json_capped(t, 8);
+    if (j.is_object()) j = j.contains("label") ? j["label"] : j.contains("cls") ? j["cls"] : nlohmann::json();
+    if (j.is_number_integer() && j.get<int64_t>() >= 0) return j.get<int64_t>();
+  } catch (const std::exception&) {
+  }
+  return -1;
+}
+
+struct Pending {
+  std::string key;
+  int image_rank = 0;
+  uint64_t offset = 0, size = 0;
+  int64_t label = -1;
+  bool label_seen = false;
+};
+
+}  // namespace
+
+int64_t ShardIndex::samples() const {
+  int64_t n = 0;
+  for (const auto& s : shards) n += s.nsamples();
+  return n;
+}
+
+ShardEntry index_tar(const ReadAt& read, uint64_t file_size, const std::string& url, const std::string& shown) {
+  ShardEntry e;
+  e.url = url;
+  e.filesize = file_size;
+  std::vector<TarMember> members = scan_tar(read, file_size, shown);
+  Pending cur;
+  bool open = false;
+  auto close = [&] {
+    if (!open) return;
+    DLRUN_CHECK_INPUT(cur.image_rank > 0, "shard {}: sample {} has no image (.jpg, .jpeg or .png)", shown, cur.key);
+    DLRUN_CHECK_INPUT(cur.label_seen, "shard {}: sample {} has no label (.cls, or .json with \"label\")", shown,
+                      cur.key);
+    e.offsets.push_back(cur.offset);
+    e.sizes.push_back(cur.size);
+    e.labels.push_back(cur.label);
+    open = false;
+  };
+  for (const TarMember& m : members) {
+    auto [key, ext] = split_key(m.name);
+    const std::string base = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
+    if (ext.empty() || base.empty() || base.rfind("__", 0) == 0) continue;  // WebDataset skips these too
+    if (!open || key != cur.key) {
+      close();
+      cur = Pending{};
+      cur.key = key;
+      open = true;
+    }
+    if (int r = image_rank(ext); r > 0) {
+      if (cur.image_rank == 0 || r < cur.image_rank) {
+        cur.image_rank = r;
+        cur.offset = m.offset;
+        cur.size = m.size;
+      }
+    } else if (lower(ext) == "cls" || lower(ext) == "json") {
+      if (cur.label_seen && lower(ext) == "json") continue;  // .cls wins over .json
+      DLRUN_CHECK_INPUT(m.size <= kMaxLabelBytes, "shard {}: label {} is {} bytes", shown, m.name, m.size);
+      std::string text(m.size, '\0');
+      if (m.size) read(m.offset, m.size, text.data());
+      const int64_t label = parse_label(ext, text);
+      DLRUN_CHECK_INPUT(label >= 0, "shard {}: label {} is not a non-negative integer", shown, m.name);
+      cur.label = label;
+      cur.label_seen = true;
+    }
+  }
+  close();
+  return e;
+}
+
+nlohmann::json index_to_json(const ShardIndex& index, const std::string& name) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ShardEntry& s : index.shards) {
+    list.push_back({{"url", s.url},
+                    {"nsamples", s.nsamples()},
+                    {"filesize", s.filesize},
+                    {"sha256", s.sha256},
+                    {"dlrun", {{"offsets", s.offsets}, {"sizes", s.sizes}, {"labels", s.labels}}}});
+  }
+  return {{"__kind__", "wids-shard-index-v1"},
+          {"wids_version", 1},
+          {"name", name},
+          {"shardlist", list},
+          {"dlrun", {{"version", 1}, {"num_classes", index.num_classes}, {"channels", index.channels}}}};
+}
+
+ShardIndex index_from_json(const std::string& text, const std::string& file, bool* has_tables) {
+  nlohmann::json j;
+  try {
+    j = parse_json_capped(text, 16);
+  } catch (const std::exception& e) {
+    fail_input("shard index {} is not valid JSON: {}", file, e.what());
+  }
+  DLRUN_CHECK_INPUT(j.is_object() && j.value("wids_version", 0) == 1 && j.contains("shardlist") &&
+                        j["shardlist"].is_array() && !j["shardlist"].empty(),
+                    "shard index {} is not a wids shard index (wids_version 1 with a non-empty shardlist)", file);
+  ShardIndex idx;
+  const bool tables = j.contains("dlrun") && j["dlrun"].is_object();
+  *has_tables = tables;
+  try {
+    if (tables) {
+      idx.num_classes = j["dlrun"].at("num_classes").get<int64_t>();
+      idx.channels = j["dlrun"].at("channels").get<int>();
+      DLRUN_CHECK_INPUT(idx.channels == 1 || idx.channels == 3, "shard index {}: channels must be 1 or 3", file);
+    }
+    for (const auto& s : j["shardlist"]) {
+      ShardEntry e;
+      e.url = s.at("url").get<std::string>();
+      const int64_t n = s.at("nsamples").get<int64_t>();
+      DLRUN_CHECK_INPUT(n >= 0 && !e.url.empty(), "shard index {}: shard '{}' has a bad name or sample count", file,
+                        e.url);
+      if (tables) {
+        e.filesize = s.at("filesize").get<uint64_t>();
+        e.sha256 = s.at("sha256").get<std::string>();
+        const auto& d = s.at("dlrun");
+        e.offsets = d.at("offsets").get<std::vector<uint64_t>>();
+        e.sizes = d.at("sizes").get<std::vector<uint64_t>>();
+        e.labels = d.at("labels").get<std::vector<int64_t>>();
+        DLRUN_CHECK_INPUT(static_cast<int64_t>(e.labels.size()) == n && e.offsets.size() == e.labels.size() &&
+                              e.sizes.size() == e.labels.size(),
+                          "shard index {}: shard {} lists {} samples but tables of {}/{}/{}", file, e.url, n,
+                          e.offsets.size(), e.sizes.size(), e.labels.size());
+        DLRUN_CHECK_INPUT(e.sha256.size() == 64, "shard index {}: shard {} has no SHA-256", file, e.url);
+        for (size_t i = 0; i < e.labels.size(); ++i) {
+          DLRUN_CHECK_INPUT(e.labels[i] >= 0 && e.labels[i] < idx.num_classes,
+                            "shard index {}: shard {} sample {} has label {} outside [0, {})", file, e.url, i,
+                            e.labels[i], idx.num_classes);
+          DLRUN_CHECK_INPUT(e.sizes[i] <= kMaxTarMember && e.offsets[i] + e.sizes[i] <= e.filesize,
+                            "shard index {}: shard {} sample {} lies outside the shard's {} bytes", file, e.url, i,
+                            e.filesize);
+        }
+      } else {
+        e.filesize = s.value("filesize", uint64_t{0});
+        e.labels.assign(static_cast<size_t>(n), 0);
+      }
+      idx.shards.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("shard index {} is malformed: {}", file, e.what());
+  }
+  return idx;
+}
+
+}  // namespace dlrun::data
