@@ -116,6 +116,27 @@ def image_seeds():
     put("image", "png-rgba", bytes([1]) + b.getvalue())
 
 
+def tar_seeds():
+    import tarfile
+    def shard(fmt, names):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=fmt) as t:
+            for name, data in names:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        return out.getvalue()
+    jpg = open(os.path.join(HERE, "corpus", "image", "jpeg-RGB"), "rb").read()[1:]
+    put("tar", "ustar", shard(tarfile.USTAR_FORMAT, [("a.jpg", jpg), ("a.cls", b"3"), ("b.png", b"png"),
+                                                    ("b.json", b'{"label": 1}')]))
+    put("tar", "pax-long-name", shard(tarfile.PAX_FORMAT, [("d/" + "x" * 120 + ".jpg", jpg), ("d/" + "x" * 120 + ".cls", b"0")]))
+    put("tar", "gnu-long-name", shard(tarfile.GNU_FORMAT, [("d/" + "y" * 120 + ".jpg", jpg), ("d/" + "y" * 120 + ".cls", b"0")]))
+    put("tar", "index", json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "t", "shardlist": [
+        {"url": "t-000000.tar", "nsamples": 2, "filesize": 4096, "sha256": "a" * 64,
+         "dlrun": {"offsets": [512, 2048], "sizes": [10, 20], "labels": [1, 0]}}],
+        "dlrun": {"version": 1, "num_classes": 2, "channels": 3}}).encode())
+
+
 def checkpoint_seed(dlrun):
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([dlrun, "train", os.path.join(HERE, "seed_run.yaml"), "--run-dir", tmp, "log.progress=none"],
@@ -136,6 +157,7 @@ def main():
     idx_seeds()
     cifar_seeds()
     image_seeds()
+    tar_seeds()
     if args.dlrun:
         checkpoint_seed(args.dlrun)
 

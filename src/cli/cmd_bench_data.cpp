@@ -62,13 +62,16 @@ void bench_data(const BenchDataOptions& o) {
                       {"host_cores", std::thread::hardware_concurrency()}};
   if (o.psnr > 0) {
     const data::RoiQuality q = data::measure_roi_decode(*datasets.train, cfg.data, cfg.run.seed, o.psnr);
-    j["roi_psnr"] = {{"samples", q.samples}, {"mean_db", q.mean_psnr_db}, {"worst_db", q.worst_psnr_db},
+    j["roi_psnr"] = {{"samples", q.samples}, {"identical", q.identical}, {"scaled", q.scaled},
+                     {"mean_db", q.mean_psnr_db}, {"worst_db", q.worst_psnr_db},
                      {"roi_ms_per_image", 1e3 * q.roi_s / std::max<int64_t>(1, q.samples)},
                      {"full_ms_per_image", 1e3 * q.full_s / std::max<int64_t>(1, q.samples)}};
     if (!o.json)
-      std::printf("region decode vs full decode, %lld samples: PSNR mean %.1f dB, worst %.1f dB; %.2f vs %.2f ms per "
-                  "image (decode + transform, one thread)\n",
-                  static_cast<long long>(q.samples), q.mean_psnr_db, q.worst_psnr_db,
+      std::printf("region decode vs full decode, %lld samples: %lld identical, %lld at a reduced DCT scale; PSNR of "
+                  "the others mean %.1f dB, worst %.1f dB; %.2f vs %.2f ms per image (decode + transform, one "
+                  "thread)\n",
+                  static_cast<long long>(q.samples), static_cast<long long>(q.identical),
+                  static_cast<long long>(q.scaled), q.mean_psnr_db, q.worst_psnr_db,
                   1e3 * q.roi_s / std::max<int64_t>(1, q.samples), 1e3 * q.full_s / std::max<int64_t>(1, q.samples));
   }
   if (o.json) {

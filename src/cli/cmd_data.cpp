@@ -1,7 +1,7 @@
 // `dlrun data pack|index|verify`: WebDataset shards from a dataset dlrun reads, the index of
 // shards written elsewhere, and a check of shards against their index (data/pack.h).
 //   dlrun data pack --dataset image_folder --root DIR [--split train|eval] --to DIR|s3://...
-//                   [--prefix NAME] [--shard-size-mb N]
+//                   [--prefix NAME] [--shard-size-mb N] [--samples-per-shard N]
 //   dlrun data index SHARDS     (a directory, a brace pattern or an s3:// prefix)
 //   dlrun data verify SHARDS    (exit 0: every shard matches its index; 2: the list of those that do not)
 #include <CLI/CLI.hpp>
@@ -22,6 +22,7 @@ namespace {
 struct PackArgs {
   std::string dataset = "image_folder", root, split = "train", to, prefix;
   int64_t shard_mb = 256;
+  int64_t shard_samples = 0;
 };
 
 /// A progress line on stderr, redrawn at most a few times a second (only on a terminal).
@@ -49,6 +50,7 @@ void run_pack(const PackArgs& a) {
   spec.dest = a.to;
   spec.prefix = a.prefix.empty() ? a.split : a.prefix;
   spec.shard_bytes = static_cast<uint64_t>(a.shard_mb) << 20;
+  spec.shard_samples = a.shard_samples;
   Progress bar;
   const double t0 = mono_now();
   spec.progress = [&](int64_t done, int64_t all, uint64_t bytes) {
@@ -92,6 +94,8 @@ void setup_data(CLI::App& app) {
   pack->add_option("--to", a->to, "a directory or an s3://BUCKET/PREFIX for the shards")->required();
   pack->add_option("--prefix", a->prefix, "shard names PREFIX-000000.tar ... (default: the split)");
   pack->add_option("--shard-size-mb", a->shard_mb, "start a new shard past this size")->check(CLI::Range(1, 1 << 20));
+  pack->add_option("--samples-per-shard", a->shard_samples, "start a new shard after this many samples (0: no limit)")
+      ->check(CLI::Range(0, 1 << 30));
   pack->callback([a] { run_pack(*a); });
 
   auto index_spec = std::make_shared<std::string>();

@@ -181,9 +181,12 @@ void jpeg_scan_limit(j_common_ptr c) {
   }
 }
 
-/// The smallest eighth at which the box still covers the output.
+/// The smallest of the DCT scales at which the box still covers the output. Only 1/8, 2/8 and
+/// 4/8 are candidates below full scale: libjpeg-turbo has SIMD inverse DCTs for those (and 8/8)
+/// only; the others (3/8, 5/8 .. 7/8, and the 10x10 .. 14x14 transforms that upsample chroma at
+/// those scales) run in plain C and cost more than they save (docs/benchmarks.md).
 int pick_scale(const RegionRequest& r) {
-  for (int num = 1; num < 8; ++num)
+  for (int num : {1, 2, 4})
     if (r.box_w * num / 8.0 >= static_cast<double>(r.out_w) && r.box_h * num / 8.0 >= static_cast<double>(r.out_h))
       return num;
   return 8;
@@ -303,28 +306,33 @@ void image_size_bytes(const std::vector<uint8_t>& b, const std::string& name, in
   fail_input("undecodable image {}: not a JPEG or PNG file", name);
 }
 
-DecodedRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int channels,
-                            const RegionRequest& req) {
+void decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int channels, const RegionRequest& req,
+                   DecodedRegion* out) {
   DLRUN_CHECK(channels == 1 || channels == 3, ExitCode::kRuntime, "decode_region: channels must be 1 or 3");
-  DecodedRegion out;
   if (is_jpeg(bytes)) {
     int64_t h = 0, w = 0;
     image_size_bytes(bytes, name, &h, &w);
     check_pixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), "JPEG", name);
-    // Worst case: the whole image at the chosen scale, rounded up.
+    // Room for the worst case: the whole image at the chosen scale, rounded up. A buffer reused
+    // from image to image only grows (fresh pages for every image cost more than the decode).
     const int num = pick_scale(req);
     const size_t sw = static_cast<size_t>((w * num + 7) / 8), sh = static_cast<size_t>((h * num + 7) / 8);
-    out.image.pixels.resize(sw * sh * static_cast<size_t>(channels));
+    if (out->image.pixels.size() < sw * sh * static_cast<size_t>(channels))
+      out->image.pixels.resize(sw * sh * static_cast<size_t>(channels));
     std::string why;
     bool cmyk = false;
-    if (!jpeg_region(bytes, channels, req, &out, &why, &cmyk)) fail_input("undecodable JPEG image {}: {}", name, why);
-    if (!cmyk) {
-      out.image.pixels.resize(static_cast<size_t>(out.image.height) * out.image.width * channels);
-      return out;
-    }
+    if (!jpeg_region(bytes, channels, req, out, &why, &cmyk)) fail_input("undecodable JPEG image {}: {}", name, why);
+    if (!cmyk) return;
   }
-  out = DecodedRegion{};
-  out.image = decode_image_bytes(bytes, name, channels);
+  *out = DecodedRegion{};
+  out->image = decode_image_bytes(bytes, name, channels);
+}
+
+DecodedRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int channels,
+                            const RegionRequest& req) {
+  DecodedRegion out;
+  decode_region(bytes, name, channels, req, &out);
+  out.image.pixels.resize(static_cast<size_t>(out.image.height) * out.image.width * channels);
   return out;
 }
 

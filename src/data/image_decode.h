@@ -58,5 +58,9 @@ struct DecodedRegion {
 /// as decode_image_bytes.
 DecodedRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int channels,
                             const RegionRequest& req);
+/// The same into `out`, whose pixel buffer is reused (grown, never shrunk: it may be longer than
+/// height x width x channels).
+void decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int channels, const RegionRequest& req,
+                   DecodedRegion* out);
 
 }  // namespace dlrun::data

@@ -38,6 +38,10 @@ struct Loader::Impl {
   std::FILE* sample_log = nullptr;
   mutable std::mutex log_mu;
 
+  mutable std::mutex pool_mu;
+  mutable std::vector<torch::Tensor> pool;  // host_batch()
+  size_t pool_cap = 0;
+
   // Device-resident copies: (N, C, H, W) uint8 and (N) int64 on spec.device.
   torch::Tensor dev_images, dev_labels;
 
@@ -75,7 +79,8 @@ struct Loader::Impl {
     const int64_t n = static_cast<int64_t>(idx.size()), c = pipeline.channels;
     const int64_t plane = c * pipeline.out_h * pipeline.out_w;
     auto fopt = torch::TensorOptions().dtype(torch::kFloat).pinned_memory(pin);
-    out.x = torch::empty({n, c, pipeline.out_h, pipeline.out_w}, fopt);  // (b, C, H, W)
+    out.x = pin ? torch::empty({n, c, pipeline.out_h, pipeline.out_w}, fopt)  // (b, C, H, W)
+                : host_batch({n, c, pipeline.out_h, pipeline.out_w});
     out.y = torch::empty({n}, fopt.dtype(torch::kLong));                 // (b)
     float* xp = out.x.data_ptr<float>();
     int64_t* yp = out.y.data_ptr<int64_t>();
@@ -92,6 +97,21 @@ struct Loader::Impl {
       if (sample_log) log_sample(begin + i, index, yp[i], xp + i * plane, plane);
     }
     return out;
+  }
+
+  /// A float batch of `sizes` in ordinary host memory, reused once nothing but this pool holds it:
+  /// a batch of 224x224 images is tens of MB, which the C library maps fresh from the kernel and
+  /// unmaps again for every batch, and the page faults of writing it cost ~10 % of a loader
+  /// thread's time. (Pinned batches come from the CUDA host allocator, which caches them and
+  /// waits for their copies: they are not pooled here.)
+  torch::Tensor host_batch(std::vector<int64_t> sizes) const {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    for (const torch::Tensor& t : pool)
+      // Only the pool holds it: no other handle to the tensor, no view of its storage.
+      if (t.sizes() == sizes && t.use_count() == 1 && t.storage().use_count() == 1) return t;
+    torch::Tensor t = torch::empty(sizes, torch::kFloat);
+    if (pool.size() < pool_cap) pool.push_back(t);
+    return t;
   }
 
   void log_sample(int64_t position, int64_t index, int64_t label, const float* x, int64_t n) const {
@@ -201,6 +221,9 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const 
   }
   m.pin = spec.device.is_cuda() && opts.pin_memory;
   m.encoded = m.ds->encoded();
+  // The batches in flight: every worker's prefetched ones, the one being consumed, and one held
+  // by the step that ran before it.
+  m.pool_cap = static_cast<size_t>(std::max<int64_t>(1, opts.workers) * std::max<int64_t>(1, opts.prefetch) + 2);
   if (const char* p = std::getenv("DLRUN_SAMPLE_LOG"); p && *p && spec.train) {
     const std::string path = fmt::format("{}.rank{}", p, spec.rank);
     m.sample_log = std::fopen(path.c_str(), "a");

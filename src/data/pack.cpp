@@ -20,7 +20,10 @@
 
 namespace dlrun::data {
 
-using namespace fsutil;
+using fsutil::is_regular_file;
+using fsutil::make_dirs;
+using fsutil::remove_tree;
+using fsutil::write_file_atomic;
 
 namespace {
 
@@ -124,7 +127,9 @@ PackResult pack_shards(const PackSpec& spec) {
     const std::string cls = std::to_string(label);
     cur->tar->add(key + ".cls", cls.data(), cls.size());
     index.num_classes = std::max(index.num_classes, label + 1);
-    if (cur->tar->bytes() >= spec.shard_bytes) close();
+    if (cur->tar->bytes() >= spec.shard_bytes ||
+        (spec.shard_samples > 0 && cur->entry.nsamples() >= spec.shard_samples))
+      close();
     if (spec.progress) spec.progress(i + 1, n, r.bytes + (cur ? cur->tar->bytes() : 0));
   }
   close();
@@ -179,7 +184,7 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
         sha = src->download(want.url, tmp);
         path = tmp;
       } else {
-        DLRUN_CHECK_INPUT(is_regular_file(path), "missing");
+        DLRUN_CHECK_INPUT(is_regular_file(path), "the shard is missing");
         sha = sha256_file(path);
       }
       std::ifstream in(path, std::ios::binary | std::ios::ate);

@@ -19,6 +19,7 @@ struct PackSpec {
   std::string dest;    ///< a directory or an s3:// prefix
   std::string prefix = "train";  ///< shard names: PREFIX-000000.tar, ...
   uint64_t shard_bytes = 256ull << 20;
+  int64_t shard_samples = 0;  ///< also start a new shard after this many samples (0: no limit)
   /// Called after each sample: (samples done, samples in all, bytes written).
   std::function<void(int64_t, int64_t, uint64_t)> progress;
 };

@@ -5,6 +5,7 @@
 // service for data.retry_s before giving up. Torch-free.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,6 +51,9 @@ class ShardSource {
   virtual std::string download(const std::string& url, const std::string& path) = 0;
   /// Writes `text` as the source's shardindex.json (dlrun data pack).
   virtual void write_index(const std::string& text) = 0;
+  /// While `*flag` is set, a download under way is abandoned (remote sources; the flag outlives
+  /// the source's use).
+  virtual void set_cancel(const std::atomic<bool>* flag) { (void)flag; }
 };
 
 /// The source data.shards names: an s3:// prefix (or brace pattern of keys), a brace pattern of
@@ -65,6 +69,9 @@ std::vector<std::string> brace_expand(const std::string& pattern, const std::str
 /// the spec selects, else a copy cached in `cache_dir` from an earlier run (when the shards'
 /// sizes still match), else built by reading every shard once (and then cached).
 ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std::string& what);
+
+/// Where the cache keeps copies of `src`'s shards: CACHE_DIR/s3/BUCKET/PREFIX for s3://BUCKET/PREFIX.
+std::string cache_root(const std::string& cache_dir, const ShardSource& src);
 
 /// data.cache_dir, or ~/.cache/dlrun/shards ($XDG_CACHE_HOME/dlrun/shards).
 std::string default_cache_dir(const DataOptions& o);

@@ -41,6 +41,13 @@ Taps make_taps(int64_t src_n, double b0, double bl, int64_t out_n) {
       total = 1;
     }
     for (float& v : w) v = static_cast<float>(v / total);
+    // Weights of exactly 0 at either end (the triangle's feet) add nothing: dropped, which halves
+    // the taps near unit scale and leaves every sum bit for bit as it was.
+    size_t a = 0, e = w.size();
+    while (e - a > 1 && w[a] == 0.0f) ++a;
+    while (e - a > 1 && w[e - 1] == 0.0f) --e;
+    w = std::vector<float>(w.begin() + static_cast<std::ptrdiff_t>(a), w.begin() + static_cast<std::ptrdiff_t>(e));
+    lo += static_cast<int64_t>(a);
     t.first.push_back(lo);
     t.w.push_back(std::move(w));
   }
@@ -60,8 +67,16 @@ struct Scratch {
 
 /// The uint8 (C, h, w) image's box -> dst float (C, oh, ow), scaled to [0, 1] on the way: only
 /// the rows and columns the filter taps reach are converted and filtered horizontally.
-void resample(const uint8_t* src, int64_t c, int64_t h, int64_t w, const SampleParams& sp, int64_t oh, int64_t ow,
-              float* dst, Scratch& s) {
+/// Where pixel (ch, y, x) of a uint8 image is: src[ch * plane + y * row + x * pixel].
+struct Layout {
+  int64_t plane, row, pixel;
+  static Layout of(int64_t c, int64_t h, int64_t w, bool interleaved) {
+    return interleaved ? Layout{1, w * c, c} : Layout{h * w, w, 1};
+  }
+};
+
+void resample(const uint8_t* src, const Layout& at, int64_t c, int64_t h, int64_t w, const SampleParams& sp, int64_t oh,
+              int64_t ow, float* dst, Scratch& s) {
   Taps tx = make_taps(w, sp.box_x, sp.box_w, ow);
   Taps ty = make_taps(h, sp.box_y, sp.box_h, oh);
   int64_t y0 = h, y1 = 0, x0 = w, x1 = 0;  // the rows [y0, y1) and columns [x0, x1) read
@@ -78,8 +93,9 @@ void resample(const uint8_t* src, int64_t c, int64_t h, int64_t w, const SampleP
   float* tmp = Scratch::take(s.tmp, static_cast<size_t>(c * rows * ow));  // (C, rows, ow)
   for (int64_t ch = 0; ch < c; ++ch)
     for (int64_t y = y0; y < y1; ++y) {
-      const uint8_t* row = src + (ch * h + y) * w + x0;
-      for (int64_t x = 0; x < cols; ++x) line[x] = static_cast<float>(row[x]) / 255.0f;  // the device path's rounding
+      const uint8_t* row = src + ch * at.plane + y * at.row + x0 * at.pixel;
+      for (int64_t x = 0; x < cols; ++x)
+        line[x] = static_cast<float>(row[x * at.pixel]) / 255.0f;  // the device path's rounding
       float* out = tmp + (ch * rows + y - y0) * ow;
       for (int64_t x = 0; x < ow; ++x) {
         const float* p = line + (tx.first[x] - x0);
@@ -125,18 +141,21 @@ void affine(const float* src, int64_t c, int64_t h, int64_t w, double angle_deg,
 
 }  // namespace
 
-void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& p, const SampleParams& sp,
-                      float* out) {
+void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& p, const SampleParams& sp, float* out,
+                      bool interleaved) {
   const int64_t c = p.channels, oh = p.out_h, ow = p.out_w;
   const int64_t plane = oh * ow;
   thread_local Scratch scratch;
 
   // Base geometry -> b (C, oh, ow).
   float* b = Scratch::take(scratch.b, static_cast<size_t>(c * plane));
+  const Layout at = Layout::of(c, h, w, interleaved);
   if (sp.identity_base(h, w, p)) {
-    for (int64_t i = 0; i < c * plane; ++i) b[i] = static_cast<float>(src[i]) / 255.0f;  // the device path's rounding
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < plane; ++i)
+        b[ch * plane + i] = static_cast<float>(src[ch * at.plane + i * at.pixel]) / 255.0f;  // the device path's rounding
   } else {
-    resample(src, c, h, w, sp, oh, ow, b, scratch);
+    resample(src, at, c, h, w, sp, oh, ow, b, scratch);
   }
 
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -159,13 +178,21 @@ void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& 
     const float* pl = b + ch * plane;
     float* o = out + ch * plane;
     const float mean = p.normalize ? p.mean[ch] : 0.0f, sd = p.normalize ? p.std[ch] : 1.0f;
+    const float pad = (0.0f - mean) / sd;  // what a padding pixel becomes
     for (int64_t y = 0; y < oh; ++y) {
-      int64_t sy = y + dy;
-      for (int64_t x = 0; x < ow; ++x) {
-        int64_t sx = x + dx;
-        float v = (sy < 0 || sy >= oh || sx < 0 || sx >= ow) ? 0.0f : pl[sy * ow + sx];
-        o[y * ow + x] = (v - mean) / sd;
+      const int64_t sy = y + dy;
+      float* row = o + y * ow;
+      if (sy < 0 || sy >= oh) {
+        std::fill(row, row + ow, pad);
+        continue;
       }
+      // Columns whose source x + dx is inside: [x0, x1); the plain loop there vectorizes (the
+      // same division per pixel as before, so the same bits).
+      const int64_t x0 = std::clamp<int64_t>(-dx, 0, ow), x1 = std::clamp<int64_t>(ow - dx, x0, ow);
+      std::fill(row, row + x0, pad);
+      const float* src_row = pl + sy * ow + dx;
+      for (int64_t x = x0; x < x1; ++x) row[x] = (src_row[x] - mean) / sd;
+      std::fill(row + x1, row + ow, pad);
     }
   }
 

@@ -58,24 +58,27 @@ struct SampleParams {
 /// Deterministic in (seed, epoch, index); for an eval pipeline only the center box is set.
 SampleParams draw_params(const Pipeline& p, uint64_t seed, int64_t epoch, int64_t index, int64_t h, int64_t w);
 
-/// Applies the pipeline to one image. src: (C, h, w) uint8; out: (C, out_h, out_w) float32.
-void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& p, const SampleParams& sp,
-                      float* out);
+/// Applies the pipeline to one image. src: (C, h, w) uint8, or with `interleaved` (h, w, C) as
+/// decoders write it; out: (C, out_h, out_w) float32.
+void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& p, const SampleParams& sp, float* out,
+                      bool interleaved = false);
 
 /// One image file (JPEG or PNG bytes) through the pipeline as dataset sample `index` of `epoch`:
 /// its parameters drawn for its full size (from the header), then, with `roi`, only the part they
 /// read decoded at the smallest DCT scale that covers the output (image_decode.h decode_region),
 /// else the whole image; then apply_transforms into out (C, out_h, out_w). Exit 2 naming `name`
 /// for an undecodable file.
+/// `scale_num` (if given) receives the DCT scale used, in eighths (8: full size).
 void transform_encoded(const std::vector<uint8_t>& bytes, const std::string& name, const Pipeline& p, uint64_t seed,
-                       int64_t epoch, int64_t index, bool roi, float* out);
+                       int64_t epoch, int64_t index, bool roi, float* out, int* scale_num = nullptr);
 
 /// How the region decode compares with the full decode on a set's first `samples` samples,
-/// through the training pipeline (without normalization): the PSNR in dB of each output against
-/// the full decode's, over pixels in [0, 1].
+/// through the training pipeline (without normalization): how many outputs are bit-identical,
+/// how many were decoded at a reduced DCT scale, and the PSNR in dB (pixels in [0, 1]) of the
+/// others against the full decode's.
 struct RoiQuality {
-  int64_t samples = 0;
-  double mean_psnr_db = 0, worst_psnr_db = 0;
+  int64_t samples = 0, identical = 0, scaled = 0;
+  double mean_psnr_db = 0, worst_psnr_db = 0;  ///< over the outputs that differ (0 when none does)
   double roi_s = 0, full_s = 0;  ///< decode + transform time of each, one thread
 };
 RoiQuality measure_roi_decode(const Dataset& ds, const DataOptions& opts, uint64_t seed, int64_t samples);

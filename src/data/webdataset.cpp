@@ -100,16 +100,20 @@ class WebDataset : public Dataset {
   }
 
  private:
-  /// Reading shard s: its block and the shards after it are wanted, once per block.
+  /// Reading shard s of block b: wanted (fetched in this order, kept from eviction) are block b,
+  /// the block before it (other loader threads may still be finishing it) and the `ahead`
+  /// shards after it; asked once per block, as the epoch's reading moves forward.
   void hint(int s) const {
     std::vector<int> want;
     {
       std::lock_guard<std::mutex> lock(mu_);
       const int64_t b = place_[static_cast<size_t>(s)] / block_;
-      if (b == block_at_) return;
+      if (b <= block_at_) return;
       block_at_ = b;
       const int64_t end = std::min<int64_t>(static_cast<int64_t>(seq_.size()), (b + 1) * block_ + ahead_);
       for (int64_t q = b * block_; q < end; ++q) want.push_back(seq_[static_cast<size_t>(q)]);
+      for (int64_t q = std::max<int64_t>(0, (b - 1) * block_); q < b * block_; ++q)
+        want.push_back(seq_[static_cast<size_t>(q)]);
     }
     store_->want(want);
   }

@@ -155,6 +155,12 @@ def test_pack_reads_back_in_python_and_verify_catches_corruption():
             expect(int(sample["cls"]) == label, f"sample {i}: label {sample['cls']} != {label}")
         p = dlrun("data", "verify", out, check=0)
         expect("ok (1 shards, 24 samples" in p.stdout, p.stdout)
+        # The loader reads them as any dataset, and `--psnr` compares the region decode with the full one.
+        cfg = config(s.file("c.yaml"), out, s.file("cache"))
+        p = dlrun("bench", "data", cfg, "--batches", "1", "--warmup", "1", "--psnr", "8", "--json", check=0)
+        q = json.loads(p.stdout.strip().splitlines()[-1])["roi_psnr"]
+        expect(q["samples"] == 8 and q["identical"] <= 8 and q["full_ms_per_image"] > 0, q)
+        expect(q["identical"] == 8 or q["worst_db"] > 20, q)
         # One flipped byte in the shard: verify names it (exit 2); training from it is refused by name.
         shard = os.path.join(out, "ifo-000000.tar")
         with open(shard, "r+b") as f:
@@ -165,7 +171,6 @@ def test_pack_reads_back_in_python_and_verify_catches_corruption():
         p = dlrun("data", "verify", out, check=2)
         expect("BAD" in p.stdout and "ifo-000000.tar" in p.stdout and "SHA-256" in p.stdout, p.stdout)
         with RunDir() as r:
-            cfg = config(s.file("c.yaml"), out, s.file("cache"))
             p = train(cfg, r.path, check=2)
             expect("ifo-000000.tar does not match its index" in p.stdout, p.stdout[-2000:])
 
@@ -268,11 +273,13 @@ def test_kill_mid_epoch_on_2_ranks_resume_on_1_and_3_same_samples():
 
 def test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails():
     with Scratch() as s, S3Server() as s3:
-        python_shards(s.file("shards"), n=96, per_shard=12)
+        image_folder(s.file("folder"), per_class=24)
         env = dict(s3.env, AWS_ENDPOINT_URL=s3.endpoint)
-        dlrun("data", "index", s.file("shards"), check=0)
-        for name in sorted(os.listdir(s.file("shards"))):
-            s3.write(f"shards/{name}", open(s.file("shards", name), "rb").read())
+        p = dlrun("data", "pack", "--dataset", "image_folder", "--root", s.file("folder"), "--to", s3.url("shards"),
+                  "--samples-per-shard", "12", env=env, check=0)  # straight to S3, with its index
+        expect("packed 96 samples into 8 shard(s)" in p.stdout, p.stdout)
+        expect("shardindex.json" in s3.keys("shards") and "train-000007.tar" in s3.keys("shards"), s3.keys("shards"))
+        dlrun("data", "verify", s3.url("shards"), env=env, check=0)
         slow = {"DLRUN_FAULT": "slow_batch:300"}
         cfg = config(s.file("c.yaml"), s3.url("shards"), s.file("cache"))
         # One shard read at a time, one fetched ahead, a cache that holds those two only: shards
@@ -295,6 +302,13 @@ def test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails():
             expect(proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}")
             expect("retrying for up to 120 s" in out, out[-3000:])
             expect(r.summary()["status"] == "completed", "not completed")
+        # A restart on the same machine finds the shards it cached (a limit that holds them all).
+        bench = ["bench", "data", cfg, "--batches", "7", "--warmup", "1", "data.cache_limit_gb=1"]
+        shutil.rmtree(s.file("cache"), ignore_errors=True)
+        first = dlrun(*bench, env=env, check=0).stdout
+        again = dlrun(*bench, env=env, check=0).stdout
+        expect("8 downloaded" in first, first[-1500:])
+        expect("0 downloaded" in again and "8 reused from the cache" in again, again[-1500:])
         with RunDir() as r:  # down for longer than data.retry_s: exit 1, the steps trained committed
             shutil.rmtree(s.file("cache"), ignore_errors=True)
             proc = subprocess.Popen([os.environ["DLRUN"], "train", cfg, "--run-dir", r.path, "log.progress=none",
