@@ -265,22 +265,33 @@ bool jpeg_region(const std::vector<uint8_t>& b, int channels, const RegionReques
 
 }  // namespace
 
+namespace {
+
+/// A PNG's header: its size and whether it is in color. Exit 2 naming `name` when unreadable.
+struct PngHeader {
+  uint32_t width = 0, height = 0;
+  bool color = false;
+};
+PngHeader png_header(const std::vector<uint8_t>& b, const std::string& name) {
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0, "undecodable PNG image {}: {}",
+                    name, image.message);
+  const PngHeader h{image.width, image.height, (image.format & PNG_FORMAT_FLAG_COLOR) != 0};
+  png_image_free(&image);
+  return h;
+}
+
+}  // namespace
+
 int probe_channels_bytes(const std::vector<uint8_t>& b, const std::string& name) {
   if (is_jpeg(b)) {
     int w = 0, ht = 0, cs = 0;
     jpeg_header(jpeg_handle(), b, name, &w, &ht, &cs);
     return cs == TJCS_GRAY ? 1 : 3;
   }
-  if (is_png(b)) {
-    png_image image;
-    std::memset(&image, 0, sizeof(image));
-    image.version = PNG_IMAGE_VERSION;
-    DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0,
-                      "undecodable PNG image {}: {}", name, image.message);
-    int ch = (image.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
-    png_image_free(&image);
-    return ch;
-  }
+  if (is_png(b)) return png_header(b, name).color ? 3 : 1;
   fail_input("undecodable image {}: not a JPEG or PNG file", name);
 }
 
@@ -293,14 +304,9 @@ void image_size_bytes(const std::vector<uint8_t>& b, const std::string& name, in
     return;
   }
   if (is_png(b)) {
-    png_image image;
-    std::memset(&image, 0, sizeof(image));
-    image.version = PNG_IMAGE_VERSION;
-    DLRUN_CHECK_INPUT(png_image_begin_read_from_memory(&image, b.data(), b.size()) != 0,
-                      "undecodable PNG image {}: {}", name, image.message);
-    *height = image.height;
-    *width = image.width;
-    png_image_free(&image);
+    const PngHeader h = png_header(b, name);
+    *height = h.height;
+    *width = h.width;
     return;
   }
   fail_input("undecodable image {}: not a JPEG or PNG file", name);

@@ -130,13 +130,7 @@ std::shared_ptr<Dataset> open_image_folder(const DataOptions& opts, Split split)
   info.channels = probe_channels(first.string());
   info.num_classes = static_cast<int64_t>(classes.size());
   info.class_names = classes;
-  if (info.channels == 3) {
-    info.mean = {0.485, 0.456, 0.406};
-    info.std = {0.229, 0.224, 0.225};
-  } else {
-    info.mean = {0.449};
-    info.std = {0.226};
-  }
+  set_photo_stats(info);
   int64_t limit = split == Split::kTrain ? opts.limit_train : opts.limit_eval;
   if (limit > 0 && limit < static_cast<int64_t>(samples.size())) samples.resize(static_cast<size_t>(limit));
   log0::info("image_folder {}: {} images, {} classes, {} channel(s)", dir.string(), samples.size(), classes.size(),

@@ -31,6 +31,9 @@ std::shared_ptr<Dataset> open_idx(const DataOptions& opts, Split split, const st
 std::shared_ptr<Dataset> open_cifar(const DataOptions& opts, Split split, int classes);
 std::shared_ptr<Dataset> open_synthetic(const DataOptions& opts, Split split, uint64_t seed);
 std::shared_ptr<Dataset> open_image_folder(const DataOptions& opts, Split split);
+/// The normalization defaults of photographs by info.channels: ImageNet's per-channel mean and
+/// std for color, their luma for gray (image_folder, webdataset).
+void set_photo_stats(DatasetInfo& info);
 /// WebDataset tar shards (webdataset.cpp, docs/data.md "Sharded datasets").
 std::shared_ptr<Dataset> open_webdataset(const DataOptions& opts, Split split);
 

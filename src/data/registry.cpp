@@ -35,6 +35,16 @@ std::vector<int64_t> Dataset::epoch_order(uint64_t seed, int64_t epoch, bool shu
   return epoch_permutation(seed, epoch, size(), shuffle);
 }
 
+void set_photo_stats(DatasetInfo& info) {
+  if (info.channels == 3) {
+    info.mean = {0.485, 0.456, 0.406};
+    info.std = {0.229, 0.224, 0.225};
+  } else {
+    info.mean = {0.449};
+    info.std = {0.226};
+  }
+}
+
 std::vector<std::string> names() {
   std::vector<std::string> out;
   for (const auto& [name, f] : registry()) out.push_back(name);

@@ -29,13 +29,7 @@ class WebDataset : public Dataset {
     for (const auto& s : index_.shards) first_.push_back(first_.back() + s.nsamples());
     info_.channels = index_.channels;
     info_.num_classes = index_.num_classes;
-    if (info_.channels == 3) {
-      info_.mean = {0.485, 0.456, 0.406};
-      info_.std = {0.229, 0.224, 0.225};
-    } else {
-      info_.mean = {0.449};
-      info_.std = {0.226};
-    }
+    set_photo_stats(info_);
     const int shards = static_cast<int>(index_.shards.size());
     seq_.resize(static_cast<size_t>(shards));
     std::iota(seq_.begin(), seq_.end(), 0);

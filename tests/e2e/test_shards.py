@@ -271,6 +271,24 @@ def test_kill_mid_epoch_on_2_ranks_resume_on_1_and_3_same_samples():
                 print(f"  2 ranks killed, resumed on {resume_world}: {len(got)} samples as in the uninterrupted run")
 
 
+def run_with_outage(s3, cfg, run_dir, env, overrides, outage):
+    """`dlrun train` until step 3, then the store goes down and `outage(proc)` returns the run's
+    output; the store is back up afterwards whatever happened. Returns (exit code, output)."""
+    proc = subprocess.Popen([os.environ["DLRUN"], "train", cfg, "--run-dir", run_dir, "log.progress=none",
+                             *overrides], env=environment(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        wait_for_step(run_dir, 3, [proc])
+        s3.down()
+        out = outage(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        s3.up()
+    return proc.returncode, out
+
+
 def test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails():
     with Scratch() as s, S3Server() as s3:
         image_folder(s.file("folder"), per_class=24)
@@ -286,20 +304,12 @@ def test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails():
         # are fetched all through the run, so an outage at any step is met by a fetch.
         small = ["data.shuffle_block=1", "data.fetch_ahead=1", "data.cache_limit_gb=0.00003"]
         with RunDir() as r:  # the store goes away for 30 s mid-epoch and comes back
-            proc = subprocess.Popen([os.environ["DLRUN"], "train", cfg, "--run-dir", r.path, "log.progress=none", *small],
-                                    env=environment(dict(env, **slow)), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-            try:
-                wait_for_step(r.path, 3, [proc])
-                s3.down()
+            def back_after_30_s(proc):
                 time.sleep(30)
                 s3.up()
-                out, _ = proc.communicate(timeout=300)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                s3.up()
-            expect(proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}")
+                return proc.communicate(timeout=300)[0]
+            code, out = run_with_outage(s3, cfg, r.path, dict(env, **slow), small, back_after_30_s)
+            expect(code == 0, f"exit {code}\n{out[-3000:]}")
             expect("retrying for up to 120 s" in out, out[-3000:])
             expect(r.summary()["status"] == "completed", "not completed")
         # A restart on the same machine finds the shards it cached (a limit that holds them all).
@@ -311,18 +321,9 @@ def test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails():
         expect("0 downloaded" in again and "8 reused from the cache" in again, again[-1500:])
         with RunDir() as r:  # down for longer than data.retry_s: exit 1, the steps trained committed
             shutil.rmtree(s.file("cache"), ignore_errors=True)
-            proc = subprocess.Popen([os.environ["DLRUN"], "train", cfg, "--run-dir", r.path, "log.progress=none",
-                                     "data.retry_s=3", *small], env=environment(dict(env, **slow)), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-            try:
-                wait_for_step(r.path, 3, [proc])
-                s3.down()
-                out, _ = proc.communicate(timeout=300)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                s3.up()
-            expect(proc.returncode == 1, f"exit {proc.returncode}\n{out[-3000:]}")
+            code, out = run_with_outage(s3, cfg, r.path, dict(env, **slow), small + ["data.retry_s=3"],
+                                        lambda proc: proc.communicate(timeout=300)[0])
+            expect(code == 1, f"exit {code}\n{out[-3000:]}")
             expect("unreachable for 3 s (data.retry_s)" in out and "s3://dlrun-ckpts/shards/train-" in out,
                    out[-3000:])
             latest = open(r.file("checkpoints", "LATEST")).read().strip()
@@ -333,22 +334,17 @@ def test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails():
             expect(f"resum" in p.stdout, p.stdout[-2000:])
         with RunDir() as r:  # SIGTERM while the loader waits for a shard: saved at once, exit 75
             shutil.rmtree(s.file("cache"), ignore_errors=True)
-            proc = subprocess.Popen([os.environ["DLRUN"], "train", cfg, "--run-dir", r.path, "log.progress=none", *small],
-                                    env=environment(dict(env, **slow)), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-            try:
-                wait_for_step(r.path, 3, [proc])
-                s3.down()
+            took = []
+            def sigterm_while_waiting(proc):
                 wait_stalled(r.path, 2.0)  # the loader is waiting for a shard
                 t0 = time.time()
                 proc.send_signal(signal.SIGTERM)
-                out, _ = proc.communicate(timeout=120)
-                took = time.time() - t0
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                s3.up()
-            expect(proc.returncode == 75, f"exit {proc.returncode}\n{out[-3000:]}")
+                out = proc.communicate(timeout=120)[0]
+                took.append(time.time() - t0)
+                return out
+            code, out = run_with_outage(s3, cfg, r.path, dict(env, **slow), small, sigterm_while_waiting)
+            expect(code == 75, f"exit {code}\n{out[-3000:]}")
+            took = took[0]
             expect(took < 20, f"exit 75 took {took:.1f} s after SIGTERM (the store was down)")
             expect("stop requested while waiting for shard" in out, out[-3000:])
             dlrun("ckpt", "verify", r.path, check=0)
