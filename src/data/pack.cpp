@@ -72,6 +72,11 @@ PackResult pack_shards(const PackSpec& spec) {
     s3 = std::make_unique<remote::S3Client>(config::s3_config(CheckpointOptions{}), url.bucket);
     dir = fmt::format("{}/dlrun-pack-{}", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
   }
+  if (!remote && fsutil::is_directory(dir))  // a second pack would leave the first one's extra shards listed
+    for (const std::string& n : fsutil::list_names(dir))
+      DLRUN_CHECK_INPUT(!(n.rfind(spec.prefix + "-", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".tar"),
+                        "{} already holds shards named {}-*.tar ({}): choose another --to or --prefix, or remove them",
+                        dir, spec.prefix, n);
   make_dirs(dir);
   ShardIndex index;
   index.channels = static_cast<int>(info.channels);

@@ -1,6 +1,7 @@
 // Shard sources (a local directory, a brace pattern of files, a shard index, an s3:// prefix)
 // and the resolution of a source's index (shard_store.h).
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -281,8 +282,9 @@ ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std:
     if (path.empty()) {
       path = root + "/" + urls[i];
       make_dirs(dir_part(path));
-      sha = src.download(urls[i], path + ".part");
-      rename_durable(path + ".part", path);
+      const std::string part = fmt::format("{}.part.{}", path, ::getpid());  // ranks sharing the cache
+      sha = src.download(urls[i], part);
+      rename_durable(part, path);
     } else {
       sha = sha256_file(path);
     }

@@ -147,6 +147,9 @@ def test_pack_reads_back_in_python_and_verify_catches_corruption():
         p = dlrun("data", "pack", "--dataset", "image_folder", "--root", s.file("folder"), "--to", out,
                   "--prefix", "ifo", "--shard-size-mb", "1", check=0)
         expect("packed 24 samples into 1 shard(s)" in p.stdout, p.stdout)
+        p = dlrun("data", "pack", "--dataset", "image_folder", "--root", s.file("folder"), "--to", out,
+                  "--prefix", "ifo", check=2)  # packing over shards already there is refused
+        expect("already holds shards named ifo-*.tar" in p.stdout, p.stdout)
         samples = list(wds.WebDataset(os.path.join(out, "ifo-000000.tar"), shardshuffle=False))
         expect(len(samples) == len(files), f"{len(samples)} samples read back")
         for i, (sample, (path, label)) in enumerate(zip(samples, files)):
