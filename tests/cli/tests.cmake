@@ -138,3 +138,10 @@ dlrun_cli_test(bench_kernels_json 0 "\"copy_gb_per_s\":[0-9.e+]+.*\"network_bn_s
                ${_bk} --json)
 dlrun_cli_test(bench_kernels_bad_dtype 2 "--dtype fp8: expected bf16, fp16 or fp32" ${_bk} --dtype fp8)
 dlrun_cli_test(bench_kernels_fp16_cpu 2 "--dtype fp16 needs a CUDA device" ${_bk} --dtype fp16)
+# dlrun data: a subcommand is required; a path that is not shards, and a pack without a
+# destination, are bad input naming what is wrong; a config naming no shards is refused at its key.
+dlrun_cli_test(data_no_subcommand 2 "subcommand" data)
+dlrun_cli_test(data_verify_missing 2 "/nonexistent/dlrun-shards is not a directory, a brace pattern" data verify /nonexistent/dlrun-shards)
+dlrun_cli_test(data_index_bad_pattern 2 "unbalanced" data index "/tmp/t-{000..002.tar")
+dlrun_cli_test(data_pack_needs_to 2 "--to is required" data pack --dataset mnist --root /nonexistent)
+dlrun_cli_test(webdataset_needs_shards 2 "data.shards: data.name=webdataset needs data.shards" config validate ${_cfg}/good.yaml data.name=webdataset model.in_channels=3 data.image_size=32)
