@@ -217,14 +217,10 @@ std::optional<data::Batch> Trainer::next_batch() {
     RECORD_USER_SCOPE("dlrun::data_wait");
     try {
       b = c_.train_loader->next();
-    } catch (const data::StoreUnavailable&) {
-      // The shards' store stayed unreachable past data.retry_s: the steps trained are committed
-      // before the run fails. (One process only: with several, the others wait in a collective,
-      // and the last periodic checkpoint stands.)
-      if (c_.placement.world_size == 1 && st_.step > 0 && !ckpt_.saved(st_.step)) {
-        log::error("the data store is unreachable: saving a checkpoint at step {} before exiting", st_.step);
-        save(SaveReason::kPreemption, /*sync=*/true);
-      }
+    } catch (const data::StoreUnavailable&) {  // trained steps committed first, one process only (docs/data.md)
+      if (c_.placement.world_size > 1 || st_.step == 0 || ckpt_.saved(st_.step)) throw;
+      log::error("the data store is unreachable: saving a checkpoint at step {} before exiting", st_.step);
+      save(SaveReason::kPreemption, /*sync=*/true);
       throw;
     }
     fault::slow_batch();
