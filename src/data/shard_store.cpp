@@ -80,7 +80,7 @@ struct ShardStore::Impl {
     int waiters = 0;           // open() calls waiting for it: not evicted meanwhile
   };
   std::unique_ptr<ShardSource> src;
-  ShardIndex index;
+  ShardIndex index;  // names, sizes and SHA-256s only
   StoreOptions opts;
   std::string root;  // where remote copies live
   bool remote = false;
@@ -255,7 +255,13 @@ ShardStore::ShardStore(std::unique_ptr<ShardSource> src, const ShardIndex& index
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.src = std::move(src);
-  m.index = index;
+  for (const ShardEntry& e : index.shards) {  // what fetching needs: not the per-sample tables the dataset keeps
+    ShardEntry shard;
+    shard.url = e.url;
+    shard.filesize = e.filesize;
+    shard.sha256 = e.sha256;
+    m.index.shards.push_back(std::move(shard));
+  }
   m.opts = std::move(opts);
   m.slots.resize(index.shards.size());
   m.root = cache_root(m.opts.cache_dir, *m.src);
