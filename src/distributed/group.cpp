@@ -41,7 +41,7 @@ struct Group::Impl {
   std::string nccl_version;
   torch::Device device = torch::kCPU;  ///< where the backend's tensors live
   std::chrono::milliseconds timeout{0};
-  c10::intrusive_ptr<c10d::Store> store;  ///< dlrun's keys, under "dlrun/<restart>/"
+  c10::intrusive_ptr<c10d::Store> store;  ///< dlrun's keys, under "dlrun/<run id>/<restart>/"
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
 
   [[noreturn]] void fail(const char* what, const std::exception& e) {
@@ -212,6 +212,82 @@ c10d::ReduceOp reduce_op(Reduce op) {
   return c10d::ReduceOp::SUM;
 }
 
+/// The key that says whose store this is, outside every job's prefix, so that another job's
+/// worker finds it.
+constexpr const char* kJobKey = "dlrun/job";
+
+/// What kJobKey holds: the run id and the world size (ranks of one job never differ in either;
+/// without a run id, the size still tells many jobs apart). In torchrun's agent store the run id
+/// alone: the agent keeps its store across restarts, and an elastic job's size may change.
+std::string job_label(const World& w) {
+  const std::string id = w.run_id.empty() ? "none" : w.run_id;
+  return w.agent_store ? fmt::format("'{}'", id) : fmt::format("'{}' ({} ranks)", id, w.size);
+}
+
+/// Make sure the store at MASTER_ADDR:MASTER_PORT is this job's before writing into it. With
+/// the port held by another job, rank 0 fails to host, and the other ranks would otherwise join
+/// that job's rendezvous and its collectives. `host`: this rank hosts the store (rank 0, no
+/// torchrun agent) and claims it; the others compare.
+void check_job(c10d::Store& tcp, const World& w, bool host, double timeout_s) {
+  const std::string mine = job_label(w);
+  const std::vector<uint8_t> claim(mine.begin(), mine.end());
+  if (host) {
+    tcp.set(kJobKey, claim);
+    return;
+  }
+  std::vector<uint8_t> found;
+  if (w.agent_store) {
+    // torchrun's agent hosts the store (its own keys are there already) and every rank is a
+    // client: the first rank of this job to get here claims it, the others find that claim. A
+    // store kept by the agent across restarts holds this job's claim already.
+    found = tcp.compareSet(kJobKey, {}, claim);
+  } else {
+    // Rank 0 claims its store before anything of this job is written there, so a store with
+    // keys but no claim is another program's, or an older dlrun's. The grace covers a stray
+    // client of another job that wrote into this job's store in the instant before the claim.
+    constexpr double kGraceS = 1.0;
+    const double deadline = mono_now() + timeout_s;
+    double keys_since = -1;
+    for (;;) {
+      if (tcp.check({kJobKey})) {
+        found = tcp.get(kJobKey);
+        break;
+      }
+      const int64_t keys = tcp.getNumKeys();
+      const double now = mono_now();
+      if (keys > 0 && keys_since < 0) keys_since = now;
+      if (keys > 0 && now - keys_since > kGraceS)
+        throw Error(ExitCode::kBadInput,
+                    fmt::format("the rendezvous store at {}:{} is not a dlrun job's (it holds {} key(s), none "
+                                "naming a job), but this worker is job {}: another job (another program, or an "
+                                "older dlrun) uses this port",
+                                w.master_addr, w.master_port, keys, mine),
+                    "pick another port with --master-port (MASTER_PORT), the same for every rank, or start a "
+                    "single-node job with scripts/dlrun-launch --standalone, which picks a free one");
+      if (preempt::stop_requested())
+        throw StoppedDuringRendezvous(fmt::format("{} received while waiting for rank 0's claim on the "
+                                                  "rendezvous store at {}:{}",
+                                                  preempt::stop_reason(), w.master_addr, w.master_port));
+      if (now >= deadline)
+        throw Error(ExitCode::kRuntime,
+                    fmt::format("the rendezvous store at {}:{} named no job within dist.timeout_s={} s (this job's "
+                                "rank 0 names it on hosting): another program's store?",
+                                w.master_addr, w.master_port, timeout_s),
+                    "is MASTER_ADDR:MASTER_PORT rank 0's address? Else pick another port with --master-port "
+                    "(MASTER_PORT), or use scripts/dlrun-launch --standalone");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const std::string theirs(found.begin(), found.end());
+  if (theirs != mine)
+    throw Error(ExitCode::kBadInput,
+                fmt::format("the rendezvous store at {}:{} belongs to job {} but this worker (rank {}) is job {}: "
+                            "another job uses this port",
+                            w.master_addr, w.master_port, theirs, w.rank, mine),
+                "pick another port with --master-port (MASTER_PORT), the same for every rank, or start a "
+                "single-node job with scripts/dlrun-launch --standalone, which picks a free one");
+}
+
 }  // namespace
 
 std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opts, const torch::Device& device) {
@@ -271,10 +347,23 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
                             : fmt::format("rank {} could not reach the rendezvous store at {}:{} within "
                                           "dist.timeout_s={} s: {}",
                                           world.rank, world.master_addr, world.master_port, opts.timeout_s, e.what()),
-                so.isServer ? "another job may use this port: pick another --master-port / MASTER_PORT"
+                so.isServer ? "another job may use this port: pick another with --master-port (MASTER_PORT), or "
+                              "start a single-node job with scripts/dlrun-launch --standalone, which picks a free one"
                             : "rank 0 hosts the store: is it running, is MASTER_ADDR its address, and is the port open?");
   }
-  const std::string prefix = fmt::format("dlrun/{}/", world.restart_count);
+  try {
+    check_job(*tcp, world, so.isServer, opts.timeout_s);
+  } catch (const Error&) {
+    throw;
+  } catch (const StoppedDuringRendezvous&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_runtime("rank {} lost the rendezvous store at {}:{} while checking that it is this job's: {}", world.rank,
+                 world.master_addr, world.master_port, e.what());
+  }
+  // Under the run id as well: keys of two jobs never mix, even in a store they both reach.
+  const std::string prefix =
+      fmt::format("dlrun/{}/{}/", world.run_id.empty() ? "none" : world.run_id, world.restart_count);
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
   impl->prefix = prefix;
   await_ranks(*impl->store, world, opts.timeout_s);
@@ -343,9 +432,10 @@ const std::string& Group::backend() const { return impl_->backend; }
 std::string Group::describe() const {
   const World& w = impl_->world;
   return fmt::format("distributed: {}{}, world size {} ({} node(s) x {} process(es), launched by {}), rendezvous "
-                     "{}:{}{}",
+                     "{}:{}{}{}",
                      impl_->backend, impl_->nccl_version.empty() ? "" : " (NCCL " + impl_->nccl_version + ")", w.size,
                      w.nodes(), w.local_size, w.launcher, w.master_addr, w.master_port,
+                     w.run_id.empty() ? "" : ", run id " + printable(w.run_id),
                      w.restart_count > 0 ? fmt::format(", restart {}", w.restart_count) : "");
 }
 

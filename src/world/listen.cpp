@@ -68,7 +68,8 @@ Listener bind_listener(const std::string& addr, int port) {
     ::close(fd);
     if (err == EADDRINUSE)
       throw Error(ExitCode::kRuntime, fmt::format("port {} on {} is in use", port, text_of(ai->ai_addr)),
-                  "another job may use this port: pick another --master-port / MASTER_PORT");
+                  "another job may use this port: pick another with --master-port (MASTER_PORT), or start a "
+                  "single-node job with scripts/dlrun-launch --standalone, which picks a free one");
   }
   return {-1, "", "MASTER_ADDR " + addr + " is not an address of this host (a service or NAT address?)"};
 }

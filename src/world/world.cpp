@@ -79,6 +79,9 @@ World world_from_env(const Getenv& getenv, bool rendezvous) {
     w.local_size = env.num("LOCAL_WORLD_SIZE", w.size);
     w.restart_count = env.num("TORCHELASTIC_RESTART_COUNT", 0);
     w.agent_store = env.str("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
+    // torchrun's default --rdzv-id is "none": no id, as when the variable is not set.
+    w.run_id = env.str("TORCHELASTIC_RUN_ID", "");
+    if (w.run_id == "none") w.run_id.clear();
     if (w.size > 1 && rendezvous) {
       DLRUN_CHECK_INPUT(env.has("MASTER_ADDR") && env.has("MASTER_PORT"),
                         "WORLD_SIZE={} but MASTER_ADDR or MASTER_PORT is not set (the address of rank 0's "
@@ -94,6 +97,12 @@ World world_from_env(const Getenv& getenv, bool rendezvous) {
     w.local_size = env.has("SLURM_NTASKS_PER_NODE") ? env.num("SLURM_NTASKS_PER_NODE", 1, true)
                                                     : env.num("SLURM_TASKS_PER_NODE", w.size, true);
     w.restart_count = env.num("SLURM_RESTART_COUNT", 0);
+    // Every task of one srun step shares the job and step ids (a heterogeneous job's components
+    // have job ids of their own, and share SLURM_HET_JOB_ID); a requeued job keeps its id, but
+    // the job it was is gone by then.
+    const std::string job = env.str("SLURM_HET_JOB_ID", env.str("SLURM_JOB_ID", env.str("SLURM_JOBID", "")));
+    const std::string step = env.str("SLURM_STEP_ID", env.str("SLURM_STEPID", ""));
+    if (!job.empty()) w.run_id = "slurm-" + job + (step.empty() ? "" : "." + step);
     const std::string nodes = env.str("SLURM_JOB_NODELIST", env.str("SLURM_NODELIST", ""));
     if (!nodes.empty() && !env.has("MASTER_ADDR")) w.master_addr = first_host(nodes);
     check_layout(w, "SLURM_PROCID", "SLURM_NTASKS");

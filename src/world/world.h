@@ -18,6 +18,11 @@ struct World {
   int master_port = 29500;
   int restart_count = 0;     ///< TORCHELASTIC_RESTART_COUNT: the group's restarts so far
   bool agent_store = false;  ///< TORCHELASTIC_USE_AGENT_STORE=True: torchrun hosts the store, every rank is a client
+  /// The job's identity, the same on every rank: TORCHELASTIC_RUN_ID (torchrun's --rdzv-id, the id
+  /// scripts/dlrun-launch makes), else Slurm's job and step ("slurm-<job>.<step>"); "" for none
+  /// (TORCHELASTIC_RUN_ID=none, Open MPI, by hand). It keys the store, and a rank that reached
+  /// another job's store (the port taken) tells by it (distributed/group.cpp).
+  std::string run_id;
   std::string launcher = "none";  ///< "torchrun" (torchrun or dlrun-launch), "slurm", "openmpi" or "none"
 
   bool distributed() const { return size > 1; }
@@ -29,7 +34,8 @@ using Getenv = std::function<const char*(const char*)>;
 
 /// The job's layout from `env` (std::getenv by default): torchrun's RANK/WORLD_SIZE/... when
 /// RANK or WORLD_SIZE is set, else Slurm's SLURM_PROCID/SLURM_NTASKS/... when SLURM_PROCID
-/// and SLURM_NTASKS are set, else Open MPI's OMPI_COMM_WORLD_*, else one process. A value
+/// and SLURM_NTASKS are set, else Open MPI's OMPI_COMM_WORLD_*, else one process; the run id
+/// from the same launcher's variables (World::run_id). A value
 /// that is not a number, or a rank outside [0, size), is dlrun::Error (exit 2) naming the
 /// variable. `rendezvous`: a world of several processes also needs MASTER_ADDR/MASTER_PORT
 /// (false for `dlrun config validate`, which only checks the batch split).

@@ -48,8 +48,8 @@ def rank_env(rank, world, port, extra=None):
 class Ranks:
     """`world` dlrun processes started by hand with torchrun's variables; all stopped on exit."""
 
-    def __init__(self, world, args, extra_env=None, ranks=None):
-        port = free_port()
+    def __init__(self, world, args, extra_env=None, ranks=None, port=None):
+        port = port or free_port()
         self.procs = [subprocess.Popen([DLRUN, *args], env=rank_env(r, world, port, extra_env),
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                       for r in (ranks if ranks is not None else range(world))]
@@ -280,6 +280,26 @@ def test_a_stop_request_during_the_rendezvous_exits_75_promptly():
             expect(not os.path.exists(r.file("metrics.jsonl")), "a run that never started wrote metrics")
 
 
+def test_a_rank_that_reaches_another_programs_store_exits_2_at_once():
+    """A store that holds keys but names no dlrun job (another program's, an older dlrun's) on the
+    port: a rank other than 0 says so and exits 2 without writing into it, instead of waiting there
+    for a rendezvous that never comes (or joining one that is not its job's)."""
+    from torch.distributed import TCPStore
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store.set("their/key", "1")
+    with RunDir() as r:
+        start = time.time()
+        with Ranks(2, ["train", TINY, *SAME, *MLP, "--run-dir", r.path, "dist.timeout_s=60"], ranks=[1],
+                   port=store.port) as rs:
+            codes, outs = rs.wait(timeout=45)
+        took = time.time() - start
+    expect(codes == [2], f"exit {codes}:\n{outs[0][-2000:]}")
+    expect(f"the rendezvous store at 127.0.0.1:{store.port} is not a dlrun job's" in outs[0], outs[0][-2000:])
+    expect("--master-port" in outs[0] and "--standalone" in outs[0], outs[0][-2000:])
+    expect(took < 30, f"took {took:.0f} s")
+    expect(store.num_keys() == 1, f"the rank wrote into the other program's store ({store.num_keys()} keys)")
+
+
 def launch(run_dir, *launcher_args, overrides=(), env=None, timeout=300):
     e = dict(os.environ)
     e.pop("DLRUN_FAULT", None)
@@ -440,6 +460,7 @@ if __name__ == "__main__":
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
           test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,
           test_a_rank_that_never_arrives_is_named, test_a_stop_request_during_the_rendezvous_exits_75_promptly,
+          test_a_rank_that_reaches_another_programs_store_exits_2_at_once,
           test_launcher_two_workers_finish,
           test_a_killed_launcher_takes_its_workers_with_it,
           test_launcher_sigterm_saves_one_step_exits_75_and_relaunch_finishes,

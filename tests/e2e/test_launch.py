@@ -1,7 +1,9 @@
 """scripts/dlrun-launch, the torchrun-style launcher, with fake workers (fake_worker.py) instead of
 the dlrun binary: the environment of each rank, prefixed output, combined exit codes, forwarded
 signals, the SIGKILL after --shutdown-timeout, restarts that resume, bare subcommands, usage
-errors. Every test stops every process it started (launcher and workers) and removes its files."""
+errors, the run id, --standalone and a taken port; and, with the dlrun binary, two jobs on one
+port. Every test stops every process it started (launcher and workers) and removes its files."""
+import errno
 import glob
 import json
 import os
@@ -9,17 +11,49 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from common import SRC, expect, main
+from common import DLRUN, SRC, RunDir, cfg, expect, main
 
 LAUNCH = os.path.join(SRC, "scripts", "dlrun-launch")
 FAKE = os.path.join(SRC, "tests", "e2e", "fake_worker.py")
 PY = sys.executable
 TIMEOUT = 60  # no launcher run here should come near this, even on a loaded machine
+# A short real training run: the dlrun tests here are about the rendezvous, not the model.
+TRAIN = ("train", cfg("tiny.yaml"), "model.name=mlp", "model.hidden=[32]", "train.max_steps=5", "run.threads=1",
+         "log.progress=none")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Listener:
+    """A socket listening on host:port (port 0: a free one), as another job's rendezvous store would;
+    `port` None when that port could not be taken (something else holds it: just as good)."""
+
+    def __init__(self, port=0, host="127.0.0.1"):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+            self.sock.listen()
+            self.port = self.sock.getsockname()[1]
+        except OSError as e:
+            expect(e.errno == errno.EADDRINUSE, f"binding {host}:{port}: {e}")
+            self.port = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
 
 
 class Job:
@@ -28,13 +62,17 @@ class Job:
     On exit the launcher and every worker still alive (found by the FAKE_OUT_DIR in their
     environment) get SIGKILL; workers left behind by a launcher that exited by itself fail the test."""
 
-    def __init__(self, *options, command=("--", PY, FAKE), mode="ok", env=None):
+    def __init__(self, *options, command=("--", PY, FAKE), mode="ok", env=None, default_port=False):
         self.dir = tempfile.mkdtemp(prefix="dlrun-launch-test-")
         self.out_dir = os.path.join(self.dir, "out")
         os.mkdir(self.out_dir)
+        # A free port unless the test names one (or wants the default): the launcher checks that
+        # the port is free, and 29500 may be some other job's on this machine.
+        if not default_port and not {"--master-port", "--standalone"} & set(options):
+            options = (*options, "--master-port", str(free_port()))
         self.args = [PY, LAUNCH, *options, *command]
         self.env = dict(os.environ, FAKE_OUT_DIR=self.out_dir, FAKE_MODE=mode)
-        for name in ("OMP_NUM_THREADS", "TORCHELASTIC_RUN_ID", "FAKE_LINES"):
+        for name in ("OMP_NUM_THREADS", "TORCHELASTIC_RUN_ID", "FAKE_LINES", "DLRUN_FAULT"):
             self.env.pop(name, None)  # the tests set these explicitly where they matter
         self.env.update(env or {})
         self.proc = None
@@ -115,22 +153,24 @@ def fake_dlrun(directory):
 
 
 def test_env_of_every_worker():
-    with Job("--nproc-per-node", "2") as j:
+    with Job("--nproc-per-node", "2", default_port=True) as j:  # (29500 must be free here)
         expect(j.run() == 0, j.log())
         recs = j.records()
         expect(sorted(recs) == [(0, 0), (1, 0)], sorted(recs))
         threads = str(max(1, os.cpu_count() // 2))
+        run_id = recs[0, 0]["env"]["TORCHELASTIC_RUN_ID"]
+        expect(re.fullmatch(r"[0-9a-f]{16}", run_id or ""), f"run id {run_id!r}: not one made for this launch")
         for rank in (0, 1):
             r = recs[rank, 0]
             expect(r["env"] == {
                 "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
                 "GROUP_RANK": "0", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": "2",
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0",
-                "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none", "OMP_NUM_THREADS": threads,
+                "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": run_id, "OMP_NUM_THREADS": threads,
                 "FAKE_VIA_WRAPPER": None}, r["env"])
             expect(r["sid"] == r["pid"], f"rank {rank} does not run in its own session")
         expect(re.search(r"^dlrun-launch: nnodes 1, node-rank 0, nproc-per-node 2, world size 2, "
-                         r"master 127\.0\.0\.1:29500, command: ", j.err, re.M), j.log())
+                         rf"master 127\.0\.0\.1:29500, run id {run_id}, command: ", j.err, re.M), j.log())
         expect(re.search(rf"^dlrun-launch: OMP_NUM_THREADS .*\b{threads}\b", j.err, re.M), j.log())
 
 
@@ -150,6 +190,124 @@ def test_env_on_the_second_node():
             expect((e["TORCHELASTIC_RESTART_COUNT"], e["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "3"), e)
             expect((e["OMP_NUM_THREADS"], e["TORCHELASTIC_RUN_ID"]) == ("5", "job7"), e)
         expect("OMP_NUM_THREADS" not in j.err, f"OMP_NUM_THREADS was set already:{j.log()}")
+
+
+def test_the_run_id():
+    """torchrun's --rdzv-id: the option, else $TORCHELASTIC_RUN_ID, else a fresh one on one node and
+    "none" on several (whose launchers could not agree on a random one); the same for every rank."""
+    def run_ids(*options, env=None):
+        with Job("--nproc-per-node", "2", *options, env=env) as j:
+            expect(j.run() == 0, j.log())
+            ids = {r["env"]["TORCHELASTIC_RUN_ID"] for r in j.records().values()}
+            expect(len(ids) == 1 and len(j.records()) == 2, f"{options}: ranks with run ids {ids}")
+            return ids.pop()
+    first, second = run_ids(), run_ids()
+    expect(first != second and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in (first, second)), (first, second))
+    expect(run_ids("--rdzv-id", "exp-7") == "exp-7", "--rdzv-id is not passed on")
+    expect(run_ids("--rdzv-id", "exp-7", env={"TORCHELASTIC_RUN_ID": "job7"}) == "exp-7", "the option comes first")
+    expect(re.fullmatch(r"[0-9a-f]{16}", run_ids(env={"TORCHELASTIC_RUN_ID": "none"})), "'none' is no run id")
+    for node in ("0", "1"):
+        expect(run_ids("--nnodes", "2", "--node-rank", node) == "none", f"node {node} of 2 without --rdzv-id")
+        expect(run_ids("--nnodes", "2", "--node-rank", node, "--rdzv-id", "exp-7") == "exp-7", f"node {node} of 2")
+    for bad in ("", "a b", "x" * 129):
+        with Job("--rdzv-id", bad) as j:
+            expect(j.run() == 2 and "--rdzv-id" in j.err and not j.records(), f"--rdzv-id {bad!r}{j.log()}")
+
+
+def test_a_port_in_use_is_refused_with_a_way_out():
+    """Node 0's launcher checks MASTER_PORT before starting anything: rank 0 could not host the store
+    there, and the others would reach the job that holds it."""
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with Listener(host=host) as other:
+            with Job("--nproc-per-node", "2", "--master-port", str(other.port)) as j:
+                code = j.run()
+                expect(code == 2 and not j.records(), f"{host}: exit {code}{j.log()}")
+                expect(re.search(rf"port {other.port} on 127\.0\.0\.1 is in use", j.err), j.log())
+                expect("--master-port" in j.err and "--standalone" in j.err, f"no way out named:{j.log()}")
+            # Another node's launcher does not host the store: nothing to check there.
+            with Job("--nnodes", "2", "--node-rank", "1", "--master-port", str(other.port)) as j:
+                expect(j.run() == 0 and sorted(j.records()) == [(1, 0)], j.log())
+
+
+def test_standalone_picks_a_free_port_and_a_fresh_run_id():
+    with Listener(29500):  # the default port taken (or already busy: as good)
+        ports = set()
+        for _ in range(2):
+            with Job("--standalone", "--nproc-per-node", "2") as j:
+                expect(j.run() == 0, j.log())
+                envs = [r["env"] for r in j.records().values()]
+                expect(len(envs) == 2 and len({(e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"]) for e in envs}) == 1,
+                       envs)
+                e = envs[0]
+                expect(e["MASTER_ADDR"] == "127.0.0.1" and e["MASTER_PORT"] != "29500", e)
+                expect(re.fullmatch(r"[0-9a-f]{16}", e["TORCHELASTIC_RUN_ID"]), e)
+                line = f"master 127.0.0.1:{e['MASTER_PORT']} (standalone), run id {e['TORCHELASTIC_RUN_ID']}"
+                expect(line in j.err, j.log())
+                ports.add((e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"]))
+        expect(len(ports) == 2, f"two standalone launches, one port and run id: {ports}")
+        with Job("--standalone", "--rdzv-id", "mine") as j:
+            expect(j.run() == 0 and j.records()[0, 0]["env"]["TORCHELASTIC_RUN_ID"] == "mine", j.log())
+        # And a real dlrun job trains on the port it was given.
+        with RunDir() as r, Job("--standalone", "--nproc-per-node", "2",
+                                command=["--", DLRUN, *TRAIN, "--run-dir", r.path]) as j:
+            expect(j.run() == 0, j.log())
+            expect(r.summary()["world_size"] == 2, r.summary())
+
+
+def test_standalone_is_one_node_on_a_port_of_its_own():
+    for options in (["--nnodes", "2"], ["--master-addr", "10.0.0.1"], ["--master-port", "1234"]):
+        with Job("--standalone", *options) as j:
+            code = j.run()
+            expect(code == 2 and f"not with {options[0]}" in j.err and not j.records(),
+                   f"{options}: exit {code}{j.log()}")
+
+
+def test_a_worker_that_reaches_another_jobs_store_exits_2_and_that_job_goes_on():
+    """The report: job A's rank 0 holds the port; job B's rank 1 (a second node's launcher, which
+    has no port of its own to check) reached A's store and joined A's rendezvous. Now it exits 2 at
+    once, naming both jobs, and A, untouched, trains when its own rank 1 arrives."""
+    port = str(free_port())
+    a_env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=port, TORCHELASTIC_RUN_ID="job-a")
+    a_env.pop("DLRUN_FAULT", None)
+    with RunDir() as ra, RunDir() as rb:
+        a0 = subprocess.Popen([DLRUN, *TRAIN, "dist.timeout_s=60", "--run-dir", ra.path], env=a_env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        a1 = None
+        try:
+            deadline = time.time() + 30
+            while True:  # until A's rank 0 hosts its store
+                expect(a0.poll() is None, f"job A's rank 0 exited {a0.returncode}")
+                expect(time.time() < deadline, "job A's rank 0 did not host its store")
+                try:
+                    socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            start = time.time()
+            with Job("--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-id", "job-b",
+                     command=["--", DLRUN, *TRAIN, "dist.timeout_s=60", "--run-dir", rb.path]) as b:
+                code = b.run()
+                took = time.time() - start
+                expect(code == 1 and "rank 1 failed (exit code 2)" in b.err, f"job B: exit {code}{b.log()}")
+                expect(took < 30, f"job B's worker took {took:.0f} s to give up")
+                text = b.out + b.err
+                expect(f"the rendezvous store at 127.0.0.1:{port} belongs to job 'job-a' (2 ranks) but this worker "
+                       f"(rank 1) is job 'job-b' (2 ranks)" in text, b.log())
+                expect("--master-port" in text and "--standalone" in text, b.log())
+            expect(a0.poll() is None, f"job A's rank 0 exited {a0.returncode} when job B's worker came by")
+            a1 = subprocess.Popen([DLRUN, *TRAIN, "dist.timeout_s=60", "--run-dir", ra.path],
+                                  env=dict(a_env, RANK="1", LOCAL_RANK="0"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            outs = [p.communicate(timeout=TIMEOUT)[0] for p in (a0, a1)]
+            expect([a0.returncode, a1.returncode] == [0, 0], "job A:\n" + "\n".join(o[-2000:] for o in outs))
+            expect(ra.summary()["world_size"] == 2 and ra.summary()["steps"] == 5, ra.summary())
+            expect("run id job-a" in outs[0], outs[0][-2000:])
+        finally:
+            for p in (a0, a1):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.communicate()
 
 
 def test_output_is_prefixed_line_by_line():
@@ -369,12 +527,17 @@ def test_help():
     expect(os.access(LAUNCH, os.X_OK), f"{LAUNCH} is not executable")
     p = subprocess.run([LAUNCH, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
     expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
-    for word in ("75", "--max-restarts", "--shutdown-timeout", "LOCAL_RANK", "[rank N]", "--resume auto"):
+    for word in ("75", "--max-restarts", "--shutdown-timeout", "LOCAL_RANK", "[rank N]", "--resume auto", "--rdzv-id",
+                 "--standalone", "TORCHELASTIC_RUN_ID", "is in use"):
         expect(word in p.stdout, f"--help does not mention {word}")
 
 
 if __name__ == "__main__":
-    main([test_env_of_every_worker, test_env_on_the_second_node, test_output_is_prefixed_line_by_line,
+    main([test_env_of_every_worker, test_env_on_the_second_node, test_the_run_id,
+          test_a_port_in_use_is_refused_with_a_way_out, test_standalone_picks_a_free_port_and_a_fresh_run_id,
+          test_standalone_is_one_node_on_a_port_of_its_own,
+          test_a_worker_that_reaches_another_jobs_store_exits_2_and_that_job_goes_on,
+          test_output_is_prefixed_line_by_line,
           test_exit_status_is_combined, test_a_failure_stops_the_other_workers, test_signals_are_forwarded_once,
           test_a_worker_ended_by_the_forwarded_signal_was_interrupted,
           test_a_failure_while_stopping_sends_no_second_signal,

@@ -67,6 +67,24 @@ TEST_CASE("Slurm's variables, the master being the first host of the node list",
   CHECK(v.master_port == 4000);
 }
 
+TEST_CASE("the run id: torchrun's --rdzv-id, Slurm's job and step, none otherwise", "[dist]") {
+  const std::map<std::string, std::string> torchrun = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
+                                                       {"MASTER_PORT", "1"}};
+  auto with = [](std::map<std::string, std::string> m, const char* k, const char* v) {
+    m[k] = v;
+    return m;
+  };
+  CHECK(from(with(torchrun, "TORCHELASTIC_RUN_ID", "3f9a0c1de2b4a5c6")).run_id == "3f9a0c1de2b4a5c6");
+  CHECK(from(with(torchrun, "TORCHELASTIC_RUN_ID", "none")).run_id.empty());  // torchrun's default
+  CHECK(from(torchrun).run_id.empty());
+  const std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"},
+                                                    {"SLURM_JOB_NODELIST", "a"}, {"SLURM_JOB_ID", "4242"}};
+  CHECK(from(slurm).run_id == "slurm-4242");
+  CHECK(from(with(slurm, "SLURM_STEP_ID", "3")).run_id == "slurm-4242.3");
+  CHECK(from(with(with(slurm, "SLURM_STEP_ID", "3"), "SLURM_HET_JOB_ID", "4240")).run_id == "slurm-4240.3");
+  CHECK(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}).run_id.empty());
+}
+
 TEST_CASE("first_host of Slurm node lists", "[dist]") {
   using dlrun::dist::first_host;
   CHECK(first_host("node1") == "node1");
