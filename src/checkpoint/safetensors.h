@@ -19,6 +19,17 @@ std::string safetensors_dtype(c10::ScalarType type, const std::string& tensor_na
 /// header is padded with spaces to a multiple of 8 bytes so the data stays aligned.
 std::string safetensors_bytes(const TensorDict& tensors, const std::map<std::string, std::string>& metadata = {});
 
+/// Parse a whole safetensors file (any writer's: dlrun export, safetensors.torch.save_file,
+/// Hugging Face checkpoints). Tensors come back in file order on the CPU; `metadata` (when
+/// given) receives the "__metadata__" strings. A header that does not parse, a dtype dlrun
+/// cannot hold, a shape that does not match its byte range or a range outside the file is
+/// dlrun::Error (exit 2) naming `what` and the tensor.
+TensorDict safetensors_from_bytes(const std::string& bytes, const std::string& what,
+                                  std::map<std::string, std::string>* metadata = nullptr);
+
+/// Whether `bytes` begin as a safetensors file does (a header length that fits, then '{').
+bool looks_like_safetensors(const std::string& bytes);
+
 /// Write `path` atomically and durably (tmp file, fsync, rename).
 void write_safetensors(const std::string& path, const TensorDict& tensors,
                        const std::map<std::string, std::string>& metadata = {});

@@ -30,6 +30,7 @@
 #include "base/log.h"
 #include "base/stats.h"
 #include "cli/app.h"
+#include "cli/config_args.h"
 #include "config/options.h"
 #include "train/checkpoint_cost.h"
 #include "train/memory.h"
@@ -139,7 +140,7 @@ void setup_bench(CLI::App& app) {
                  "where the model lives (auto | cpu | cuda | cuda:N); on CUDA the stall includes the copy to pinned "
                  "host memory");
   ck->add_flag("--json", o->json, "print JSON");
-  ck->callback([o] { bench_ckpt(*o); });
+  ck->callback([o] { with_flag_names({{"model.name", "--model"}, {"run.device", "--device"}}, [&] { bench_ckpt(*o); }); });
 
   auto m = std::make_shared<BenchMemoryOptions>();
   auto* mem = cmd->add_subcommand("memory", "memory and time of a training step under activation checkpointing");
@@ -153,7 +154,16 @@ void setup_bench(CLI::App& app) {
   mem->add_option("--repeat", m->repeat, "timed steps after the measured first one")->check(CLI::Range(0, 10000));
   mem->add_flag("--max-batch", m->max_batch, "CUDA: also search the largest batch that fits");
   mem->add_flag("--json", m->json, "print JSON (one line)");
-  mem->callback([m] { bench_memory(*m); });
+  mem->callback([m] {
+    with_flag_names({{"model.name", "--model"},
+                     {"model.activation_checkpointing", "--checkpointing"},
+                     {"amp.dtype", "--amp"},
+                     {"amp.enabled", "--amp"},
+                     {"run.device", "--device"},
+                     {"data.batch_size", "--batch"},
+                     {"data.synthetic_shape", "--image-size"}},
+                    [&] { bench_memory(*m); });
+  });
   setup_bench_data(cmd);
   setup_bench_kernels(cmd);
 }

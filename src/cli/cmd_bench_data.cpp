@@ -1,7 +1,8 @@
 // `dlrun bench data CONFIG.yaml [key=value ...] [--batches N] [--warmup N] [--json]`
 // The input pipeline alone: the training loader of the configured dataset (reading, decoding,
 // augmentation, normalisation, collation, in data.workers threads) with no model behind it,
-// delivering batches to host memory. Prints images/s and images/s per worker, the figure
+// delivering batches where a run of the config gets them (host memory on the CPU; on CUDA the
+// copies to the GPU, as in training). Prints images/s and images/s per worker, the figure
 // bench/compare.py puts next to torchvision's ImageFolder + DataLoader on the same files.
 #include <CLI/CLI.hpp>
 
@@ -30,11 +31,13 @@ struct BenchDataOptions {
 
 void bench_data(const BenchDataOptions& o) {
   Config cfg = load_validated(o.config);
-  cfg.run.device = "cpu";  // the host pipeline; copies to a GPU are not part of it
-  train::place(cfg);  // threads and seed as a run sets them
+  // The device, threads and seed a run of this config gets: a device that is not there is
+  // refused as train refuses it, and on CUDA the batches are delivered there, as in training.
+  const torch::Device device = train::place(cfg).device;
   const auto datasets = train::open_datasets(cfg, train::Purpose::kTrain);
   data::LoaderSpec spec;
   spec.seed = cfg.run.seed;
+  spec.device = device;
   data::Loader loader(datasets.train, cfg.data, spec);
   int64_t epoch = 0, images = 0, got = 0;
   double start = 0;
@@ -48,10 +51,14 @@ void bench_data(const BenchDataOptions& o) {
     if (++got == o.warmup) start = mono_now();
     if (got > o.warmup) images += b->x.size(0);
   }
+#ifdef DLRUN_TORCH_HAS_CUDA
+  if (device.is_cuda()) torch::cuda::synchronize();  // the last copies are part of the time
+#endif
   const double seconds = mono_now() - start;
   const double ips = static_cast<double>(images) / std::max(1e-9, seconds);
   const int64_t threads = std::max<int64_t>(1, cfg.data.workers);
   nlohmann::json j = {{"dataset", cfg.data.name},
+                      {"device", device.str()},
                       {"workers", cfg.data.workers},
                       {"batch", cfg.data.batch_size},
                       {"augment", cfg.data.augment},
@@ -77,10 +84,11 @@ void bench_data(const BenchDataOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s, %lld worker thread(s), batch %lld: %.0f images/s (%.0f per worker) over %lld batches\n",
+    std::printf("%s, %lld worker thread(s), batch %lld: %.0f images/s (%.0f per worker) over %lld batches, "
+                "delivered to %s\n",
                 cfg.data.name.c_str(), static_cast<long long>(cfg.data.workers),
                 static_cast<long long>(cfg.data.batch_size), ips, ips / static_cast<double>(threads),
-                static_cast<long long>(o.batches));
+                static_cast<long long>(o.batches), device.str().c_str());
   }
 }
 

@@ -18,8 +18,10 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -60,6 +62,14 @@ std::string unit_name(const Unit& u) {
   return fmt::format("{}{}x{} {}->{} /{} @{}", u.tail ? "tail " : "", u.k, u.k, u.in, u.out, u.stride, u.side);
 }
 
+/// PairedRounds (base/stats.h) as the output shows it.
+using Paired = PairedRounds;
+nlohmann::json spread_json(const Paired& p) {
+  return {{"median", p.ratio()}, {"min", p.lo()}, {"max", p.hi()}, {"noisy", p.noisy()}};
+}
+/// "1.23x", or flagged as noise "1.23x?".
+std::string speedup_text(const Paired& p) { return fmt::format("{:.2f}x{}", p.ratio(), p.noisy() ? "?" : ""); }
+
 class Timer {
  public:
   explicit Timer(const torch::Device& d) : cuda_(d.is_cuda()) {}
@@ -77,21 +87,21 @@ class Timer {
     sync();
     return (mono_now() - t0) / iters;
   }
-  /// Medians over `repeat` rounds of `a` and `b` taken in turn (a, b, a, b, ...: a drift in the
-  /// machine's speed hits both alike), after two calls of each as warm-up (cuDNN's autotuning,
-  /// the allocator's first blocks).
+  /// `repeat` rounds of `a` and `b` taken in turn (a, b, a, b, ...: a drift in the machine's
+  /// speed hits both alike), after two calls of each as warm-up (cuDNN's autotuning, the
+  /// allocator's first blocks).
   template <typename A, typename B>
-  std::pair<double, double> pair(int repeat, int iters, A&& a, B&& b) const {
+  Paired pair(int repeat, int iters, A&& a, B&& b) const {
     for (int i = 0; i < 2; ++i) {
       a();
       b();
     }
-    std::vector<double> va, vb;
+    Paired p;
     for (int r = 0; r < repeat; ++r) {
-      va.push_back(round(iters, a));
-      vb.push_back(round(iters, b));
+      p.a.push_back(round(iters, a));
+      p.b.push_back(round(iters, b));
     }
-    return {median(va), median(vb)};
+    return p;
   }
 
  private:
@@ -159,10 +169,10 @@ double copy_bandwidth(const torch::Device& d, const Timer& timer, int repeat) {
   return 2.0 * static_cast<double>(bytes) / median(v);
 }
 
-/// resnet50 training images/s (synthetic data, SGD) with the fused operators off and on: two
-/// identical models, stepped in turn (rounds of a few steps each way).
-std::pair<double, double> e2e_images_per_s(const BenchKernelsOptions& o, const torch::Device& d,
-                                           at::ScalarType dtype, int64_t batch, int64_t image, int steps) {
+/// resnet50 training step times (synthetic data, SGD) with the fused operators off and on: two
+/// identical models, stepped in turn (at least 3 rounds of a few steps each way).
+Paired e2e_step_times(const BenchKernelsOptions& o, const torch::Device& d, at::ScalarType dtype, int64_t batch,
+                      int64_t image, int steps) {
   Config cfg;
   cfg.model.name = "resnet50";
   cfg.model.in_channels = 3;
@@ -194,10 +204,9 @@ std::pair<double, double> e2e_images_per_s(const BenchKernelsOptions& o, const t
   b.y = at::randint(0, 1000, {batch}, gen).to(d);
   const Timer timer(d);
   const int per_round = std::max(1, steps / 5);
-  const auto [tp, tf] = timer.pair(
-      std::max(1, steps / per_round), per_round, [&] { (void)plain.runner->run({b}, 0.01).loss.item<double>(); },
-      [&] { (void)fused.runner->run({b}, 0.01).loss.item<double>(); });
-  return {static_cast<double>(batch) / tp, static_cast<double>(batch) / tf};
+  return timer.pair(std::max(3, steps / per_round), per_round,
+                    [&] { (void)plain.runner->run({b}, 0.01).loss.item<double>(); },
+                    [&] { (void)fused.runner->run({b}, 0.01).loss.item<double>(); });
 }
 
 at::ScalarType parse_dtype(const std::string& s) {
@@ -225,7 +234,7 @@ void bench_kernels(const BenchKernelsOptions& o) {
   const double copy_bw = copy_bandwidth(d, timer, o.repeat);
 
   nlohmann::json rows = nlohmann::json::array();
-  double unit_plain = 0, unit_fused = 0, part_plain = 0, part_fused = 0;  // over the network, counts included
+  Paired unit_total, part_total;  // over the network, round by round, counts included
   for (const Unit& u : models::resnet_conv_bn_units(50, image)) {
     auto x = at::randn({batch, u.in, u.side, u.side}, act).contiguous(format).requires_grad_(u.in != 3);
     auto w = (at::randn({u.out, u.in, u.k, u.k}, act) * 0.05).contiguous(format).requires_grad_(true);
@@ -234,64 +243,80 @@ void bench_kernels(const BenchKernelsOptions& o) {
     auto r = u.tail ? at::randn({batch, u.out, os, os}, act).contiguous(format).requires_grad_(true) : at::Tensor();
     auto dz = at::randn({batch, u.out, os, os}, act).contiguous(format);
     Bn bn(u.out, f32);
-    const auto [tu_plain, tu_fused] = timer.pair(
+    const Paired tu = timer.pair(
         o.repeat, iters, [&] { whole_unit(u, x, w, r, bn, dz, false); }, [&] { whole_unit(u, x, w, r, bn, dz, true); });
-    const auto [tp_plain, tp_fused] =
+    const Paired tp =
         timer.pair(o.repeat, iters, [&] { bn_part(y, r, bn, dz, false); }, [&] { bn_part(y, r, bn, dz, true); });
     const double bytes = static_cast<double>(y.numel()) * static_cast<double>(y.element_size()) * (u.tail ? 12 : 10);
-    const double bw = bytes / tp_fused;
-    unit_plain += u.count * tu_plain;
-    unit_fused += u.count * tu_fused;
-    part_plain += u.count * tp_plain;
-    part_fused += u.count * tp_fused;
+    const double bw = bytes / tp.median_b();
+    unit_total.accumulate(tu, static_cast<double>(u.count));
+    part_total.accumulate(tp, static_cast<double>(u.count));
     rows.push_back({{"unit", unit_name(u)},
                     {"count", u.count},
                     {"shape", {batch, u.out, os, os}},
-                    {"unit_ms_unfused", tu_plain * 1e3},
-                    {"unit_ms_fused", tu_fused * 1e3},
-                    {"unit_speedup", tu_plain / tu_fused},
-                    {"bn_ms_unfused", tp_plain * 1e3},
-                    {"bn_ms_fused", tp_fused * 1e3},
-                    {"bn_speedup", tp_plain / tp_fused},
+                    {"unit_ms_unfused", tu.median_a() * 1e3},
+                    {"unit_ms_fused", tu.median_b() * 1e3},
+                    {"unit_speedup", tu.ratio()},
+                    {"unit_speedup_spread", spread_json(tu)},
+                    {"unit_speedup_text", speedup_text(tu)},
+                    {"bn_ms_unfused", tp.median_a() * 1e3},
+                    {"bn_ms_fused", tp.median_b() * 1e3},
+                    {"bn_speedup", tp.ratio()},
+                    {"bn_speedup_spread", spread_json(tp)},
+                    {"bn_speedup_text", speedup_text(tp)},
                     {"bn_fused_gb_per_s", bw / 1e9},
                     {"bn_fused_of_copy", bw / copy_bw}});
-    if (!o.json)
-      log::info("bench kernels: {} done ({:.2f}x on the BN part)", unit_name(u), tp_plain / tp_fused);
+    if (!o.json) log::info("bench kernels: {} done ({} on the BN part)", unit_name(u), speedup_text(tp));
   }
-  const auto [e2e_plain, e2e_fused] = e2e_images_per_s(o, d, dtype, batch, image, e2e_steps);
+  const Paired e2e = e2e_step_times(o, d, dtype, batch, image, e2e_steps);
+  const double e2e_plain = static_cast<double>(batch) / e2e.median_a(), e2e_fused = static_cast<double>(batch) / e2e.median_b();
+  int noisy = e2e.noisy() + unit_total.noisy() + part_total.noisy();
+  for (const auto& r : rows) noisy += r["unit_speedup_spread"]["noisy"].get<bool>() + r["bn_speedup_spread"]["noisy"].get<bool>();
   nlohmann::json j = {{"device", d.str()},
                       {"batch", batch},
                       {"image_size", image},
                       {"dtype", o.dtype.empty() ? (cuda ? "bf16" : "fp32") : o.dtype},
                       {"channels_last", !o.nchw},
+                      {"repeat", o.repeat},
+                      {"iters", iters},
                       {"copy_gb_per_s", copy_bw / 1e9},
                       {"units", rows},
-                      {"network_unit_speedup", unit_plain / unit_fused},
-                      {"network_bn_speedup", part_plain / part_fused},
+                      {"network_unit_speedup", unit_total.ratio()},
+                      {"network_unit_speedup_spread", spread_json(unit_total)},
+                      {"network_bn_speedup", part_total.ratio()},
+                      {"network_bn_speedup_spread", spread_json(part_total)},
                       {"resnet50_images_per_s_unfused", e2e_plain},
                       {"resnet50_images_per_s_fused", e2e_fused},
-                      {"resnet50_speedup", e2e_fused / e2e_plain}};
+                      {"resnet50_speedup", e2e.ratio()},
+                      {"resnet50_speedup_spread", spread_json(e2e)},
+                      {"noisy_figures", noisy}};
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("fused BatchNorm operators vs PyTorch's unfused sequence on %s: ResNet-50 shapes, batch %lld, %lldx%lld, "
-              "%s, %s; forward + backward; copy bandwidth %.1f GB/s\n",
+              "%s, %s; forward + backward; %d rounds of %d calls each way; copy bandwidth %.1f GB/s\n",
               d.str().c_str(), static_cast<long long>(batch), static_cast<long long>(image),
               static_cast<long long>(image), j["dtype"].get<std::string>().c_str(),
-              o.nchw ? "NCHW" : "channels_last", copy_bw / 1e9);
-  std::printf("%-28s %5s %10s %10s %7s %9s %9s %7s %8s %6s\n", "unit", "count", "unit ms", "fused ms", "x", "BN ms",
+              o.nchw ? "NCHW" : "channels_last", o.repeat, iters, copy_bw / 1e9);
+  std::printf("%-28s %5s %10s %10s %8s %9s %9s %8s %8s %6s\n", "unit", "count", "unit ms", "fused ms", "x", "BN ms",
               "fused ms", "x", "GB/s", "copy");
   for (const auto& r : rows)
-    std::printf("%-28s %5d %10.3f %10.3f %6.2fx %9.3f %9.3f %6.2fx %8.1f %5.0f%%\n",
-                r["unit"].get<std::string>().c_str(), r["count"].get<int>(), r["unit_ms_unfused"].get<double>(),
-                r["unit_ms_fused"].get<double>(), r["unit_speedup"].get<double>(), r["bn_ms_unfused"].get<double>(),
-                r["bn_ms_fused"].get<double>(), r["bn_speedup"].get<double>(), r["bn_fused_gb_per_s"].get<double>(),
-                100 * r["bn_fused_of_copy"].get<double>());
-  std::printf("over the network (each shape times its count): units %.2fx, BN+ReLU part %.2fx\n",
-              unit_plain / unit_fused, part_plain / part_fused);
-  std::printf("resnet50 training: %.1f img/s unfused, %.1f img/s fused (%.2fx)\n", e2e_plain, e2e_fused,
-              e2e_fused / e2e_plain);
+    std::printf("%-28s %5d %10.3f %10.3f %8s %9.3f %9.3f %8s %8.1f %5.0f%%\n", r["unit"].get<std::string>().c_str(),
+                r["count"].get<int>(), r["unit_ms_unfused"].get<double>(), r["unit_ms_fused"].get<double>(),
+                r["unit_speedup_text"].get<std::string>().c_str(), r["bn_ms_unfused"].get<double>(),
+                r["bn_ms_fused"].get<double>(), r["bn_speedup_text"].get<std::string>().c_str(),
+                r["bn_fused_gb_per_s"].get<double>(), 100 * r["bn_fused_of_copy"].get<double>());
+  std::printf("over the network (each shape times its count): units %s (rounds %.2f-%.2f), BN+ReLU part %s (rounds "
+              "%.2f-%.2f)\n",
+              speedup_text(unit_total).c_str(), unit_total.lo(), unit_total.hi(), speedup_text(part_total).c_str(), part_total.lo(),
+              part_total.hi());
+  std::printf("resnet50 training: %.1f img/s unfused, %.1f img/s fused (%s, rounds %.2f-%.2f)\n", e2e_plain,
+              e2e_fused, speedup_text(e2e).c_str(), e2e.lo(), e2e.hi());
+  if (noisy > 0)
+    std::printf("%d figure(s) marked ? are noise, not results: their rounds' ratios spread wider than the effect "
+                "(max - min > |x - 1|); raise --repeat or --iters, or quiet the machine\n",
+                noisy);
 }
 
 }  // namespace
@@ -307,8 +332,9 @@ void setup_bench_kernels(CLI::App* bench) {
       ->check(CLI::Range(32, 4096));
   cmd->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on the CPU)");
   cmd->add_flag("--nchw", o->nchw, "NCHW instead of channels_last");
-  cmd->add_option("--repeat", o->repeat, "timed rounds per measurement (the median is reported)")
-      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--repeat", o->repeat,
+                  "timed rounds per measurement (the median is reported, with the rounds' spread; at least 3)")
+      ->check(CLI::Range(3, 1000));
   cmd->add_option("--iters", o->iters, "calls per round (default: 20 on CUDA, 3 on the CPU)")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--e2e-steps", o->e2e_steps, "resnet50 training steps timed each way, in 5 alternating rounds (default: 50 on CUDA, 10 on the CPU)")

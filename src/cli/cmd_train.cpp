@@ -1,6 +1,7 @@
 // `dlrun train CONFIG.yaml [key=value ...] [--run-dir DIR] [--resume auto|never|PATH]`
 #include <CLI/CLI.hpp>
 
+#include "base/error.h"
 #include "base/log.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
@@ -25,6 +26,11 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--save-init", t->save_init, "write the initial weights (torch.load-able dict) to this file");
   cmd->callback([o, t] {
     preempt::install_signal_handlers();  // first: SIGTERM while loading still means "requeue me" (75)
+    // --force alone used to be ignored and the earlier run continued: say so instead.
+    DLRUN_CHECK_INPUT(!t->force || t->resume == "never",
+                      "--force only applies with --resume never (it sets an earlier run aside and starts fresh), "
+                      "but --resume is {}: add --resume never to start fresh, or drop --force to continue",
+                      t->resume);
     const dist::World world = dist::world_from_env();  // a bad launcher variable: exit 2 here
     log::set_rank(world.rank, world.size);
     train::TrainArgs args = *t;

@@ -10,6 +10,28 @@ namespace fs = std::filesystem;
 
 namespace dlrun::config {
 
+void check_device_fit(const Config& c, bool cuda, const std::string& device) {
+  if (cuda) return;
+  // Name what resolved the device when the config did not say cpu itself (run.device: auto).
+  const std::string why = c.run.device == device ? "run.device is " + device
+                                                 : fmt::format("run.device={} resolves to {} here (no CUDA device is "
+                                                               "visible: see `dlrun info`)", c.run.device, device);
+  if (c.amp.enabled && c.amp.dtype == AmpDtype::kFp16)
+    c.refuse("amp.dtype", "fp16 autocast needs a CUDA device, but " + why, "use amp.dtype: bf16 on the CPU");
+  if (c.train.cuda_graphs) c.refuse("train.cuda_graphs", "CUDA graphs need a CUDA device, but " + why);
+  if (c.dist.backend == DistBackend::kNccl)
+    c.refuse("dist.backend", "nccl needs CUDA devices, but " + why, "use dist.backend=gloo (or auto)");
+}
+
+void check_data_present(const Config& c) {
+  const std::string& ds = c.data.name;
+  if (ds == "webdataset" || ds == "synthetic") return;  // shards are opened (and named) by the dataset
+  const std::string root = c.data.root_or_default();
+  if (!fs::is_directory(root))
+    c.refuse(c.data.root.empty() ? "data.name" : "data.root", "data directory does not exist: " + root,
+        ds == "fashion_mnist" ? "install Debian's dataset-fashion-mnist (scripts/setup.sh does)" : "");
+}
+
 std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   std::vector<std::string> warnings;
 
@@ -41,9 +63,8 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
     const std::string root = c.data.root_or_default();
     if (root.empty())
       c.refuse("data.root", "data.name=" + ds + " needs data.root (the directory with its files)");
-    if (!fs::is_directory(root))
-      c.refuse(c.data.root.empty() ? "data.name" : "data.root", "data directory does not exist: " + root,
-          ds == "fashion_mnist" ? "install Debian's dataset-fashion-mnist (scripts/setup.sh does)" : "");
+    if (ds == "image_folder" && c.data.image_size <= 0)
+      c.refuse("data.image_size", "the images of an image_folder vary in size: set data.image_size (e.g. 224)");
   } else {
     if (c.data.synthetic_shape.size() != 3)
       c.refuse("data.synthetic_shape", fmt::format("expected [C, H, W], got {} values", c.data.synthetic_shape.size()));
@@ -80,12 +101,7 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   // Devices.
   if (c.amp.enabled && c.model.dtype == ModelDtype::kFloat64)
     c.refuse("amp.enabled", "automatic mixed precision needs model.dtype float32, but it is float64");
-  if (c.amp.enabled && c.run.device == "cpu" && c.amp.dtype == AmpDtype::kFp16)
-    c.refuse("amp.dtype", "fp16 autocast needs a CUDA device, but run.device is cpu", "use amp.dtype: bf16 on the CPU");
-  if (c.train.cuda_graphs && c.run.device == "cpu")
-    c.refuse("train.cuda_graphs", "CUDA graphs need a CUDA device, but run.device is cpu");
-  if (c.dist.backend == DistBackend::kNccl && c.run.device == "cpu")
-    c.refuse("dist.backend", "nccl needs CUDA devices, but run.device is cpu", "use dist.backend=gloo (or auto)");
+  if (c.run.device == "cpu") check_device_fit(c, false, "cpu");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
     warnings.push_back("data.workers is unused with data.device_resident: true");
 

@@ -123,7 +123,10 @@ torch::Tensor conv_bn_add_relu(torch::nn::Conv2d& conv, BatchNorm2d& bn, const t
                                    **plain_padding(conv), *co.dilation(), co.groups());
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& model, int64_t in_channels) {
+namespace {
+
+/// The conv-BN pairs one recorded evaluation pass folds (see folded_state_dict).
+std::vector<std::pair<torch::nn::Conv2d, BatchNorm2d>> record_folded_pairs(Model& model, int64_t in_channels) {
   // Which pairs fold is decided where the forward pass folds them (foldable() in conv_bn and
   // conv_bn_relu), so one evaluation pass on a small input, recorded, names them exactly: no
   // list per architecture to keep in step with the forward code.
@@ -148,6 +151,24 @@ std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& mode
     fold_record = &pairs;
     model.forward(torch::zeros({1, in_channels, 32, 32}, options));
   }
+  return pairs;
+}
+
+}  // namespace
+
+std::vector<FoldedPair> folded_pairs(Model& model, int64_t in_channels) {
+  std::map<const torch::nn::Module*, std::string> names;
+  for (const auto& item : model.named_modules()) names[item.value().get()] = item.key();
+  std::vector<FoldedPair> out;
+  std::set<std::string> seen;
+  for (const auto& [conv, bn] : record_folded_pairs(model, in_channels))
+    if (seen.insert(names.at(conv.get())).second)
+      out.push_back({names.at(conv.get()), names.at(bn.get()), bn->options.eps()});
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& model, int64_t in_channels) {
+  const auto pairs = record_folded_pairs(model, in_channels);
   std::map<const torch::nn::Module*, std::string> names;
   for (const auto& item : model.named_modules()) names[item.value().get()] = item.key();
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> folded_convs;  // conv name -> weight, bias

@@ -78,4 +78,12 @@ std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& 
 /// contiguous, on the model's device.
 std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& model, int64_t in_channels);
 
+/// A conv-BN pair that folded_state_dict() folds: the modules' names and the BatchNorm's eps.
+/// Found by the same recorded pass.
+struct FoldedPair {
+  std::string conv, bn;
+  double eps = 1e-5;
+};
+std::vector<FoldedPair> folded_pairs(Model& model, int64_t in_channels);
+
 }  // namespace dlrun::models

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "checkpoint/checkpoint.h"
+#include "config/validate.h"
 #include "config/options.h"
 #include "models/model.h"
 #include "run/state.h"
@@ -36,6 +37,7 @@ CheckpointCost measure_checkpoint_cost(const CheckpointCostOptions& o) {
   cfg.data.batch_size = cfg.data.synthetic_train_size = cfg.data.synthetic_eval_size = 8;
   cfg.data.augment.clear();
   cfg.run.device = o.device;
+  config::validate(cfg);
   auto c = build_components(cfg, place(cfg), Purpose::kTrain);
   auto& model = c.model;
   auto& optim = c.optimizer;

@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "config/validate.h"
 #include "preempt/preempt.h"
 #include "train/optim.h"
 
@@ -22,6 +23,7 @@ int64_t input_side(const Config& c, const data::DatasetInfo& info) {
 Datasets open_datasets(const Config& c, Purpose purpose) {
   Datasets d;
   if (purpose == Purpose::kBench) return d;
+  config::check_data_present(c);
   if (purpose == Purpose::kTrain) d.train = data::open(c.data, data::Split::kTrain, c.run.seed);
   d.eval = data::open(c.data, data::Split::kEval, c.run.seed);
   d.info = (d.train ? d.train : d.eval)->info();
@@ -78,7 +80,8 @@ Components build_components(const Config& c, const Placement& placement, Purpose
 }
 
 void preflight(const Config& cfg) {
-  resolve_device(cfg.run);
+  const torch::Device device = resolve_device(cfg.run);
+  config::check_device_fit(cfg, device.is_cuda(), device.str());
   open_datasets(cfg, Purpose::kTrain);
   preempt::check_notice_source(cfg.preemption);
 }

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "config/validate.h"
 #include "kernels/device_query.h"
 
 namespace dlrun::train {
@@ -108,6 +109,7 @@ Placement place(const Config& cfg, const dist::World& world) {
   const RunOptions& run = cfg.run;
   Placement p;
   p.device = resolve_device(run);
+  config::check_device_fit(cfg, p.device.is_cuda(), p.device.str());
   p.rank = world.rank;
   p.world_size = world.size;
   if (p.device.is_cuda() && world.distributed()) {

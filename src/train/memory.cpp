@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/stats.h"
+#include "config/validate.h"
 #include "models/recompute.h"
 #include "train/device.h"
 #include "train/optim.h"
@@ -110,7 +111,11 @@ StepProbe::StepProbe(const StepMemoryOptions& o) {
   cfg_.optim.lr = 0.01;
   cfg_.optim.momentum = 0.9;
   cfg_.run.device = o.device;
-  device_ = place(cfg_).device;
+  cfg_.data.name = "synthetic";
+  cfg_.data.synthetic_shape = {3, o.image_size, o.image_size};
+  cfg_.data.batch_size = o.batch;
+  config::validate(cfg_);  // the rules train applies (checkpointing stages on a ResNet only, ...)
+  device_ = place(cfg_).device;  // (and those of the device it resolves to)
   model_ = models::build(cfg_.model, 0, o.image_size);
   model_->to(device_);
   model_->train();

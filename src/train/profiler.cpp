@@ -3,6 +3,8 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/log.h"
@@ -20,7 +22,21 @@ std::set<prof::ActivityType> activities(bool cuda) {
 }  // namespace
 
 StepProfiler::StepProfiler(const ProfileOptions& o, const torch::Device& device, std::string dir, int rank)
-    : o_(o), cuda_(device.is_cuda()), dir_(std::move(dir)), rank_(rank) {}
+    : o_(o), cuda_(device.is_cuda()), dir_(std::move(dir)), rank_(rank), start_(o.start_step) {}
+
+void StepProfiler::plan(int64_t first, int64_t total) {
+  if (o_.steps <= 0) return;
+  if (o_.start_step >= total) {
+    start_ = std::max<int64_t>(first, total - o_.steps);  // the last steps the run reaches
+    log0::warn("profile.start_step={} is past the end of this run ({} steps): tracing steps {}..{} instead",
+               o_.start_step, total, start_ + 1, std::min(total, start_ + o_.steps));
+  } else if (o_.start_step < first) {
+    done_ = true;
+    log0::warn("profile: this segment starts after step {}, past profile.start_step={}: no trace in this segment "
+               "(set profile.start_step={} or later to trace it)",
+               first, o_.start_step, first);
+  }
+}
 
 StepProfiler::~StepProfiler() {
   step_range_.reset();
@@ -38,7 +54,7 @@ void StepProfiler::before_step(int64_t done) {
     if (step_range_->isActive()) step_range_->before(step_name_, c10::ArrayRef<const c10::IValue>{});
     return;
   }
-  if (o_.steps <= 0 || done_ || done != o_.start_step) return;
+  if (o_.steps <= 0 || done_ || done != start_) return;
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO, o_.record_shapes, o_.memory, o_.with_stack);
   try {
     torch::autograd::profiler::prepareProfiler(config, activities(cuda_));

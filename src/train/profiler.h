@@ -20,6 +20,11 @@ class StepProfiler {
   /// `dir`: where the trace goes; `rank`: part of its name.
   StepProfiler(const ProfileOptions& o, const torch::Device& device, std::string dir, int rank);
   ~StepProfiler();
+  /// Before the first step of a run (or segment) that starts with `first` steps done and ends
+  /// at `total`: a window the run cannot reach (profile.start_step >= total) is moved to the
+  /// run's last profile.steps steps, with a warning; one that lies before `first` (a resumed
+  /// segment) is skipped, saying so. A profile asked for is never silently absent.
+  void plan(int64_t first, int64_t total);
   /// Before the step that will make `done + 1` steps: starts tracing at profile.start_step;
   /// while tracing, opens the step's "ProfilerStep#N" range.
   void before_step(int64_t done);
@@ -42,6 +47,7 @@ class StepProfiler {
   bool active_ = false;
   bool done_ = false;  ///< traced, or the profiler could not start: once per run
   int64_t first_ = 0;
+  int64_t start_ = 0;  ///< the window's start: profile.start_step, or where plan() moved it
   std::string written_;
 };
 

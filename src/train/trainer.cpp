@@ -187,6 +187,7 @@ int Trainer::run() {
 void Trainer::begin() {
   start_mono_ = mono_now();
   meter_.begin(start_mono_);
+  profiler_.plan(st_.step, c_.total_steps);
   ckpt_.start();
   if (!leader()) return;
   if (plan_.set_aside) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());

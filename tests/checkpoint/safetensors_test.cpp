@@ -51,3 +51,51 @@ TEST_CASE("safetensors rejects dtypes it cannot hold, naming the tensor", "[ckpt
   ckpt::TensorDict t = {{"z", torch::zeros({2}, torch::kComplexFloat)}};
   CHECK_THROWS_WITH(ckpt::safetensors_bytes(t), Catch::Contains("tensor 'z'"));
 }
+
+TEST_CASE("safetensors read back: every tensor, dtype and the metadata, in file order", "[ckpt]") {
+  const auto model = dlrun::testing::sample_model(3);
+  std::map<std::string, std::string> meta;
+  const auto back = ckpt::safetensors_from_bytes(ckpt::safetensors_bytes(model, {{"step", "3"}}), "w.safetensors", &meta);
+  CHECK(meta.at("step") == "3");
+  REQUIRE(back.size() == model.size());
+  for (size_t i = 0; i < model.size(); ++i) {
+    INFO(model[i].first);
+    CHECK(back[i].first == model[i].first);
+    CHECK(back[i].second.scalar_type() == model[i].second.scalar_type());
+    CHECK(torch::equal(back[i].second, model[i].second.contiguous()));
+  }
+  CHECK(ckpt::looks_like_safetensors(ckpt::safetensors_bytes(model)));
+}
+
+TEST_CASE("safetensors read: a hostile file is exit 2 naming the file and the tensor, never a crash", "[ckpt]") {
+  auto file = [](const std::string& header, const std::string& data) {
+    std::string out;
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+    return out + header + data;
+  };
+  auto refused = [](const std::string& bytes, const std::string& want) {
+    INFO(want);
+    try {
+      ckpt::safetensors_from_bytes(bytes, "bad.safetensors");
+      FAIL("accepted");
+    } catch (const dlrun::Error& e) {
+      CHECK(e.code() == dlrun::ExitCode::kBadInput);
+      CHECK_THAT(e.message(), Catch::Contains("bad.safetensors") && Catch::Contains(want));
+    }
+  };
+  const std::string four(16, '\0');
+  refused("", "not a safetensors file");
+  refused(file("{\"a\":1", ""), "not JSON");
+  refused(file("[1,2]", ""), "not a safetensors file");
+  refused(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10), "not a safetensors file");  // a header length past the end
+  refused(file(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", "short"), "outside the file");
+  refused(file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", four), "tensor 'w': 16 bytes for shape 3");
+  refused(file(R"({"w":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})", four), "dtype 'C64'");
+  refused(file(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}})", four), "shape does not fit");
+  refused(file(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})", four),
+          "shape does not fit");
+  refused(file(R"({"w":{"dtype":"F32","data_offsets":[0,16]}})", four), "malformed header entry");
+  refused(file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", four), "outside the file");
+  CHECK(ckpt::safetensors_from_bytes(file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four), "ok")
+            .size() == 1);
+}

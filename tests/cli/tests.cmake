@@ -32,6 +32,13 @@ dlrun_cli_test(config_stages_need_a_resnet 2 "model.activation_checkpointing: st
 dlrun_cli_test(config_cuda_graphs_on_cpu 2 "train.cuda_graphs: CUDA graphs need a CUDA device, but run.device is cpu"
                config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cuda_graphs=true run.device=cpu)
 dlrun_cli_test(config_show_quickstart 0 "model:.*" config show ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml)
+# Showing a config never needs its data (the ImageNet config on a laptop); validate still checks it.
+dlrun_cli_test(config_show_without_data 0 "root: /nonexistent/imagenet"
+               config show ${CMAKE_SOURCE_DIR}/configs/imagenet/resnet50.yaml data.root=/nonexistent/imagenet)
+dlrun_cli_test(config_validate_without_data 2 "data.root: data directory does not exist: /nonexistent/imagenet"
+               config validate ${CMAKE_SOURCE_DIR}/configs/imagenet/resnet50.yaml data.root=/nonexistent/imagenet)
+dlrun_cli_test(train_force_without_resume_never 2 "--force only applies with --resume never"
+               train ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml --force --run-dir /nonexistent/dlrun-force)
 dlrun_cli_test(config_validate_quickstart 0 "quickstart.yaml: ok" config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml)
 add_test(NAME cli:config_validate_every_shipped
          COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/validate_configs.sh $<TARGET_FILE:dlrun> ${CMAKE_SOURCE_DIR})
@@ -130,11 +137,26 @@ dlrun_cli_test(bench_data_json 0 "\"images_per_s\":[0-9.e+]+.*\"workers\":0"
                bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml data.workers=0 --batches 5 --json)
 dlrun_cli_test(bench_data_bad_override 2 "data.workers: value -1 is out of range"
                bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml data.workers=-1)
+# bench data resolves run.device as train does: a device that is not there is refused (it used
+# to measure the CPU silently).
+dlrun_cli_test(bench_data_missing_device 2 "run.device=cuda:99 but (CUDA is not available|only [0-9]+ CUDA device)"
+               bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml run.device=cuda:99)
+# bench memory and bench ckpt apply train's rules to their flags, and name the flags.
+dlrun_cli_expect(bench_memory_stages_need_a_resnet 2 MATCH "--checkpointing: stages are a ResNet notion; convnet has none"
+                 "hint: use blocks \\(or none\\)"
+                 ARGS bench memory --model convnet --checkpointing stages --device cpu --batch 2 --image-size 32)
+dlrun_cli_test(bench_memory_fp16_on_cpu 2 "--amp: fp16 autocast needs a CUDA device, but --device is cpu"
+               bench memory --model convnet --amp fp16 --device cpu --batch 2 --image-size 32)
+dlrun_cli_test(bench_ckpt_missing_device 2 "--device=cuda:99 but (CUDA is not available|only [0-9]+ CUDA device)"
+               bench ckpt --model mlp --device cuda:99)
+dlrun_cli_test(bench_ckpt_unknown_model 2 "--model: unknown model 'resnet7'" bench ckpt --model resnet7 --device cpu)
 # dlrun bench kernels: the fused operators against the unfused sequence on ResNet-50's shapes
 # (tiny here: batch 2, 32x32, one round), then resnet50 training both ways; bad flags are exit 2.
-set(_bk bench kernels --device cpu --batch 2 --image-size 32 --repeat 1 --iters 1 --e2e-steps 1)
-dlrun_cli_test(bench_kernels 0 "^resnet50 training: [0-9.]+ img/s unfused, [0-9.]+ img/s fused" ${_bk})
-dlrun_cli_test(bench_kernels_json 0 "\"copy_gb_per_s\":[0-9.e+]+.*\"network_bn_speedup\":[0-9.e+]+.*\"units\":\\[\\{\"bn_fused_gb_per_s\""
+set(_bk bench kernels --device cpu --batch 2 --image-size 32 --repeat 3 --iters 1 --e2e-steps 3)
+dlrun_cli_test(bench_kernels 0 "^resnet50 training: [0-9.]+ img/s unfused, [0-9.]+ img/s fused \\([0-9.]+x\\??, rounds [0-9.]+-[0-9.]+\\)" ${_bk})
+# Fewer than 3 rounds cannot show a spread: refused, naming the flag.
+dlrun_cli_test(bench_kernels_too_few_rounds 2 "--repeat: Value 1 not in range 3 to 1000" bench kernels --device cpu --repeat 1)
+dlrun_cli_test(bench_kernels_json 0 "\"copy_gb_per_s\":[0-9.e+]+.*\"network_bn_speedup\":[0-9.e+]+.*\"network_bn_speedup_spread\":\\{\"max\":[0-9.e+]+,\"median\":[0-9.e+]+,\"min\":[0-9.e+]+,\"noisy\":(true|false)\\}.*\"units\":\\[\\{\"bn_fused_gb_per_s\""
                ${_bk} --json)
 dlrun_cli_test(bench_kernels_bad_dtype 2 "--dtype fp8: expected bf16, fp16 or fp32" ${_bk} --dtype fp8)
 dlrun_cli_test(bench_kernels_fp16_cpu 2 "--dtype fp16 needs a CUDA device" ${_bk} --dtype fp16)

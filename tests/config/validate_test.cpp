@@ -38,7 +38,7 @@ TEST_CASE("valid configs pass validation", "[config][validate]") {
   CHECK(config::validate(c, {4}).empty());  // 96 = 4 ranks x 3 accumulation steps x 8
   ScratchDir d;
   std::filesystem::create_directories(d.path("images"));
-  CHECK(config::validate(config::load_text("model: {name: convnet}\ndata: {name: image_folder, root: " +
+  CHECK(config::validate(config::load_text("model: {name: convnet}\ndata: {name: image_folder, image_size: 32, root: " +
                                                d.path("images") + "}\n",
                                            "mem.yaml"))
             .empty());
@@ -57,8 +57,21 @@ TEST_CASE("the global batch must split over ranks and accumulation steps", "[con
 TEST_CASE("datasets other than synthetic need an existing data directory", "[config][validate]") {
   expect_invalid("model: {name: mlp}\ndata: {name: mnist}\n", {"data.root", "", 0, 0, "data.name=mnist needs data.root"});
   expect_invalid("model: {name: mlp}\ndata: {name: image_folder}\n", {"data.root", "", 0, 0, "needs data.root"});
-  expect_invalid("model: {name: mlp}\ndata:\n  name: cifar10\n  root: /nonexistent/dlrun/cifar\n",
-                 {"data.root", "", 4, 9, "data directory does not exist: /nonexistent/dlrun/cifar"});
+  // The directory itself is checked where the data is opened (train, eval, config validate),
+  // not by validate(): `config show` and `info CONFIG` describe a config without its data.
+  Config c = config::load_text("model: {name: mlp}\ndata:\n  name: cifar10\n  root: /nonexistent/dlrun/cifar\n",
+                               "mem.yaml");
+  CHECK(config::validate(c).empty());
+  expect_error([&] { config::check_data_present(c); },
+               {"data.root", "mem.yaml", 4, 9, "data directory does not exist: /nonexistent/dlrun/cifar"});
+  c = config::load_text("model: {name: mlp}\ndata: {name: fashion_mnist}\n", "mem.yaml", {"data.root=/nonexistent/fm"});
+  expect_error([&] { config::check_data_present(c); },
+               {"data.root", "command line 'data.root=/nonexistent/fm'", 0, 0, "does not exist: /nonexistent/fm"});
+}
+
+TEST_CASE("an image_folder needs data.image_size: its images vary in size", "[config][validate]") {
+  expect_invalid("model: {name: mlp}\ndata: {name: image_folder, root: /x}\n",
+                 {"data.image_size", "", 0, 0, "the images of an image_folder vary in size"});
 }
 
 TEST_CASE("per-channel statistics must match model.in_channels", "[config][validate]") {
@@ -101,6 +114,18 @@ TEST_CASE("device rules", "[config][validate]") {
   expect_invalid(kMin + "run:\n  device: \"cuda:\"\n", {"run.device", "", 4, 11, "invalid device 'cuda:'"});
   expect_invalid(kMin + "run:\n  device: CPU\n", {"run.device", "", 4, 11, "invalid device"});
   expect_invalid(kMin + "run: {device: cpu}\ndist: {backend: nccl}\n", {"dist.backend", "", 4, 17, "nccl needs CUDA devices"});
+}
+
+TEST_CASE("device rules apply to the device run.device resolves to", "[config][validate]") {
+  // auto cannot be judged from the config alone; check_device_fit judges it once resolved.
+  Config c = config::load_text(kMin + "amp:\n  enabled: true\n  dtype: fp16\n", "mem.yaml");
+  CHECK(config::validate(c).empty());
+  config::check_device_fit(c, /*cuda=*/true, "cuda:0");
+  expect_error([&] { config::check_device_fit(c, false, "cpu"); },
+               {"amp.dtype", "mem.yaml", 5, 10,
+                "fp16 autocast needs a CUDA device, but run.device=auto resolves to cpu here (no CUDA device is visible"});
+  c = config::load_text(kMin + "train: {cuda_graphs: true}\n", "mem.yaml");
+  expect_error([&] { config::check_device_fit(c, false, "cpu"); }, {"train.cuda_graphs", "mem.yaml", 3, 22, "CUDA graphs need"});
 }
 
 TEST_CASE("preemption.watch=file needs an endpoint", "[config][validate]") {

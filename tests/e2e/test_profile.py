@@ -66,6 +66,19 @@ def test_profile_window_cut_short_by_the_end_of_the_run():
         expect("ProfilerStep#15" in names and "ProfilerStep#16" in names, sorted(n for n in names if "Step" in n))
 
 
+def test_a_window_the_run_cannot_reach_moves_to_its_last_steps():
+    # profile.start_step past the end of a 16-step run used to write nothing and say nothing.
+    with RunDir() as r:
+        p = train(TINY, r.path, "train.epochs=1", "profile.steps=3", "profile.start_step=100")
+        expect("profile.start_step=100 is past the end of this run (16 steps): tracing steps 14..16 instead" in p.stdout,
+               p.stdout[-2000:])
+        names = trace_names(r.file("profile", "rank0.step14.pt.trace.json"))
+        expect({"ProfilerStep#14", "ProfilerStep#16"} <= names, sorted(n for n in names if "Step" in n))
+        # A resumed segment that starts past the window says it traces nothing.
+        p = train(TINY, r.path, "train.epochs=2", "profile.steps=3", "profile.start_step=4")
+        expect("this segment starts after step 16, past profile.start_step=4: no trace" in p.stdout, p.stdout[-2000:])
+
+
 def test_a_slow_loader_is_named_the_bottleneck():
     with RunDir() as r:
         p = train(TINY, r.path, "train.epochs=1", "log.every_steps=4", env={"DLRUN_FAULT": "slow_batch:40"})
@@ -78,4 +91,5 @@ def test_a_slow_loader_is_named_the_bottleneck():
 
 if __name__ == "__main__":
     main([test_step_time_breakdown, test_profile_trace_of_a_window_of_steps,
-          test_profile_window_cut_short_by_the_end_of_the_run, test_a_slow_loader_is_named_the_bottleneck])
+          test_profile_window_cut_short_by_the_end_of_the_run, test_a_window_the_run_cannot_reach_moves_to_its_last_steps,
+          test_a_slow_loader_is_named_the_bottleneck])

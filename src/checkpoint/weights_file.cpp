@@ -1,0 +1,92 @@
+// Reading weights by what the bytes are (see weights_file.h).
+#include "checkpoint/weights_file.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/fsutil.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_file.h"
+
+namespace dlrun::ckpt {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+constexpr const char* kAccepted =
+    "give a checkpoint directory, a run directory, or a weights file from `dlrun export` "
+    "(safetensors, or --format torch)";
+
+}  // namespace
+
+std::string sniff_kind(const std::string& head) {
+  if (head.empty()) return "an empty file";
+  if (looks_like_safetensors(head)) return "a safetensors file";
+  if (starts_with(head, "PK\x03\x04")) return "a zip archive (torch.save)";
+  if (starts_with(head, "\xff\xd8\xff")) return "a JPEG image";
+  if (starts_with(head, "\x89PNG")) return "a PNG image";
+  if (head.size() > 262 && head.compare(257, 5, "ustar") == 0) return "a tar archive (a WebDataset shard?)";
+  if (starts_with(head, "\x80\x02") || starts_with(head, "\x80\x04")) return "a legacy (non-zip) torch.save pickle";
+  const auto first = head.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (head[first] == '{' || head[first] == '['))
+    return "a JSON file";
+  const bool text = std::all_of(head.begin(), head.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 || c == '\n' || c == '\r' || c == '\t';
+  });
+  return text ? "a YAML or text file" : "a file of unknown kind";
+}
+
+WeightsRead read_weights(const std::string& path,
+                         const std::function<void(const std::string&, const std::string&)>& on_skip) {
+  WeightsRead r;
+  if (fsutil::is_directory(path)) {
+    std::string dir = path;
+    Snapshot snap;
+    if (fsutil::path_exists(path + "/" + detail::kManifest)) {
+      snap = load(path);
+    } else {
+      const std::string checkpoints = checkpoints_dir_of(path);
+      auto newest = load_preferred(checkpoints, on_skip);
+      DLRUN_CHECK_INPUT(newest.has_value(),
+                        "{}: a directory with no checkpoint that verifies (looked in {}); {}", path, checkpoints,
+                        kAccepted);
+      dir = newest->path;
+      snap = std::move(newest->snapshot);
+    }
+    r.path = dir;
+    r.kind = "checkpoint";
+    r.step = snap.step;
+    r.tensors = std::move(snap.tensor_files["model"]);
+    DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: the checkpoint has no model weights (model.pt)", dir);
+    return r;
+  }
+  DLRUN_CHECK_INPUT(fsutil::path_exists(path), "{}: no such file or directory; {}", path, kAccepted);
+  const std::string bytes = fsutil::read_file(path);
+  r.path = path;
+  if (looks_like_safetensors(bytes)) {
+    r.kind = "safetensors file";
+    r.tensors = safetensors_from_bytes(bytes, path, &r.metadata);
+  } else if (starts_with(bytes, "PK\x03\x04")) {
+    r.kind = "torch file";
+    r.tensors = tensors_from_bytes(std::vector<char>(bytes.begin(), bytes.end()), path);
+    // A checkpoint's other tensor files are zip dicts too: name them rather than fail on keys.
+    const bool optim = !r.tensors.empty() && std::all_of(r.tensors.begin(), r.tensors.end(), [](const auto& t) {
+      for (const char* leaf : {".momentum_buffer", ".exp_avg", ".exp_avg_sq"})
+        if (t.first.size() > std::strlen(leaf) && t.first.compare(t.first.size() - std::strlen(leaf), std::string::npos, leaf) == 0)
+          return true;
+      return false;
+    });
+    DLRUN_CHECK_INPUT(!optim, "{}: this is a checkpoint's optimizer state (optim.pt), not model weights; give the "
+                              "checkpoint directory, or its model.pt", path);
+  } else {
+    fail_input("{}: {}, not model weights; {}", path, sniff_kind(bytes.substr(0, 512)), kAccepted);
+  }
+  DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: a {} with no tensors", path, r.kind);
+  return r;
+}
+
+}  // namespace dlrun::ckpt
