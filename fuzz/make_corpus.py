@@ -137,6 +137,17 @@ def tar_seeds():
         "dlrun": {"version": 1, "num_classes": 2, "channels": 3}}).encode())
 
 
+def weights_seeds():
+    import torch
+    from safetensors.torch import save
+    tensors = {"conv.weight": torch.randn(2, 1, 3, 3), "bn.num_batches_tracked": torch.tensor(3),
+               "fc.bias": torch.zeros(2, dtype=torch.bfloat16), "mask": torch.tensor([True, False])}
+    put("weights", "safetensors", save(tensors, metadata={"format": "pt", "dlrun_dataset": '{"classes": ["a"]}'}))
+    out = io.BytesIO()
+    torch.save(tensors, out)
+    put("weights", "torch-save", out.getvalue())
+
+
 def checkpoint_seed(dlrun):
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([dlrun, "train", os.path.join(HERE, "seed_run.yaml"), "--run-dir", tmp, "log.progress=none"],
@@ -144,6 +155,7 @@ def checkpoint_seed(dlrun):
         ck = os.path.join(tmp, "checkpoints", open(os.path.join(tmp, "checkpoints", "LATEST")).read().strip())
         parts = [open(os.path.join(ck, n), "rb").read() for n in ("manifest.json", "model.pt", "state.json")]
         put("checkpoint", "committed", b"CKPTSPLIT".join(parts))
+        put("weights", "dlrun-model-pt", parts[1])
 
 
 def main():
@@ -158,6 +170,7 @@ def main():
     cifar_seeds()
     image_seeds()
     tar_seeds()
+    weights_seeds()
     if args.dlrun:
         checkpoint_seed(args.dlrun)
 

@@ -18,7 +18,7 @@ source "$ROOT/scripts/versions.sh"
 VENV="${DLRUN_VENV:-$HOME/.cache/dlrun/venv-torch-$TORCH_VERSION}"
 say() { printf '[harden] %s\n' "$*"; }
 # DLRUN_FUZZ_TARGETS="config image" runs a subset (two subsets can run side by side on two cores).
-read -r -a FUZZERS <<<"${DLRUN_FUZZ_TARGETS:-config notice s3 idx cifar image tar checkpoint}"
+read -r -a FUZZERS <<<"${DLRUN_FUZZ_TARGETS:-config notice s3 idx cifar image tar checkpoint weights}"
 
 configure_build() {  # DIR SANITIZERS
   local dir=$1 san=$2

@@ -53,6 +53,7 @@ inline constexpr const char* kConfigFile = "config.yaml";
 inline constexpr const char* kModelFile = "model.pt";
 inline constexpr const char* kOptimFile = "optim.pt";
 inline constexpr const char* kLatestFile = "LATEST";
+inline constexpr const char* kBestFile = "BEST";  ///< the checkpoint checkpoint.keep_best keeps
 
 /// Copy tensors to host memory (pinned when `pinned` and CUDA is available), detached.
 TensorDict host_copy(const TensorDict& tensors, bool pinned = false);
@@ -127,6 +128,10 @@ std::optional<std::string> latest_verified(const std::string& checkpoints_dir,
 
 /// The name LATEST holds (e.g. "step-00001200"), or nullopt when LATEST is absent or empty.
 std::optional<std::string> read_latest(const std::string& checkpoints_dir);
+/// The name BEST holds (the best checkpoint by checkpoint.keep_best), or nullopt.
+std::optional<std::string> read_best(const std::string& checkpoints_dir);
+/// Replace BEST with `name`, atomically and durably.
+void write_best(const std::string& checkpoints_dir, const std::string& name);
 
 /// The checkpoints directory of `path`: RUN_DIR/checkpoints when `path` is a run directory,
 /// else `path` itself. Throws dlrun::Error (exit 2) when `path` is not a directory.

@@ -102,13 +102,28 @@ std::optional<std::string> latest_verified(
   return std::nullopt;
 }
 
-std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
-  const std::string path = checkpoints_dir + "/" + detail::kLatest;
+namespace {
+
+/// The checkpoint name a pointer file (LATEST, BEST) holds, or nullopt.
+std::optional<std::string> read_pointer(const std::string& checkpoints_dir, const char* file) {
+  const std::string path = checkpoints_dir + "/" + file;
   if (!fsutil::is_regular_file(path)) return std::nullopt;
   std::string s = fsutil::read_file(path);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
   return s;
+}
+
+}  // namespace
+
+std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
+  return read_pointer(checkpoints_dir, detail::kLatest);
+}
+
+std::optional<std::string> read_best(const std::string& checkpoints_dir) { return read_pointer(checkpoints_dir, kBestFile); }
+
+void write_best(const std::string& checkpoints_dir, const std::string& name) {
+  fsutil::write_file_atomic(checkpoints_dir + "/" + kBestFile, name + "\n");
 }
 
 std::vector<std::string> set_aside_after(const std::string& checkpoints_dir, int64_t step, const std::string& stamp) {

@@ -7,6 +7,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <algorithm>
 #include <cstring>
@@ -48,12 +49,22 @@ std::vector<char> tensors_to_bytes(const TensorDict& tensors) {
 
 namespace {
 
+/// One opcode of a pickle: its byte range and, for GLOBAL and the memo operations, the text
+/// or index it carries.
+struct Op {
+  unsigned char code = 0;
+  size_t begin = 0, end = 0;
+  std::string global;       ///< GLOBAL: "module\nname"
+  int64_t memo = -1;        ///< PUT, BINPUT, LONG_BINPUT, GET, BINGET, LONG_BINGET: the index
+};
+
 // A walk over the pickle's opcodes before LibTorch's unpickler runs it. The unpickler trusts
 // the memo indices it is given: LONG_BINPUT with index 2^31 resizes its memo table to 2^31
 // entries (32 GB). An index cannot legitimately exceed the number of opcodes, and so the
 // pickle's size; every length must fit what is left. Unknown opcodes are refused (LibTorch
-// refuses them too). Throws std::runtime_error with what is wrong.
-void check_pickle(const unsigned char* p, size_t n) {
+// refuses them too). Throws std::runtime_error with what is wrong; returns the opcodes.
+std::vector<Op> walk_pickle(const unsigned char* p, size_t n) {
+  std::vector<Op> ops;
   size_t i = 0;
   auto need = [&](uint64_t k) {
     if (k > n - i) throw std::runtime_error(fmt::format("pickle truncated at byte {} (needs {} more)", i, k));
@@ -75,31 +86,111 @@ void check_pickle(const unsigned char* p, size_t n) {
   };
   auto memo = [&](uint64_t index) {
     if (index > n) throw std::runtime_error(fmt::format("pickle memo index {} in a {}-byte pickle", index, n));
+    return static_cast<int64_t>(index);
   };
   while (i < n) {
-    const unsigned char op = p[i++];
-    switch (op) {
-      case '.': return;  // STOP
+    Op op;
+    op.begin = i;
+    op.code = p[i++];
+    switch (op.code) {
+      case '.': op.end = i; ops.push_back(op); return ops;  // STOP
       case '(': case '0': case '1': case '2': case 'N': case 'R': case 'a': case 'b': case 'd': case '}':
       case 'e': case 'l': case ']': case 'o': case 's': case 't': case ')': case 'u': case 'Q': case 0x81:
       case 0x85: case 0x86: case 0x87: case 0x88: case 0x89: case 0x8f: case 0x90: case 0x91: case 0x92:
       case 0x93: case 0x94:
         break;
-      case 'F': case 'I': case 'L': case 'P': case 'S': case 'V': case 'g': line(); break;
-      case 'p': memo(std::strtoull(line().c_str(), nullptr, 10)); break;
-      case 'c': case 'i': line(); line(); break;
-      case 'K': case 'h': case 'q': case 0x80: case 0x82: le(1); break;
+      case 'F': case 'I': case 'L': case 'P': case 'S': case 'V': line(); break;
+      case 'p': case 'g': op.memo = memo(std::strtoull(line().c_str(), nullptr, 10)); break;
+      case 'c': case 'i': op.global = line(); op.global += "\n" + line(); break;
+      case 'K': case 0x80: case 0x82: le(1); break;
+      case 'h': case 'q': op.memo = memo(le(1)); break;
       case 'U': case 'C': case 0x8a: case 0x8c: { const uint64_t k = le(1); need(k); i += k; break; }
       case 'M': case 0x83: le(2); break;
-      case 'J': case 'j': case 0x84: le(4); break;
-      case 'r': memo(le(4)); break;
+      case 'J': case 0x84: le(4); break;
+      case 'j': case 'r': op.memo = memo(le(4)); break;
       case 'T': case 'X': case 'B': case 0x8b: { const uint64_t k = le(4); need(k); i += k; break; }
       case 'G': case 0x95: le(8); break;
       case 0x8d: case 0x8e: { const uint64_t k = le(8); need(k); i += k; break; }
-      default: throw std::runtime_error(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, i - 1));
+      default: throw std::runtime_error(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op.code, i - 1));
     }
+    op.end = i;
+    ops.push_back(op);
   }
   throw std::runtime_error("pickle without a STOP opcode");
+}
+
+/// The pickle with every collections.OrderedDict made a plain dict. torch.save of a module's
+/// state_dict() (torchvision's published weights are such files) pickles an OrderedDict, with
+/// its `_metadata` set by BUILD; LibTorch's unpickler turns OrderedDict() into None (it only
+/// expects the empty hooks dict of a tensor) and has no POP. So the opcodes are replayed on a
+/// model of the stack that knows where each value's construction began: each `OrderedDict()`
+/// call (the class, an empty tuple, REDUCE) becomes EMPTY_DICT, and each BUILD is dropped with
+/// the ops that built its state (here only the dict's attributes). The items themselves are set
+/// by SETITEM(S) as in any dict. Unchanged without an OrderedDict; a use of the class it does not
+/// recognise is left for the unpickler to refuse.
+std::string plain_dicts(const unsigned char* p, const std::vector<Op>& ops) {
+  const std::string whole(reinterpret_cast<const char*>(p), ops.empty() ? 0 : ops.back().end);
+  bool any = false;
+  for (const Op& op : ops) any |= op.global == "collections\nOrderedDict";
+  if (!any) return whole;
+  struct Slot {
+    size_t start;         ///< the op where this value's construction began
+    bool mark = false;    ///< a MARK
+    bool od_class = false;
+  };
+  std::vector<Slot> stack;
+  std::set<int64_t> class_memo;
+  std::vector<std::string> out(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) out[k].assign(whole, ops[k].begin, ops[k].end - ops[k].begin);
+  auto pop = [&] {
+    if (stack.empty()) throw std::runtime_error("pickle stack underflow");
+    Slot s = stack.back();
+    stack.pop_back();
+    return s;
+  };
+  auto pop_to_mark = [&] {
+    while (!stack.empty() && !stack.back().mark) stack.pop_back();
+    return pop();  // the mark: where the group began
+  };
+  auto drop = [&](size_t from, size_t to, const std::string& with) {
+    for (size_t k = from; k <= to; ++k) out[k].clear();
+    out[to] = with;
+  };
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    switch (op.code) {
+      case '(': stack.push_back({k, true}); break;
+      case 'c': case 'i': stack.push_back({k, false, op.global == "collections\nOrderedDict"}); break;
+      case 'g': case 'h': case 'j': stack.push_back({k, false, class_memo.count(op.memo) > 0}); break;
+      case 'p': case 'q': case 'r':
+        if (!stack.empty() && stack.back().od_class) class_memo.insert(op.memo);
+        break;
+      case 't': case 'l': case 'd': case 'o': case 0x91: stack.push_back({pop_to_mark().start}); break;
+      case 'e': case 'u': case '1': case 0x90: pop_to_mark(); break;
+      case 0x93: pop(); stack.push_back({pop().start}); break;
+      case 0x92: pop(); pop(); stack.push_back({pop().start}); break;
+      case 0x85: stack.push_back({pop().start}); break;
+      case 0x86: pop(); stack.push_back({pop().start}); break;
+      case 0x87: pop(); pop(); stack.push_back({pop().start}); break;
+      case 'a': case '0': pop(); break;
+      case 's': pop(); pop(); break;
+      case '2': if (stack.empty()) throw std::runtime_error("pickle stack underflow"); stack.push_back(stack.back()); break;
+      case 'R': case 0x81: {
+        const Slot args = pop(), callable = pop();
+        const bool empty_call = args.start + 1 == k && ops[args.start].code == ')';
+        if (callable.od_class && empty_call) drop(callable.start, k, "}");  // OrderedDict() -> {}
+        stack.push_back({callable.start});
+        break;
+      }
+      case 'b': drop(pop().start, k, ""); break;  // BUILD: the state and the BUILD go
+      case 'Q': stack.push_back({pop().start}); break;
+      case '.': case 0x80: case 0x95: case 0x94: break;
+      default: stack.push_back({k}); break;  // every other opcode walk_pickle accepts pushes one value
+    }
+  }
+  std::string plain;
+  for (const auto& piece : out) plain += piece;
+  return plain;
 }
 
 /// In-memory archive reader whose reads stop at the end of the bytes. (LibTorch's own
@@ -135,8 +226,23 @@ TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string&
         throw std::runtime_error(fmt::format("record {} claims {} bytes in a {}-byte file", name,
                                              reader.getRecordSize(name), bytes.size()));
     const auto [data, size] = reader.getRecord("data.pkl");
-    check_pickle(static_cast<const unsigned char*>(data.get()), size);
-    v = torch::pickle_load(bytes);
+    const auto* pickle = static_cast<const unsigned char*>(data.get());
+    const std::string plain = plain_dicts(pickle, walk_pickle(pickle, size));
+    // torch::pickle_load's steps (readArchiveAndTensors), on the plain pickle and the bounded
+    // reader: the storages are the records data/<key>.
+    size_t at = 0;
+    torch::jit::Unpickler unpickler(
+        [&](char* buf, size_t n) {
+          n = std::min(n, plain.size() - at);
+          std::memcpy(buf, plain.data() + at, n);
+          at += n;
+          return n;
+        },
+        /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
+        [&](const std::string& name) { return std::get<0>(reader.getRecord("data/" + name)); },
+        /*device=*/std::nullopt);
+    unpickler.set_version(reader.version());
+    v = unpickler.parse_ivalue();
   } catch (const c10::Error& e) {
     fail_input("{}: not a readable torch file: {}", what, e.what_without_backtrace());
   } catch (const std::exception& e) {  // LibTorch's reader also throws std:: errors on damaged archives

@@ -40,6 +40,13 @@ std::string sniff_kind(const std::string& head) {
   return text ? "a YAML or text file" : "a file of unknown kind";
 }
 
+std::string best_checkpoint(const std::string& run_dir) {
+  const std::string dir = checkpoints_dir_of(run_dir);
+  const auto name = read_best(dir);
+  DLRUN_CHECK_INPUT(name.has_value(), "{}: no BEST (the run kept no best checkpoint: set checkpoint.keep_best)", dir);
+  return dir + "/" + *name;
+}
+
 WeightsRead read_weights(const std::string& path,
                          const std::function<void(const std::string&, const std::string&)>& on_skip) {
   WeightsRead r;
@@ -60,6 +67,7 @@ WeightsRead read_weights(const std::string& path,
     r.path = dir;
     r.kind = "checkpoint";
     r.step = snap.step;
+    r.dataset = snap.state.value("dataset", nlohmann::json());
     r.tensors = std::move(snap.tensor_files["model"]);
     DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: the checkpoint has no model weights (model.pt)", dir);
     return r;
@@ -70,6 +78,9 @@ WeightsRead read_weights(const std::string& path,
   if (looks_like_safetensors(bytes)) {
     r.kind = "safetensors file";
     r.tensors = safetensors_from_bytes(bytes, path, &r.metadata);
+    if (const auto d = r.metadata.find("dlrun_dataset"); d != r.metadata.end())
+      r.dataset = nlohmann::json::parse(d->second, nullptr, /*allow_exceptions=*/false);
+    if (r.dataset.is_discarded()) r.dataset = nullptr;
   } else if (starts_with(bytes, "PK\x03\x04")) {
     r.kind = "torch file";
     r.tensors = tensors_from_bytes(std::vector<char>(bytes.begin(), bytes.end()), path);

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <string>
 
@@ -19,6 +21,9 @@ struct WeightsRead {
   int64_t step = -1;  ///< a checkpoint's step (-1 for a file)
   TensorDict tensors;
   std::map<std::string, std::string> metadata;  ///< a safetensors file's __metadata__
+  /// What the run recorded of its data (class names, input side, normalization): a checkpoint's
+  /// state.json "dataset", or a safetensors export's "dlrun_dataset"; null when unknown.
+  nlohmann::json dataset;
 };
 
 /// Read the weights `path` names. Directories: one with manifest.json is a checkpoint (every
@@ -28,6 +33,10 @@ struct WeightsRead {
 /// dlrun::Error (exit 2) saying what the file is and what would be accepted.
 WeightsRead read_weights(const std::string& path,
                          const std::function<void(const std::string&, const std::string&)>& on_skip = {});
+
+/// The checkpoint `--checkpoint best` names: RUN_DIR/checkpoints/<what BEST holds>, for the run
+/// directory `run_dir`. Exit 2 when the run kept none (checkpoint.keep_best).
+std::string best_checkpoint(const std::string& run_dir);
 
 /// What the first bytes of a file say it is, for messages: "a safetensors file", "a zip archive
 /// (torch.save)", "a JSON file", "a YAML or text file", "a tar archive", "a JPEG image",

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   setup_config(app);
   setup_train(app);
   setup_eval(app);
+  setup_predict(app);
   setup_bench(app);
   setup_ckpt(app);
   setup_export(app);

@@ -15,6 +15,7 @@ void setup_info(CLI::App& app);
 void setup_config(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_eval(CLI::App& app);
+void setup_predict(CLI::App& app);
 void setup_bench(CLI::App& app);
 void setup_bench_data(CLI::App* bench);     ///< `dlrun bench data` (cmd_bench_data.cpp)
 void setup_bench_kernels(CLI::App* bench);  ///< `dlrun bench kernels` (cmd_bench_kernels.cpp)

@@ -1,20 +1,18 @@
-// `dlrun eval CONFIG.yaml --checkpoint PATH|auto [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]`
+// `dlrun eval CONFIG.yaml --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]`
 // Evaluates the weights of a checkpoint, a run directory or an exported weights file on the
 // config's evaluation split: top-1, top-5, loss. The model, data and device come from the
-// same build_components() as training, and `auto` picks the checkpoint a resume would (the one
-// LATEST names when it verifies, else the newest that does).
+// same build_components() as training; `auto` picks the checkpoint a resume would (the one
+// LATEST names when it verifies, else the newest that does), `best` the one checkpoint.keep_best
+// kept (cli/weights_arg.h).
 #include <CLI/CLI.hpp>
 
-#include "base/fsutil.h"
 #include "base/log.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/weights_file.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
+#include "cli/weights_arg.h"
 #include "models/weights.h"
 #include "train/components.h"
 #include "train/evaluate.h"
-#include "run/run_dir.h"
 
 namespace dlrun::cli {
 namespace {
@@ -29,16 +27,7 @@ struct EvalCmdOptions {
 
 void run_eval(const EvalCmdOptions& o) {
   Config cfg = load_validated(o.config);
-  const auto on_skip = [](const std::string& p, const std::string& why) { log::warn("skipping checkpoint {}: {}", p, why); };
-  ckpt::WeightsRead w;
-  if (o.checkpoint == "auto") {
-    const train::RunDir dir(train::resolve_run_dir(cfg, o.run_dir), cfg.checkpoint.dir);
-    DLRUN_CHECK_INPUT(fsutil::is_directory(dir.checkpoints()),
-                      "no checkpoints directory {} (use --checkpoint PATH or --run-dir)", dir.checkpoints());
-    w = ckpt::read_weights(dir.checkpoints(), on_skip);
-  } else {
-    w = ckpt::read_weights(o.checkpoint, on_skip);  // a checkpoint, a run directory, or an exported file
-  }
+  const ckpt::WeightsRead w = read_checkpoint_arg(cfg, o.checkpoint, o.run_dir);
   auto c = train::build_components(cfg, train::place(cfg), train::Purpose::kEval);
   models::LoadOptions lo;
   lo.allow_folded = true;
@@ -63,12 +52,8 @@ void setup_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "evaluate a checkpoint on the config's evaluation split");
   auto o = std::make_shared<EvalCmdOptions>();
   add_config_args(cmd, o->config);
-  cmd->add_option("--checkpoint", o->checkpoint,
-                  "checkpoint directory, run directory, weights file from dlrun export (safetensors or torch, "
-                  "folded or not), or auto (the run dir's LATEST when it verifies, else the newest that does: the one "
-                  "a resume takes)")
-      ->required();
-  cmd->add_option("--run-dir", o->run_dir, "run directory for --checkpoint auto");
+  cmd->add_option("--checkpoint", o->checkpoint, kCheckpointHelp)->required();
+  cmd->add_option("--run-dir", o->run_dir, "run directory for --checkpoint auto|best");
   cmd->add_flag("--json", o->json, "print the result as JSON");
   cmd->add_flag("--fold-batchnorm", o->fold_batchnorm,
                 "fold every BatchNorm into the convolution before it (conv-BN-ReLU: one cuDNN conv-bias-ReLU call "

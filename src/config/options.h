@@ -36,6 +36,7 @@ enum class NonfinitePolicy { kStop, kSkip };
 enum class S3Addressing { kAuto, kPath, kVirtual };
 enum class SaveErrorPolicy { kContinue, kStop };
 enum class FusedKernels { kAuto, kOn, kOff };
+enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
 template <typename E>
@@ -58,6 +59,9 @@ template <> struct EnumNames<ProgressMode> { static constexpr std::array<const c
 template <> struct EnumNames<NonfinitePolicy> { static constexpr std::array<const char*, 2> names{"stop", "skip"}; };
 template <> struct EnumNames<S3Addressing> { static constexpr std::array<const char*, 3> names{"auto", "path", "virtual"}; };
 template <> struct EnumNames<SaveErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
+template <> struct EnumNames<EvalMetric> {
+  static constexpr std::array<const char*, 4> names{"none", "accuracy", "top5", "loss"};
+};
 // model.fused_conv_bn_relu: the YAML booleans are two of its values.
 template <> struct EnumNames<FusedKernels> { static constexpr std::array<const char*, 3> names{"auto", "true", "false"}; };
 
@@ -116,6 +120,8 @@ struct ModelOptions {
   ModelDtype dtype = ModelDtype::kFloat32;
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   FusedKernels fused_conv_bn_relu = FusedKernels::kAuto;
+  std::string init;         ///< weights to start from (checkpoint, run dir, safetensors, torch file); "" none
+  bool init_strict = true;  ///< every name of the model and of the file must match (the head excepted)
 };
 
 struct DataOptions {
@@ -143,6 +149,7 @@ struct DataOptions {
   int64_t synthetic_eval_size = 1024;
   int64_t limit_train = 0;
   int64_t limit_eval = 0;
+  double val_fraction = 0.0;  ///< share of the training set held out for validation (0: none)
   // webdataset (docs/data.md "Sharded datasets")
   std::string shards;       ///< training shards: a directory, a brace pattern or an s3:// prefix
   std::string eval_shards;  ///< evaluation shards (same forms)
@@ -196,6 +203,9 @@ struct TrainOptions {
   bool cudnn_benchmark = true;
   bool tf32 = true;
   bool cuda_graphs = false;
+  EvalMetric early_stop = EvalMetric::kNone;  ///< end the run when this metric stops improving
+  int64_t early_stop_patience = 5;            ///< evaluations without improvement before stopping
+  double early_stop_min_delta = 0.0;          ///< what counts as an improvement
 };
 
 struct AmpOptions {
@@ -223,6 +233,7 @@ struct CheckpointOptions {
   bool async = true;
   bool at_end = true;
   bool at_epoch_end = false;
+  EvalMetric keep_best = EvalMetric::kNone;  ///< keep the best checkpoint by this metric as BEST
   std::string remote;
   std::string remote_endpoint;
   std::string remote_region;

@@ -125,6 +125,13 @@ std::vector<Section> describe(Config& c) {
          "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
          "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu (dlrun's fused BatchNorm kernels): auto (on CUDA; the "
          "modules on the CPU, where ATen's BatchNorm is faster), true (also on the CPU), false"),
+      Snull("init", o.init,
+            "start a fresh run from these weights: a checkpoint or run directory, a dlrun export, a safetensors "
+            "file or a torch.save state dict (e.g. torchvision's); the head is re-initialised when num_classes "
+            "differs (empty: none)"),
+      B("init_strict", o.init_strict,
+        "model.init: every parameter and buffer must be in the file and nothing else (false: load what matches, "
+        "report the rest)"),
     }});
   }
   {
@@ -155,6 +162,9 @@ std::vector<Section> describe(Config& c) {
       I("synthetic_eval_size", o.synthetic_eval_size, 1, 1e9, "synthetic: evaluation samples"),
       I("limit_train", o.limit_train, 0, 1e12, "use only the first N training samples (0: all)"),
       I("limit_eval", o.limit_eval, 0, 1e12, "use only the first N evaluation samples (0: all)"),
+      F("val_fraction", o.val_fraction, 0, 0.9,
+        "hold this share of the training set out as a validation split (the same samples on every run), "
+        "evaluated during training; the evaluation split is then the test split, read at the end (0: none)"),
       Snull("shards", o.shards,
             "webdataset: training shards -- a directory of .tar files, a brace pattern (train-{000000..000127}.tar) "
             "or an s3:// prefix"),
@@ -215,6 +225,11 @@ std::vector<Section> describe(Config& c) {
       B("tf32", o.tf32, "CUDA: TensorFloat-32 for float32 convolutions and matrix products (Ampere and newer)"),
       B("cuda_graphs", o.cuda_graphs,
         "CUDA: capture the whole step once and replay it (falls back to eager, saying why, where it cannot)"),
+      En("early_stop", o.early_stop,
+         "end the run when this evaluation metric has not improved for early_stop_patience evaluations (none: off)"),
+      I("early_stop_patience", o.early_stop_patience, 1, 1e9, "train.early_stop: evaluations without improvement"),
+      F("early_stop_min_delta", o.early_stop_min_delta, 0, 1e9,
+        "train.early_stop: the least change that counts as an improvement"),
     }});
   }
   {
@@ -250,6 +265,9 @@ std::vector<Section> describe(Config& c) {
       B("async", o.async, "write in a background thread after a copy to host memory"),
       B("at_end", o.at_end, "save when training finishes"),
       B("at_epoch_end", o.at_epoch_end, "save at the end of every epoch"),
+      En("keep_best", o.keep_best,
+         "also save at each evaluation that improves this metric, and keep that checkpoint (named by "
+         "checkpoints/BEST) whatever keep_last says (none: off)"),
       Snull("remote", o.remote, "s3://BUCKET/PREFIX: upload every checkpoint there and resume from it (empty: off)"),
       Snull("remote_endpoint", o.remote_endpoint,
             "URL of an S3-compatible service (empty: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)"),

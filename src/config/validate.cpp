@@ -105,6 +105,20 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
     warnings.push_back("data.workers is unused with data.device_resident: true");
 
+  // Validation, the best checkpoint, early stopping.
+  if (c.data.val_fraction > 0 && c.data.name == "webdataset")
+    c.refuse("data.val_fraction", "a webdataset streams its shards in order: no samples can be held out of them",
+             "set data.eval_shards to held-out shards instead");
+  const bool evaluates = c.train.eval_every_epochs > 0 || c.train.eval_every_steps > 0;
+  if (c.checkpoint.keep_best != EvalMetric::kNone && !evaluates)
+    c.refuse("checkpoint.keep_best", "the best checkpoint is chosen at evaluations, and none is scheduled",
+             "set train.eval_every_epochs or train.eval_every_steps");
+  if (c.train.early_stop != EvalMetric::kNone && !evaluates)
+    c.refuse("train.early_stop", "early stopping decides at evaluations, and none is scheduled",
+             "set train.eval_every_epochs or train.eval_every_steps");
+  if (!c.model.init.empty() && c.model.init.rfind("s3://", 0) == 0)
+    c.refuse("model.init", "weights are read from a local path", "download them first (e.g. dlrun export from s3://)");
+
   // Preemption.
   if (c.preemption.watch == NoticeSource::kFile && c.preemption.endpoint.empty())
     c.refuse("preemption.endpoint", "preemption.watch=file needs the path to watch in preemption.endpoint");

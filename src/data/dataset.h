@@ -51,7 +51,13 @@ class Dataset {
   virtual std::vector<int64_t> epoch_order(uint64_t seed, int64_t epoch, bool shuffle) const;
 };
 
-enum class Split { kTrain, kEval };
+/// kEval: the evaluation split (`dlrun eval`; the test split once a validation split exists).
+/// kVal: image_folder's root/val when root/test holds its test split (image_folder_val_split).
+enum class Split { kTrain, kEval, kVal };
+
+/// Whether an image_folder at `root` keeps its test split apart (root/test beside root/val):
+/// then root/val is the validation split and root/test the evaluation split.
+bool image_folder_has_test(const std::string& root);
 
 /// Open the dataset named by opts.name for a split. Corrupt, truncated or mismatched files
 /// (wrong magic, counts that disagree, label out of range, undecodable image) throw

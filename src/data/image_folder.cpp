@@ -1,5 +1,6 @@
 // image_folder: root/train/<class>/*.{jpg,jpeg,png} and root/val/<class>/... (the ImageNet
-// layout). Classes are the sorted sub-folder names of root/train, so both splits agree on
+// layout), and optionally root/test/<class>/... (then val is the validation split, test the
+// evaluation split). Classes are the sorted sub-folder names of root/train, so both splits agree on
 // labels. Images are decoded lazily in get() (thread-safe: no shared mutable state).
 //
 // Channel rule: every image is converted to the channel count of the first training image
@@ -87,15 +88,24 @@ class ImageFolderDataset : public Dataset {
 
 }  // namespace
 
+bool image_folder_has_test(const std::string& root) {
+  std::error_code ec;
+  return fs::is_directory(fs::path(root) / "test", ec);
+}
+
 std::shared_ptr<Dataset> open_image_folder(const DataOptions& opts, Split split) {
   DLRUN_CHECK_INPUT(!opts.root.empty(), "data.name=image_folder needs data.root");
   std::error_code ec;
   fs::path train_dir = fs::path(opts.root) / "train";
-  fs::path dir = fs::path(opts.root) / (split == Split::kTrain ? "train" : "val");
+  // Evaluation reads root/test where there is one (root/val is then the validation split).
+  const char* sub = split == Split::kTrain ? "train"
+                    : split == Split::kVal || !image_folder_has_test(opts.root) ? "val"
+                                                                                 : "test";
+  fs::path dir = fs::path(opts.root) / sub;
   DLRUN_CHECK_INPUT(fs::is_directory(train_dir, ec), "image folder not found: {} (expected root/train/<class>/...)",
                     train_dir.string());
-  DLRUN_CHECK_INPUT(fs::is_directory(dir, ec), "image folder not found: {} (expected root/val/<class>/...)",
-                    dir.string());
+  DLRUN_CHECK_INPUT(fs::is_directory(dir, ec), "image folder not found: {} (expected root/{}/<class>/...)",
+                    dir.string(), sub);
   std::vector<std::string> classes = sorted_subdirs(train_dir);
   DLRUN_CHECK_INPUT(!classes.empty(), "no class folders in {} (expected {}/<class>/*.jpg)", train_dir.string(),
                     train_dir.string());

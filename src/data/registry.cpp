@@ -59,8 +59,8 @@ std::shared_ptr<Dataset> open(const DataOptions& opts, Split split, uint64_t see
     throw Error(ExitCode::kBadInput, fmt::format("unknown dataset '{}'", opts.name), "valid names: " + valid);
   }
   std::shared_ptr<Dataset> ds = it->second(opts, split, seed);
-  DLRUN_CHECK_INPUT(ds->size() > 0, "the {} set of dataset '{}' is empty", split == Split::kTrain ? "training" : "evaluation",
-                    opts.name);
+  const char* which = split == Split::kTrain ? "training" : split == Split::kVal ? "validation" : "evaluation";
+  DLRUN_CHECK_INPUT(ds->size() > 0, "the {} set of dataset '{}' is empty", which, opts.name);
   return ds;
 }
 

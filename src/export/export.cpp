@@ -68,7 +68,12 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no model.pt", r.source);
   r.unfolded = tensors.size();
   if (o.fold_batchnorm) tensors = fold(set, r.source, tensors);
-  format->write(o.output, Weights{tensors, m, r.step, epoch, o.fold_batchnorm});
+  nlohmann::json dataset;  // (state.json was checked against the manifest; an older one has no "dataset")
+  if (const std::vector<char>* state = set.find(ckpt::kStateFile)) {
+    const auto j = nlohmann::json::parse(state->begin(), state->end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) dataset = j.value("dataset", nlohmann::json());
+  }
+  format->write(o.output, Weights{tensors, m, r.step, epoch, o.fold_batchnorm, dataset});
   r.tensors = tensors.size();
   return r;
 }

@@ -21,6 +21,7 @@ struct Weights {
   int64_t step = -1;                ///< the checkpoint's step (-1: unknown)
   int64_t epoch = -1;               ///< the checkpoint's epoch (-1: unknown)
   bool folded_batchnorm = false;    ///< the tensors are a folded state dict
+  nlohmann::json dataset;           ///< the checkpoint's state.json "dataset" (class names, ...), or null
 };
 
 /// Writes `weights` to the file `path`, atomically and durably.

@@ -11,6 +11,7 @@ const char* name_of(SaveReason reason) {
     case SaveReason::kEpochEnd: return "epoch_end";
     case SaveReason::kEnd: return "end";
     case SaveReason::kPreemption: return "preemption";
+    case SaveReason::kBest: return "best";
   }
   return "?";
 }

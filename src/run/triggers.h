@@ -18,7 +18,8 @@ struct Boundary {
 };
 
 /// Why a checkpoint is written (recorded in metrics.jsonl).
-enum class SaveReason { kNone, kEverySteps, kEveryMinutes, kEpochEnd, kEnd, kPreemption };
+/// kBest: an evaluation improved checkpoint.keep_best's metric (a periodic save otherwise).
+enum class SaveReason { kNone, kEverySteps, kEveryMinutes, kEpochEnd, kEnd, kPreemption, kBest };
 const char* name_of(SaveReason reason);
 
 /// The run is done: every step trained.

@@ -78,10 +78,19 @@ void Checkpointer::open(std::optional<ckpt::FileSet> fetched, bool upload_resume
     log0::info("the downloaded checkpoint is kept as {}", resumed_from_);
   }
   writer_ = writer ? std::move(writer) : std::make_unique<ckpt::Writer>(dir_, cfg_.checkpoint);
+  if (const auto name = ckpt::read_best(dir_)) best_->path = dir_ + "/" + *name;  // kept from an earlier segment
+  if (remote_) uploader_ = std::make_unique<ckpt::Uploader>(*remote_, cfg_.checkpoint);
+  // (The writer's thread calls these, after each commit and at its retention.)
+  writer_->on_commit([up = uploader_.get(), best = best_, dir = dir_](const ckpt::SnapshotWriter::Stats& s) {
+    if (up) up->submit(s.path, s.step);
+    best->committed(dir, s);
+  });
+  writer_->in_use([up = uploader_.get(), best = best_] {
+    std::vector<std::string> keep = up ? up->in_use() : std::vector<std::string>{};
+    best->add_to(keep);
+    return keep;
+  });
   if (remote_) {
-    uploader_ = std::make_unique<ckpt::Uploader>(*remote_, cfg_.checkpoint);
-    writer_->on_commit([up = uploader_.get()](const ckpt::SnapshotWriter::Stats& s) { up->submit(s.path, s.step); });
-    writer_->in_use([up = uploader_.get()] { return up->in_use(); });
     log0::info("checkpoints are uploaded to {}", remote_->url().str());
     if (upload_resumed && !fetched && !resumed_from_.empty()) {
       log0::info("{} is newer than what {} holds: uploading it", resumed_from_, remote_->url().str());
@@ -92,6 +101,39 @@ void Checkpointer::open(std::optional<ckpt::FileSet> fetched, bool upload_resume
 }
 
 void Checkpointer::start() { last_save_mono_ = clock_(); }
+
+void Checkpointer::Best::committed(const std::string& dir, const ckpt::SnapshotWriter::Stats& s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (s.step != pending) return;
+  pending = -1;
+  try {
+    ckpt::write_best(dir, fsutil::base_name(s.path));
+    path = s.path;
+  } catch (const std::exception& e) {  // the checkpoint is committed; only the marker is missing
+    log::warn("{} is the best checkpoint, but BEST could not be written: {}", s.path, e.what());
+  }
+}
+
+void Checkpointer::Best::add_to(std::vector<std::string>& keep) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!path.empty()) keep.push_back(path);
+  if (pending >= 0) keep.push_back(pending_path);
+}
+
+void Checkpointer::keep_as_best(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(best_->mu);
+    best_->pending = step;
+    best_->pending_path = dir_ + "/" + ckpt::dir_name(step);
+  }
+  // The checkpoint resumed from is committed already: no commit will come for it.
+  if (step == resumed_step_ && !resumed_from_.empty()) best_->committed(dir_, {step, resumed_from_});
+}
+
+std::string Checkpointer::best() const {
+  std::lock_guard<std::mutex> lock(best_->mu);
+  return best_->path;
+}
 
 void Checkpointer::abandon(int64_t after_step, bool remote_all) {
   const std::string stamp = utc_stamp();

@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "config/options.h"
@@ -63,6 +65,12 @@ class Checkpointer {
   SaveReason due(const Boundary& b);
   /// The save after training is due: checkpoint.at_end, unless this step is already saved.
   bool final_due(int64_t step) const;
+  /// The checkpoint of `step`, about to be saved (or the one resumed from), is the best so far
+  /// (checkpoint.keep_best): once committed, checkpoints/BEST names it, and retention keeps it
+  /// (and, until then, the previous best) whatever keep_last says.
+  void keep_as_best(int64_t step);
+  /// The best checkpoint's directory ("" before one is committed), kept across segments.
+  std::string best() const;
   /// Step `step` is committed or being written.
   bool saved(int64_t step) const { return last_saved_step_ == step; }
 
@@ -118,6 +126,16 @@ class Checkpointer {
   std::unique_ptr<ckpt::RemoteStore> remote_;
   std::unique_ptr<ckpt::Uploader> uploader_;
   std::unique_ptr<ckpt::SnapshotWriter> writer_;
+  /// The best checkpoint, shared with the writer's thread (its commit callback writes BEST).
+  struct Best {
+    std::mutex mu;
+    std::string path;          ///< committed and named by BEST
+    int64_t pending = -1;      ///< the step whose commit becomes the best
+    std::string pending_path;  ///< its directory, kept by retention until it is committed
+    void committed(const std::string& dir, const ckpt::SnapshotWriter::Stats& s);
+    void add_to(std::vector<std::string>& keep);
+  };
+  std::shared_ptr<Best> best_ = std::make_shared<Best>();
   int64_t last_saved_step_ = -1;
   int64_t errors_ = 0;  ///< checkpoint writes that failed (checkpoint.on_error)
   int64_t failed_in_a_row_ = 0, committed_seen_ = -1;  ///< checkpoint.max_failed_saves

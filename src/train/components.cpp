@@ -1,9 +1,14 @@
 // build_components and its checks (see components.h).
 #include "train/components.h"
 
+#include <fmt/ranges.h>
+
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoint/weights_file.h"
 #include "config/validate.h"
+#include "data/subset.h"
+#include "models/weights.h"
 #include "preempt/preempt.h"
 #include "train/optim.h"
 
@@ -24,7 +29,17 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
   Datasets d;
   if (purpose == Purpose::kBench) return d;
   config::check_data_present(c);
-  if (purpose == Purpose::kTrain) d.train = data::open(c.data, data::Split::kTrain, c.run.seed);
+  if (purpose == Purpose::kTrain) {
+    d.train = data::open(c.data, data::Split::kTrain, c.run.seed);
+    if (c.data.val_fraction > 0) {
+      data::Holdout h = data::holdout(d.train->size(), c.data.val_fraction);
+      const auto full = d.train;
+      d.val = data::subset(full, std::move(h.val));
+      d.train = data::subset(full, std::move(h.train));
+    } else if (c.data.name == "image_folder" && data::image_folder_has_test(c.data.root)) {
+      d.val = data::open(c.data, data::Split::kVal, c.run.seed);
+    }
+  }
   d.eval = data::open(c.data, data::Split::kEval, c.run.seed);
   d.info = (d.train ? d.train : d.eval)->info();
   if (d.info.channels != c.model.in_channels)
@@ -62,6 +77,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   if (out.data.eval) {
     spec.train = false;
     out.eval_loader = std::make_unique<data::Loader>(out.data.eval, c.data, spec);
+    if (out.data.val) out.val_loader = std::make_unique<data::Loader>(out.data.val, c.data, spec);
   }
 
   out.model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
@@ -79,10 +95,52 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   return out;
 }
 
+std::string Datasets::describe() const {
+  const int64_t n_train = train ? train->size() : 0, n_eval = eval ? eval->size() : 0;
+  return val ? fmt::format("{} train / {} validation / {} test samples", n_train, val->size(), n_eval)
+             : fmt::format("{} train / {} eval samples", n_train, n_eval);
+}
+
+nlohmann::json dataset_record(const Config& c, const data::DatasetInfo& info) {
+  const auto& mean = c.data.mean.empty() ? info.mean : c.data.mean;
+  const auto& std = c.data.std.empty() ? info.std : c.data.std;
+  return {{"name", c.data.name}, {"classes", info.class_names}, {"channels", info.channels},
+          {"image_size", input_side(c, info)}, {"mean", mean}, {"std", std}};
+}
+
+nlohmann::json load_init_weights(const Config& c, models::Model& model) {
+  if (c.model.init.empty()) return nullptr;
+  ckpt::WeightsRead w;
+  models::LoadReport r;
+  try {
+    w = ckpt::read_weights(c.model.init);
+    models::LoadOptions o;
+    o.strict = c.model.init_strict;
+    o.reinit_head_on_mismatch = true;
+    o.in_channels = c.model.in_channels;
+    r = models::load_weights(model, w.tensors, w.path, o);
+  } catch (const Error& e) {
+    if (e.code() != ExitCode::kBadInput) throw;
+    c.refuse("model.init", e.message(), e.hint());
+  }
+  log0::info("model.init: {} ({}{}): {}", w.path, w.kind, w.step >= 0 ? fmt::format(", step {}", w.step) : "",
+             r.summary());
+  if (!r.reinitialised.empty())
+    log0::info("model.init: the classification head ({}) is re-initialised: the file's has another number of "
+               "classes than model.num_classes={}",
+               fmt::join(r.reinitialised, ", "), c.model.num_classes);
+  return {{"path", w.path}, {"kind", w.kind}, {"loaded", r.loaded.size()}, {"missing", r.missing},
+          {"unexpected", r.unexpected}, {"reinitialised", r.reinitialised}};
+}
+
 void preflight(const Config& cfg) {
   const torch::Device device = resolve_device(cfg.run);
   config::check_device_fit(cfg, device.is_cuda(), device.str());
-  open_datasets(cfg, Purpose::kTrain);
+  const Datasets d = open_datasets(cfg, Purpose::kTrain);
+  if (!cfg.model.init.empty()) {  // read and fitted on the CPU, as a fresh run would load it
+    auto model = models::build(cfg.model, cfg.run.seed, input_side(cfg, d.info));
+    load_init_weights(cfg, *model);
+  }
   preempt::check_notice_source(cfg.preemption);
 }
 

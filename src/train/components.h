@@ -5,6 +5,9 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "config/options.h"
 #include "data/dataset.h"
@@ -22,7 +25,12 @@ enum class Purpose { kTrain, kEval, kBench };
 /// The opened splits of the configured dataset, checked against the model options.
 struct Datasets {
   std::shared_ptr<data::Dataset> train, eval;  ///< train is null for Purpose::kEval
+  /// The validation split, or null: data.val_fraction of the training set held out, or an
+  /// image_folder's root/val when root/test holds the test split (eval is then that test split).
+  std::shared_ptr<data::Dataset> val;
   data::DatasetInfo info;
+  /// "50000 train / 10000 eval samples", or "45000 train / 5000 validation / 10000 test samples".
+  std::string describe() const;
 };
 
 /// Open the splits `purpose` needs and check that the dataset fits the model: channels equal
@@ -38,6 +46,7 @@ struct Components {
   std::unique_ptr<torch::optim::Optimizer> optimizer;    ///< train and bench
   std::unique_ptr<data::Loader> train_loader;            ///< train
   std::unique_ptr<data::Loader> eval_loader;             ///< train and eval
+  std::unique_ptr<data::Loader> val_loader;              ///< train, with a validation split
   int64_t steps_per_epoch = 0;                           ///< train
   int64_t total_steps = 0;                               ///< train
   ScheduleSpec schedule;                                 ///< train
@@ -47,9 +56,21 @@ struct Components {
 /// (and their fit with the model) before the model is allocated on the device.
 Components build_components(const Config& cfg, const Placement& placement, Purpose purpose);
 
+/// What a checkpoint records of the data the model was trained on, for `dlrun predict` on a
+/// machine without it (state.json "dataset"): the dataset, its class names, channels, the
+/// input side and the normalization.
+nlohmann::json dataset_record(const Config& cfg, const data::DatasetInfo& info);
+
+/// model.init: load the weights it names into `model` (a fresh run's; a resumed run has its
+/// checkpoint's), as model.init_strict says, the head left as initialised when num_classes
+/// differs, and log what was loaded, missing and unexpected. Returns summary.json's "init"
+/// (null without model.init). A file that cannot be read or does not fit: exit 2 at model.init.
+nlohmann::json load_init_weights(const Config& cfg, models::Model& model);
+
 /// The checks `dlrun train` makes before it allocates anything, for `dlrun config validate`:
 /// the device exists, the dataset opens and fits the model (channels, classes, at least one
-/// global batch), the preemption notice source can be watched. Throws dlrun::Error (exit 2).
+/// global batch), model.init reads and fits the model, the preemption notice source can be
+/// watched. Throws dlrun::Error (exit 2).
 void preflight(const Config& cfg);
 
 }  // namespace dlrun::train

@@ -47,4 +47,23 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
   return r;
 }
 
+nlohmann::json eval_json(const EvalResult& r, int64_t step, const std::string& split) {
+  return {{"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss}, {"samples", r.samples}, {"step", step},
+          {"split", split}};
+}
+
+metrics::Event eval_event(const nlohmann::json& result, int64_t epoch, bool best) {
+  const std::string split = result.at("split").get<std::string>();
+  const int64_t step = result.at("step").get<int64_t>();
+  const double acc = result.at("accuracy").get<double>(), top5 = result.at("top5").get<double>(),
+               loss = result.at("loss").get<double>();
+  metrics::Event e{split, step};
+  e.scalars = {{"accuracy", acc}, {"top5", top5}, {"loss", loss}};
+  e.fields = {{"epoch", epoch}, {"samples", result.at("samples")}};
+  if (split != "test") e.fields["best"] = best;
+  e.message = fmt::format("{} at step {} (epoch {}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}{}", split, step, epoch,
+                          acc, top5, loss, best ? " (best so far)" : "");
+  return e;
+}
+
 }  // namespace dlrun::train

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "data/loader.h"
+#include "metrics/sink.h"
 #include "models/model.h"
 
 namespace dlrun::train {
@@ -24,5 +25,13 @@ struct EvalResult {
 EvalResult evaluate(models::Model& model, data::Loader& loader,
                     const std::function<void(torch::Tensor&)>& reduce = {},
                     const std::function<bool()>& stop = {});
+
+/// An evaluation as summary.json and the monitor read it: {accuracy, top5, loss, samples, step,
+/// split} (`split`: "eval", "val" or "test").
+nlohmann::json eval_json(const EvalResult& r, int64_t step, const std::string& split);
+
+/// Its metrics event, named after the split ("eval" when there is no validation split, "val",
+/// "test"), with `epoch` and whether it is the best so far (checkpoint.keep_best).
+metrics::Event eval_event(const nlohmann::json& result, int64_t epoch, bool best);
 
 }  // namespace dlrun::train

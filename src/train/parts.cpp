@@ -39,6 +39,7 @@ class ModelPart : public ckpt::Part {
     snap.tensor_files["model"] = ckpt::host_copy(models::state_dict(l_.model), l_.device.is_cuda());
     snap.state["model"] = l_.cfg.model.name;
     snap.state["architecture"] = models::architecture_signature(l_.model);
+    if (!l_.dataset.is_null()) snap.state["dataset"] = l_.dataset;  // what `dlrun predict` needs of the data
   }
   void check(const ckpt::Snapshot& snap) override {
     const auto& j = snap.state;
@@ -136,6 +137,17 @@ class RngPart : public ckpt::Part {
 
   const LiveState& l_;
   std::vector<ckpt::TensorDict> ranks_;
+};
+
+/// What the evaluations decided so far: the best value, early stopping (state.json "monitor").
+class MonitorPart : public ckpt::Part {
+ public:
+  explicit MonitorPart(const LiveState& l) : l_(l) {}
+  void save(ckpt::Snapshot& snap) override { snap.state["monitor"] = l_.monitor->state(); }
+  void load(const ckpt::Snapshot& snap) override { l_.monitor->load_state(snap.state.value("monitor", nlohmann::json())); }
+
+ private:
+  const LiveState& l_;
 };
 
 /// Where training stands (run/state.h), and the settings a resume compares with its own.
@@ -251,6 +263,7 @@ CheckpointParts::CheckpointParts(const LiveState& live) : live_(live) {
   parts_.push_back(std::make_unique<RngPart>(live_));
   parts_.push_back(std::make_unique<TrainStatePart>(live_));
   parts_.push_back(std::make_unique<LoaderPart>(live_));
+  if (live_.monitor) parts_.push_back(std::make_unique<MonitorPart>(live_));
 }
 
 CheckpointParts::~CheckpointParts() = default;

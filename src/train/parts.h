@@ -1,6 +1,6 @@
 // Today's checkpointed state as checkpoint parts (checkpoint/part.h), in the order a snapshot
 // saves them and a resume checks and loads them: the model, the optimizers, the loss scaler,
-// every rank's RNG, the train state, the data loader's position. The files and state.json keys
+// every rank's RNG, the train state, the data loader's position, the evaluations' verdicts. The files and state.json keys
 // each part writes are listed in docs/checkpoints.md; averaged weights will be one more part.
 #pragma once
 
@@ -16,6 +16,7 @@
 #include "models/model.h"
 #include "run/state.h"
 #include "train/amp.h"
+#include "train/monitor.h"
 #include "train/optimizers.h"
 #include "train/replicas.h"
 
@@ -32,6 +33,8 @@ struct LiveState {
   Replicas& replicas;
   int64_t total_steps = 0;
   torch::Device device = torch::kCPU;
+  Monitor* monitor = nullptr;  ///< the best checkpoint and early stopping (state.json "monitor")
+  nlohmann::json dataset;      ///< dataset_record(): kept with the weights (state.json "dataset")
 };
 
 class CheckpointParts {

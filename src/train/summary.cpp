@@ -24,6 +24,10 @@ nlohmann::json run_summary(const SummaryInputs& in) {
       {"epochs", static_cast<double>(st.step) / static_cast<double>(in.steps_per_epoch)},
       {"final_train_loss", or_null(m.final_loss)},
       {"eval", in.eval},
+      {"test", in.test},
+      {"init", in.init},
+      {"best", in.best},
+      {"early_stop", in.early_stop},
       {"wall_time_s", in.wall_time_s},
       {"samples_per_s", static_cast<double>(m.samples) / std::max(1e-9, in.wall_time_s)},
       // Up to the last log line: data wait, forward, backward, optimizer (metrics.jsonl has each

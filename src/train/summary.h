@@ -18,7 +18,11 @@ struct SummaryInputs {
   const TrainState* state = nullptr; ///< step, skipped steps, steps lost, preemption, resume
   int64_t steps_per_epoch = 1;
   StepMeter::Totals meter;           ///< loss, samples, data wait, phase times
-  nlohmann::json eval;               ///< the last evaluation, or null
+  nlohmann::json eval;               ///< the last evaluation (of the validation split when there is one), or null
+  nlohmann::json test;               ///< the test split's evaluation at the end (with a validation split), or null
+  nlohmann::json init;               ///< load_init_weights()'s report, or null
+  nlohmann::json best;               ///< Monitor::best_summary(), or null
+  nlohmann::json early_stop;         ///< Monitor::early_stop_summary(), or null
   double wall_time_s = 0;            ///< since this process started training
   nlohmann::json checkpointer;       ///< Checkpointer::summary(): checkpoint, checkpoint_errors, remote
   nlohmann::json params_sha256;      ///< hex, or null when it could not be computed

@@ -33,7 +33,7 @@
 #include "run/triggers.h"
 #include "train/checkpointer.h"
 #include "train/components.h"
-#include "train/evaluate.h"
+#include "train/evaluations.h"
 #include "train/fingerprint.h"
 #include "train/goodput.h"
 #include "train/parts.h"
@@ -67,17 +67,18 @@ class Trainer {
         meter_(cfg_, c_.placement.device, runner_, st_, report_, replicas_.leader()),
         account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
+        evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_),
         parts_({cfg_, *c_.model, optimizers_, runner_.scaler(), st_, *c_.train_loader, replicas_, c_.total_steps,
-                c_.placement.device}) {
+                c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info)}) {
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
       if (why.empty()) runner_.use_cuda_graphs();
       else log0::warn("train.cuda_graphs: the step runs eagerly: {}", why);
     }
     replicas_.sync_batchnorm(*c_.model);
-    log0::info("model {}: {} parameters; data {}: {} train / {} eval samples; {} steps/epoch, {} steps on {}",
-               cfg_.model.name, models::num_parameters(*c_.model), cfg_.data.name, c_.data.train->size(),
-               c_.data.eval->size(), c_.steps_per_epoch, c_.total_steps, c_.placement.device.str());
+    log0::info("model {}: {} parameters; data {}: {}; {} steps/epoch, {} steps on {}", cfg_.model.name,
+               models::num_parameters(*c_.model), cfg_.data.name, c_.data.describe(), c_.steps_per_epoch,
+               c_.total_steps, c_.placement.device.str());
     log0::info("{}", describe_fast_paths(cfg_, c_.placement.device));
   }
 
@@ -93,7 +94,10 @@ class Trainer {
       const data::Position at = c_.train_loader->position();
       log0::info("resumed from {} at step {} (epoch {}, sample {})", ckpt_.resumed_from(), st_.step, at.epoch,
                  at.cursor);
-    } else if (replicas_.distributed() && !replicas_.leader()) {
+      if (evals_.monitor().stopped()) c_.total_steps = st_.step;  // ended by train.early_stop: only the end is left
+    } else if (replicas_.leader()) {
+      init_ = load_init_weights(cfg_, *c_.model);  // model.init: a fresh run only (the others get rank 0's)
+    } else if (replicas_.distributed()) {
       torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(replicas_.rank()));  // own dropout draws per rank
     }
     replicas_.replicate(*c_.model, runner_);
@@ -123,6 +127,7 @@ class Trainer {
   std::optional<int> at_boundary(bool epoch_end);
   bool any_rank_asked_to_stop() { return replicas_.any(preempt::stop_requested()); }  // a collective
   bool run_eval();
+  bool act_on_verdict();
   void save(SaveReason why, bool sync);
   int stop_and_save();
   int finish();
@@ -141,12 +146,10 @@ class Trainer {
   StepMeter meter_;
   RunAccount account_;        ///< what the run's wall clock went to (goodput.h)
   Checkpointer ckpt_;
+  Evaluations evals_;         ///< periodic and test evaluations, the best checkpoint, early stopping
   CheckpointParts parts_;
   ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
-  struct {
-    int64_t step = -1;
-    nlohmann::json result;    ///< summary.json's "eval"
-  } last_eval_;
+  nlohmann::json init_;       ///< summary.json's "init" (model.init)
   double start_mono_ = -1;    ///< when begin() ran (-1: the run directory is not ours yet)
 };
 
@@ -154,6 +157,7 @@ int Trainer::run() {
   begin();
   try {
     if (st_.eval_pending && !run_eval()) return stop_and_save();  // the evaluation an interruption cut off
+    act_on_verdict();  // (its best is the checkpoint resumed from)
     data::Loader& loader = *c_.train_loader;
     while (st_.step < c_.total_steps) {
       std::vector<data::Batch> micro;
@@ -246,10 +250,11 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
   if (!epoch_end) fault::after_step(st_.step);
   // An evaluation due here and not done is recorded in the checkpoint, and the resumed run
   // does it first: interrupting must not lose it.
-  st_.eval_pending = eval_due(cfg_.train, b, last_eval_.step);
+  st_.eval_pending = eval_due(cfg_.train, b, evals_.last_step());
   if (any_rank_asked_to_stop()) return stop_and_save();
   if (st_.eval_pending && !run_eval()) return stop_and_save();
-  const SaveReason why = ckpt_.due(b);
+  SaveReason why = ckpt_.due(b);
+  if (act_on_verdict() && why == SaveReason::kNone) why = SaveReason::kBest;
   if (why != SaveReason::kNone) {
     save(why, !cfg_.checkpoint.async);
     if (any_rank_asked_to_stop()) return stop_and_save();
@@ -257,28 +262,19 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
   return std::nullopt;
 }
 
+// What the last evaluation decided (the same on every rank: the results are summed): the run
+// ends here (train.early_stop); this step's checkpoint is the best (true: it must be saved).
+bool Trainer::act_on_verdict() {
+  const Monitor::Verdict v = evals_.take_verdict();
+  if (v.stop) c_.total_steps = st_.step;
+  if (v.best) ckpt_.keep_as_best(st_.step);
+  return v.best;
+}
+
 bool Trainer::run_eval() {
   meter_.check_finite();
-  fault::during("eval");
-  replicas_.sync_buffers(*c_.model);
-  // Each rank evaluates its share of the batches; the sums are added up across ranks.
-  auto r = evaluate(*c_.model, *c_.eval_loader, [this](torch::Tensor& sums) { replicas_.all_reduce(sums); },
-                    [] { return preempt::stop_requested(); });
-  r.complete = !replicas_.any(!r.complete);
-  if (!r.complete) {
-    st_.eval_pending = true;
-    return false;
-  }
-  st_.eval_pending = false;
-  last_eval_.step = st_.step;
-  last_eval_.result = {{"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss}, {"samples", r.samples}, {"step", st_.step}};
-  metrics::Event e{"eval", st_.step};
-  e.scalars = {{"accuracy", r.accuracy}, {"top5", r.top5}, {"loss", r.loss}};
-  e.fields = {{"epoch", epoch()}, {"samples", r.samples}};
-  e.message = fmt::format("eval at step {} (epoch {}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", st_.step, epoch(),
-                          r.accuracy, r.top5, r.loss);
-  report_.report(std::move(e));
-  return true;
+  st_.eval_pending = !evals_.periodic(st_.step, epoch());
+  return !st_.eval_pending;
 }
 
 void Trainer::save(SaveReason why, bool sync) {
@@ -340,7 +336,8 @@ int Trainer::stop_and_save() {
 int Trainer::finish() {
   profiler_.finish(st_.step);
   meter_.check_finite();  // also counts the last skipped steps
-  if (final_eval_due(cfg_.train, st_.step, last_eval_.step) && !run_eval()) return stop_and_save();
+  if (final_eval_due(cfg_.train, st_.step, evals_.last_step()) && !run_eval()) return stop_and_save();
+  if (!evals_.test(st_.step, epoch())) return stop_and_save();
   if (ckpt_.final_due(st_.step)) save(SaveReason::kEnd, /*sync=*/true);
   if (!leader()) return 0;
   ckpt_.finish(st_.step);
@@ -351,8 +348,8 @@ int Trainer::finish() {
   report_.report(std::move(e));
   report_.close();
   log0::info("done: {} steps, eval accuracy {}, summary in {}", st_.step,
-             last_eval_.result.is_null() ? std::string("n/a")
-                                         : fmt::format("{:.4f}", last_eval_.result["accuracy"].get<double>()),
+             evals_.last().is_null() ? std::string("n/a")
+                                     : fmt::format("{:.4f}", evals_.last()["accuracy"].get<double>()),
              dir_.summary_json());
   return 0;
 }
@@ -370,7 +367,11 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.state = &st_;
   in.steps_per_epoch = c_.steps_per_epoch;
   in.meter = meter_.totals();
-  in.eval = last_eval_.result;
+  in.eval = evals_.last();
+  in.test = evals_.test_result();
+  in.init = init_;
+  in.best = evals_.monitor().best_summary(ckpt_.best());
+  in.early_stop = evals_.monitor().early_stop_summary();
   in.checkpointer = ckpt_.summary();
   in.peak_cuda_memory_mb = peak_cuda_memory_mb(c_.placement.device);
   in.fused_kernels = fused_kernels_report(c_.model->fused_conv_bn_relu());

@@ -2,14 +2,16 @@
 `dlrun train configs/...` example is accepted by `config validate` exactly when `train` accepts it
 (with the same first error otherwise); showing and describing a config never needs its data;
 --force means what it says; `eval --checkpoint` reads what `export` writes and names the kind of
-anything else."""
+anything else; fine-tuning from pretrained weights (model.init); a validation split with the best
+checkpoint and early stopping, resumed exactly; `dlrun predict` with the run's class names."""
 import glob
 import json
 import os
 import re
+import subprocess
 import time
 
-from common import SRC, RunDir, cfg, dlrun, expect, main, train
+from common import SRC, RunDir, cfg, dlrun, environment, expect, main, train
 
 TINY = cfg("tiny.yaml")
 
@@ -142,6 +144,172 @@ def test_eval_reads_what_export_writes():
         expect(out["kind"] == "torch file" and out["loss"] == ref["loss"], out)
 
 
+def python(code, *args):
+    """Run `code` in this interpreter (torch, safetensors, PIL installed by the setup script)."""
+    return subprocess.run([os.sys.executable, "-c", code, *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_fine_tune_from_pretrained_weights():
+    with RunDir() as r:
+        train(TINY, r.file("base"), "train.epochs=1")
+        export = r.file("base.safetensors")
+        dlrun("export", "--checkpoint", r.file("base"), "--output", export, check=0)
+        # A fresh run starts from the export: every tensor loaded, reported, in summary.json.
+        p = train(TINY, r.file("ft"), "train.max_steps=2", f"model.init={export}",
+                  extra=("--save-init", r.file("init.pt")))
+        expect(re.search(r"model.init: \S+base.safetensors \(safetensors file\): loaded (\d+) of \1 tensors; "
+                         r"missing: none; unexpected: none", p.stdout), p.stdout[-2500:])
+        init = json.load(open(r.file("ft", "summary.json")))["init"]
+        expect(init["kind"] == "safetensors file" and init["missing"] == [] and init["loaded"] > 0, init)
+        same = python("import sys, torch; from safetensors.torch import load_file\n"
+                      "a = torch.load(sys.argv[1]); b = load_file(sys.argv[2])\n"
+                      "print(sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a))",
+                      r.file("init.pt"), export)
+        expect(same.strip() == "True", "the initial weights are not the export's")
+        # Another number of classes: the head starts as initialised, and the log says so.
+        p = train(TINY, r.file("ft12"), "train.max_steps=1", f"model.init={export}", "model.num_classes=12")
+        expect("model.init: the classification head (classifier.1.weight, classifier.1.bias) is re-initialised"
+               in p.stdout, p.stdout[-2500:])
+        # Resumed, the run continues from its checkpoint: model.init is not read again (gone here).
+        ref = train(TINY, r.file("ref"), "train.max_steps=10", f"model.init={export}")
+        moved = r.file("moved.safetensors")
+        train(TINY, r.file("int"), "train.max_steps=10", f"model.init={export}", "checkpoint.every_steps=4",
+              env={"DLRUN_FAULT": "signal_at_step:5"}, check=75)
+        os.rename(export, moved)
+        train(TINY, r.file("int"), "train.max_steps=10", f"model.init={export}", "checkpoint.every_steps=4")
+        expect(json.load(open(r.file("int", "summary.json")))["params_sha256"] ==
+               json.load(open(r.file("ref", "summary.json")))["params_sha256"], "resume with model.init differs")
+        del ref
+        # Weights of another model (strict), and a file that is no weights, are refused at model.init.
+        p = train(TINY, r.file("bad"), "train.max_steps=1", f"model.init={moved}", "model.name=mlp", check=2)
+        expect("model.init: " in p.stdout and "the weights do not match the model: missing layers." in p.stdout,
+               p.stdout[-1500:])
+        v = dlrun("config", "validate", TINY, f"model.init={moved}", "model.name=mlp", check=2)
+        expect("the weights do not match the model" in v.stdout, v.stdout)
+        p = train(TINY, r.file("bad2"), "train.max_steps=1", f"model.init={TINY}", check=2)
+        expect("model.init: " in p.stdout and "a YAML or text file, not model weights" in p.stdout, p.stdout[-1500:])
+        # not strict: what matches loads, the rest is reported.
+        p = train(TINY, r.file("lax"), "train.max_steps=1", f"model.init={moved}", "model.width=16",
+                  "model.init_strict=false", check=2)
+        expect("shape" in p.stdout, "a shape mismatch is refused even when not strict (as PyTorch does)")
+
+
+def test_a_torch_save_state_dict_as_torchvision_publishes_it():
+    with RunDir() as r:
+        path = r.file("resnet18.pth")
+        python("import sys, torch, torchvision\n"
+               "torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), sys.argv[1])", path)
+        p = train(TINY, r.file("run"), "train.max_steps=1", "model.name=resnet18", "model.in_channels=3",
+                  "data.synthetic_shape=[3,16,16]", "model.stem=imagenet", f"model.init={path}")
+        expect(re.search(r"\(torch file\): loaded (\d+) of \1 tensors; missing: none; unexpected: none", p.stdout),
+               p.stdout[-2000:])
+
+
+VAL = ("data.val_fraction=0.25", "train.epochs=6", "train.eval_every_epochs=1", "checkpoint.keep_best=accuracy",
+       "checkpoint.keep_last=1", "checkpoint.every_steps=0", "checkpoint.at_epoch_end=true")
+
+
+def events(r, name):
+    return [m for m in r.metrics() if m.get("event") == name]
+
+
+def test_validation_split_best_checkpoint_and_early_stop():
+    with RunDir() as r:
+        p = train(TINY, r.path, *VAL)
+        expect("data synthetic: 384 train / 128 validation / 128 test samples" in p.stdout, p.stdout[-3000:])
+        vals, tests = events(r, "val"), events(r, "test")
+        expect(len(vals) == 6 and len(tests) == 1 and not events(r, "eval"), [m.get("event") for m in r.metrics()])
+        s = r.summary()
+        expect(s["eval"]["split"] == "val" and s["test"]["samples"] == 128 and s["eval"]["samples"] == 128, s)
+        best = max(vals, key=lambda m: (m["accuracy"], -m["step"]))  # the first of the best
+        expect(s["best"]["metric"] == "accuracy" and s["best"]["step"] == best["step"], (s["best"], best))
+        name = open(r.file("checkpoints", "BEST")).read().strip()
+        expect(name == f"step-{best['step']:08d}" and os.path.isdir(r.file("checkpoints", name)), name)
+        expect(s["best"]["checkpoint"].endswith(name), s["best"])
+        kept = sorted(d for d in os.listdir(r.file("checkpoints")) if d.startswith("step-"))
+        expect(kept == sorted({name, "step-00000072"}), f"keep_last=1 keeps the newest and the best: {kept}")
+        e = eval_json("--checkpoint", "best", "--run-dir", r.path, *VAL[:1])
+        expect(e["checkpoint"].endswith(name), e)
+        # Interrupted between two evaluations and resumed: the same parameters, the same BEST.
+        ref = s["params_sha256"]
+    with RunDir() as r:
+        train(TINY, r.path, *VAL, env={"DLRUN_FAULT": "signal_at_step:30"}, check=75)
+        train(TINY, r.path, *VAL)
+        expect(r.summary()["params_sha256"] == ref and open(r.file("checkpoints", "BEST")).read().strip() == name,
+               "a resumed run differs")
+    # Early stopping: a min_delta no evaluation can reach ends the run at the second evaluation.
+    stop = VAL + ("train.early_stop=loss", "train.early_stop_patience=1", "train.early_stop_min_delta=100")
+    with RunDir() as r:
+        p = train(TINY, r.path, *stop)
+        expect("train.early_stop: loss has not improved" in p.stdout and "the run ends at step 24" in p.stdout,
+               p.stdout[-2000:])
+        s = r.summary()
+        expect(s["status"] == "completed" and s["steps"] == 24 and s["early_stop"]["stopped_at"] == 24, s)
+        expect(s["test"] is not None and len(events(r, "test")) == 1, s)
+        # Run again (a requeue): it stays stopped, nothing more is trained.
+        train(TINY, r.path, *stop)
+        expect(r.summary()["steps"] == 24, r.summary()["steps"])
+    with RunDir() as r:  # interrupted before the stop, resumed: it stops at the same step
+        train(TINY, r.path, *stop, env={"DLRUN_FAULT": "signal_at_step:13"}, check=75)
+        train(TINY, r.path, *stop)
+        expect(r.summary()["steps"] == 24 and r.summary()["early_stop"]["stopped_at"] == 24, r.summary())
+    # Refused without evaluations to decide at.
+    v = dlrun("config", "validate", TINY, "checkpoint.keep_best=loss", "train.eval_every_epochs=0", check=2)
+    expect("checkpoint.keep_best: the best checkpoint is chosen at evaluations, and none is scheduled" in v.stdout,
+           v.stdout)
+
+
+def color_folder(root, per_class=12, test=False):
+    """Two classes anyone can tell apart: reddish and bluish images of varying sizes."""
+    from PIL import Image
+    splits = (("train", per_class), ("val", 4)) + ((("test", 4),) if test else ())
+    for split, n in splits:
+        for c, rgb in (("blue", (20, 40, 220)), ("red", (220, 30, 20))):
+            os.makedirs(os.path.join(root, split, c))
+            for i in range(n):
+                img = Image.new("RGB", (20 + i % 4, 18 + i % 3), tuple((v + 7 * i) % 256 for v in rgb))
+                img.save(os.path.join(root, split, c, f"{i:03d}.png"))
+
+
+def test_predict_with_the_class_names_the_run_recorded():
+    with RunDir() as r:
+        color_folder(r.file("imgs"), test=True)
+        over = ("data.name=image_folder", f"data.root={r.file('imgs')}", "data.image_size=16", "model.in_channels=3",
+                "model.num_classes=2", "data.batch_size=8", "data.augment=[]", "train.epochs=4", "optim.lr=0.05",
+                "checkpoint.keep_best=accuracy")
+        p = train(TINY, r.file("run"), *over)
+        # An image_folder with root/test: val is the validation split, test read at the end.
+        expect("24 train / 8 validation / 8 test samples" in p.stdout, p.stdout[-3000:])
+        files = sorted(glob.glob(r.file("imgs", "test", "*", "*.png")))
+        out = dlrun("predict", TINY, *over, "--checkpoint", r.file("run"), *files, "--top-k", "2", check=0).stdout
+        lines = [line for line in out.splitlines() if line.endswith(tuple("0123456789"))]
+        expect(len(lines) == len(files), out[-2000:])
+        for f, line in zip(files, lines):
+            want = os.path.basename(os.path.dirname(f))
+            expect(line.startswith(f"{f}: {want} "), f"{line} (expected {want})")
+        # JSON lines, a folder and a glob pattern, the best checkpoint, top-1.
+        out = dlrun("predict", TINY, *over, "--checkpoint", "best", "--run-dir", r.file("run"), "--json",
+                    "--top-k", "1", r.file("imgs", "test", "red"), r.file("imgs", "test", "blue", "00*.png"),
+                    check=0).stdout
+        recs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        expect(len(recs) == 8 and all(len(x["top"]) == 1 for x in recs), out[-1500:])
+        expect([x["top"][0]["class"] for x in recs] == ["red"] * 4 + ["blue"] * 4, recs)
+        expect(all(0.5 < x["top"][0]["probability"] <= 1 for x in recs), recs)
+        # A safetensors export carries the class names; a torch export has them from the config's data.
+        for fmt_ in ("safetensors", "torch"):
+            out_file = r.file(f"w.{fmt_}")
+            dlrun("export", "--checkpoint", r.file("run"), "--format", fmt_, "--output", out_file, check=0)
+            out = dlrun("predict", TINY, *over, "--checkpoint", out_file, files[0], check=0).stdout
+            expect(f"{files[0]}: blue " in out, out[-1500:])
+        # A file that is not an image is exit 2 naming it; no image at all is exit 2.
+        p = dlrun("predict", TINY, *over, "--checkpoint", r.file("run"), TINY, check=2)
+        expect("tiny.yaml" in p.stdout, p.stdout[-800:])
+        p = dlrun("predict", TINY, *over, "--checkpoint", r.file("run"), r.file("nothing-*.png"), check=2)
+        expect("matches no .jpg, .jpeg or .png file" in p.stdout, p.stdout[-800:])
+
+
 if __name__ == "__main__":
     main([test_validate_accepts_exactly_what_train_accepts, test_show_and_info_need_no_data,
-          test_force_without_resume_never_is_refused, test_eval_reads_what_export_writes])
+          test_force_without_resume_never_is_refused, test_eval_reads_what_export_writes,
+          test_fine_tune_from_pretrained_weights, test_a_torch_save_state_dict_as_torchvision_publishes_it,
+          test_validation_split_best_checkpoint_and_early_stop, test_predict_with_the_class_names_the_run_recorded])

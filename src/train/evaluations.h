@@ -1,0 +1,60 @@
+// The evaluations of a training run: the periodic one (on the validation split when there is
+// one, else on the evaluation split), what it decides (the Monitor: the best checkpoint, early
+// stopping), and the test split's at the end when a validation split took its place. Every rank
+// evaluates its share of the batches and the sums are added up, so every rank holds the same
+// results and verdicts. The trainer asks it; it never sees the trainer (docs/design.md, "The
+// loop and its collaborators").
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+#include "config/options.h"
+#include "data/loader.h"
+#include "metrics/sink.h"
+#include "models/model.h"
+#include "train/evaluate.h"
+#include "train/monitor.h"
+#include "train/replicas.h"
+
+namespace dlrun::train {
+
+class Evaluations {
+ public:
+  /// `val`: the validation split's loader, or null. They outlive this.
+  Evaluations(const Config& cfg, models::Model& model, data::Loader& eval, data::Loader* val, Replicas& replicas,
+              metrics::Reporter& report);
+
+  /// The periodic evaluation at `step` (of `epoch`): its event ("val", or "eval" without a
+  /// validation split) and the monitor's verdict. false: a stop request (on any rank) cut it
+  /// short, and nothing is recorded.
+  bool periodic(int64_t step, int64_t epoch);
+  /// With a validation split and train.eval_at_end, the test split's evaluation ("test" event,
+  /// summary.json "test"); a no-op otherwise. false: a stop request cut it short.
+  bool test(int64_t step, int64_t epoch);
+  /// What the last periodic evaluation decided, once (the next call returns nothing new).
+  Monitor::Verdict take_verdict();
+
+  int64_t last_step() const { return last_step_; }
+  const nlohmann::json& last() const { return last_; }         ///< summary.json "eval", or null
+  const nlohmann::json& test_result() const { return test_; }  ///< summary.json "test", or null
+  Monitor& monitor() { return monitor_; }
+
+ private:
+  /// One pass over `loader`, summed across ranks; nullopt when a stop request cut it short.
+  std::optional<EvalResult> pass(data::Loader& loader);
+
+  const Config& cfg_;
+  models::Model& model_;
+  data::Loader& eval_;
+  data::Loader* val_;
+  Replicas& replicas_;
+  metrics::Reporter& report_;
+  Monitor monitor_;
+  Monitor::Verdict verdict_;
+  int64_t last_step_ = -1;
+  nlohmann::json last_, test_;
+};
+
+}  // namespace dlrun::train
