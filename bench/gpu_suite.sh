@@ -21,13 +21,13 @@
 # machine idle for 30 s is given back (the next call gets a fresh one). The suite stops starting
 # parts when less than a part needs is left of DLRUN_GPU_BUDGET_S (default 540 s), and
 # DLRUN_GPU_PARTS picks parts (default all: "build tests sanitize kernels telemetry fast amp
-# memory compare pipeline ckpt throughput"). In the order of what a session needs most:
+# memory compare pipeline firsthour ckpt throughput"). In the order of what a session needs most:
 #   1. DLRUN_GPU_PARTS="build safety tests sanitize"  the build (all cores), the safety checks
 #                                                  (issue 28) and every GPU test
 #   2. DLRUN_GPU_PARTS="kernels telemetry fast"    fused BatchNorm; records; time to accuracy
 #   3. DLRUN_GPU_PARTS="amp"                       dlrun vs PyTorch on the GPU fast paths
 #   4. DLRUN_GPU_PARTS="memory compare"            activation checkpointing; the harness
-#   5. DLRUN_GPU_PARTS="pipeline ckpt throughput"
+#   5. DLRUN_GPU_PARTS="pipeline firsthour ckpt throughput"
 # Calls 2.. carry .gpubin (made from call 1's gpu-bin.tgz) with .devdeps.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +35,7 @@ OUT="${OUT:-$ROOT/gpu-out}"                       # what comes back: summary.md 
 RES="${DLRUN_GPU_WORK:-/tmp/dlrun-gpu}"           # everything the parts write
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline ckpt throughput} "
+PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline firsthour ckpt throughput} "
 BUDGET="${DLRUN_GPU_BUDGET_S:-540}"
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
@@ -316,6 +316,26 @@ step "benchmark: bench/compare.py --workloads pipeline"
 limited python3 bench/compare.py --dlrun "$DLRUN" --workloads pipeline --reps 2 --jpegs 1280 \
   --out "$RES/pipeline-logs" > "$RES/pipeline.md" 2>&1 || fail "bench/compare.py pipeline"
 sed 's/^/    /' "$RES/pipeline.md" | tail -10 >> "$summary"
+pack
+fi
+
+# Issue 30: on a GPU every shipped config validates (the GPU ones are refused on a CPU-only
+# machine, as train refuses them); bench data delivers batches to the GPU; a fine-tune from an
+# export with a validation split, the best checkpoint and early stopping runs on CUDA.
+if want firsthour 90; then
+step "first hour: shipped configs validate here, bench data to cuda, model.init + keep_best + early_stop on cuda"
+bash tests/cli/validate_configs.sh "$DLRUN" "$ROOT" > "$RES/validate-configs.txt" 2>&1 || fail "validate_configs.sh"
+tail -1 "$RES/validate-configs.txt" | sed 's/^/    /' >> "$summary"
+limited "$DLRUN" bench data configs/quickstart.yaml run.device=cuda --batches 50 --json \
+  > "$RES/bench-data-cuda.json" 2>>"$RES/suite.log" || fail "bench data run.device=cuda"
+W="$RES/firsthour"; T=tests/e2e/data/tiny.yaml
+{ limited "$DLRUN" train $T run.device=cuda train.epochs=1 --run-dir "$W/base" &&
+  "$DLRUN" export --checkpoint "$W/base" --output "$W/base.safetensors" &&
+  limited "$DLRUN" train $T run.device=cuda "model.init=$W/base.safetensors" data.val_fraction=0.25 \
+    checkpoint.keep_best=accuracy train.early_stop=loss train.epochs=4 --run-dir "$W/ft"; } \
+  >> "$RES/suite.log" 2>&1 || fail "model.init + keep_best + early_stop on cuda"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('    fine-tune on cuda:', s['status'], 'init', \
+s['init'] and s['init']['loaded'], 'best', s['best'], 'test', s['test'])" "$W/ft/summary.json" >> "$summary" 2>&1
 pack
 fi
 

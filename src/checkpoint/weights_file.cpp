@@ -93,6 +93,10 @@ WeightsRead read_weights(const std::string& path,
     });
     DLRUN_CHECK_INPUT(!optim, "{}: this is a checkpoint's optimizer state (optim.pt), not model weights; give the "
                               "checkpoint directory, or its model.pt", path);
+  } else if (starts_with(bytes, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19")) {  // torch's legacy magic
+    throw Error(ExitCode::kBadInput, path + ": a legacy torch.save file (torch < 1.6), which only Python reads",
+                "re-save it once with a current torch: python -c \"import torch,sys; "
+                "torch.save(torch.load(sys.argv[1]), sys.argv[2])\" OLD NEW");
   } else {
     fail_input("{}: {}, not model weights; {}", path, sniff_kind(bytes.substr(0, 512)), kAccepted);
   }

@@ -27,12 +27,15 @@ std::string first_names(const std::vector<std::string>& names, size_t n = 5) {
   return fmt::format("{}{}", fmt::join(head, ", "), names.size() > n ? fmt::format(" and {} more", names.size() - n) : "");
 }
 
-std::string shape_str(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ",")); }
+std::string shape_str(const torch::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
 /// The file's tensors in the model's own layout, when they are a folded export of it: each
 /// folded BatchNorm an identity (weight 1, running mean 0, running variance 1 - eps) that adds
 /// the folded bias, its convolution's own bias (if any) zero. Empty when they are not.
 NamedTensors unfold(Model& model, const std::unordered_map<std::string, torch::Tensor>& file, int64_t in_channels) {
+  bool has_bn = false;
+  for (const auto& m : model.modules()) has_bn |= dynamic_cast<BatchNorm2dImpl*>(m.get()) != nullptr;
+  if (!has_bn) return {};  // (mlp: nothing folds, and its input side is fixed)
   const auto pairs = folded_pairs(model, in_channels);
   if (pairs.empty()) return {};
   std::map<std::string, const FoldedPair*> by_bn, by_conv;
@@ -111,8 +114,7 @@ LoadReport load_weights(Model& model, const NamedTensors& tensors, const std::st
         r.reinitialised.push_back(k);
         continue;
       }
-      mismatched.push_back(fmt::format("'{}' has shape {} in the file, the model expects {}", k, shape_str(f->second),
-                                       shape_str(t)));
+      mismatched.push_back(fmt::format("'{}' has shape {}, the model expects {}", k, shape_str(f->second), shape_str(t)));
       continue;
     }
     r.loaded.push_back(k);

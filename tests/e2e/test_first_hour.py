@@ -39,13 +39,17 @@ def first_error(text):
 
 def check_agreement(config, overrides, env=None):
     """config validate accepts exactly what train accepts; both refuse with the same first error.
-    train is stopped by a SIGTERM right after start-up (exit 75): it got past every check."""
+    Where validate accepts, train is stopped by a SIGTERM once its data is loaded (exit 75): it got
+    past every check made before the data. Where validate refuses, train runs until it refuses too
+    (model.init is read later, with the checkpoint) -- or, if it does not, until a SIGTERM after its
+    first step (exit 75, a disagreement)."""
     t0 = time.monotonic()
     v = dlrun("config", "validate", config, *overrides, env=env)
     took = time.monotonic() - t0
+    fault = "signal_during:startup" if v.returncode == 0 else "signal_at_step:1"
     with RunDir() as r:
         t = dlrun("train", config, *overrides, "--run-dir", r.path, "log.progress=none",
-                  env={**(env or {}), "DLRUN_FAULT": "signal_during:startup"})
+                  env={**(env or {}), "DLRUN_FAULT": fault})
     what = f"{os.path.relpath(config, SRC)} {' '.join(overrides)}"
     expect(v.returncode in (0, 2), f"{what}: validate exited {v.returncode}\n{v.stdout[-1500:]}")
     expect(t.returncode in (2, 75), f"{what}: train exited {t.returncode}\n{t.stdout[-1500:]}")
@@ -203,6 +207,12 @@ def test_a_torch_save_state_dict_as_torchvision_publishes_it():
                   "data.synthetic_shape=[3,16,16]", "model.stem=imagenet", f"model.init={path}")
         expect(re.search(r"\(torch file\): loaded (\d+) of \1 tensors; missing: none; unexpected: none", p.stdout),
                p.stdout[-2000:])
+        # torch < 1.6's format (older published files): said so, with how to re-save it.
+        old = r.file("legacy.pth")
+        python("import sys, torch\ntorch.save({'w': torch.zeros(2)}, sys.argv[1], _use_new_zipfile_serialization=False)",
+               old)
+        p = train(TINY, r.file("run2"), "train.max_steps=1", f"model.init={old}", check=2)
+        expect("a legacy torch.save file (torch < 1.6)" in p.stdout and "re-save it once" in p.stdout, p.stdout[-1500:])
 
 
 VAL = ("data.val_fraction=0.25", "train.epochs=6", "train.eval_every_epochs=1", "checkpoint.keep_best=accuracy",
