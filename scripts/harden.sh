@@ -57,7 +57,7 @@ run_fuzz() {
     say "fuzz_$name for $secs s"
     # Torch-free targets check leaks too; the torch ones cannot (LibTorch's one-time allocations).
     local leaks=1
-    case $name in idx|cifar|image|checkpoint) leaks=0 ;; esac
+    case $name in idx|cifar|image|checkpoint|weights) leaks=0 ;; esac
     if ASAN_OPTIONS="detect_leaks=$leaks:halt_on_error=1:allocator_may_return_null=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
        "$dir/fuzz_$name" -max_total_time="$secs" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
          -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/" \

@@ -29,5 +29,7 @@ if(DLRUN_PYTHON)
   dlrun_e2e_test(profile test_profile.py)
   dlrun_e2e_test(bench_scripts test_bench_scripts.py)
   dlrun_e2e_test(shards test_shards.py)
+  # About 100 s: it starts dlrun twice for each of the 15 shipped configs and each documented
+  # example (validate, then train up to its start-up checks), and trains a few tiny runs.
   dlrun_e2e_test(first_hour test_first_hour.py)
 endif()
