@@ -1,4 +1,4 @@
-// The rendezvous of the ranks on the store (see rendezvous.h).
+// The rendezvous of the ranks on the store, and the check that it is this job's (see rendezvous.h).
 #include "distributed/rendezvous.h"
 
 #include <fmt/ranges.h>
@@ -14,6 +14,18 @@
 
 namespace dlrun::dist {
 namespace {
+
+/// The key that says whose store this is, outside every job's prefix, so that another job's
+/// worker finds it.
+constexpr const char* kJobKey = "dlrun/job";
+
+/// What kJobKey holds: the run id and the world size (ranks of one job never differ in either;
+/// without a run id, the size still tells many jobs apart). In torchrun's agent store the run id
+/// alone: the agent keeps its store across restarts, and an elastic job's size may change.
+std::string job_label(const World& w) {
+  const std::string id = w.run_id.empty() ? "none" : w.run_id;
+  return w.agent_store ? fmt::format("'{}'", id) : fmt::format("'{}' ({} ranks)", id, w.size);
+}
 
 std::string hostname() {
   char buf[256] = {0};
@@ -81,6 +93,66 @@ void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
       if (ask({stop[r]})) throw stopped(fmt::format("rank {} received a stop request", r));
     wait_a_little(go, "agree to start");
   }
+}
+
+void check_job(c10d::Store& tcp, const World& w, bool host, double timeout_s) {
+  const std::string mine = job_label(w);
+  const std::vector<uint8_t> claim(mine.begin(), mine.end());
+  if (host) {
+    tcp.set(kJobKey, claim);
+    return;
+  }
+  std::vector<uint8_t> found;
+  if (w.agent_store) {
+    // torchrun's agent hosts the store (its own keys are there already) and every rank is a
+    // client: the first rank of this job to get here claims it, the others find that claim. A
+    // store kept by the agent across restarts holds this job's claim already.
+    found = tcp.compareSet(kJobKey, {}, claim);
+  } else {
+    // Rank 0 claims its store before anything of this job is written there, so a store with
+    // keys but no claim is another program's, or an older dlrun's. The grace covers a stray
+    // client of another job that wrote into this job's store in the instant before the claim.
+    constexpr double kGraceS = 1.0;
+    const double deadline = mono_now() + timeout_s;
+    double keys_since = -1;
+    for (;;) {
+      if (tcp.check({kJobKey})) {
+        found = tcp.get(kJobKey);
+        break;
+      }
+      const int64_t keys = tcp.getNumKeys();
+      const double now = mono_now();
+      if (keys > 0 && keys_since < 0) keys_since = now;
+      if (keys > 0 && now - keys_since > kGraceS)
+        throw Error(ExitCode::kBadInput,
+                    fmt::format("the rendezvous store at {}:{} is not a dlrun job's (it holds {} key(s), none "
+                                "naming a job), but this worker is job {}: another job (another program, or an "
+                                "older dlrun) uses this port",
+                                w.master_addr, w.master_port, keys, mine),
+                    "pick another port with --master-port (MASTER_PORT), the same for every rank, or start a "
+                    "single-node job with scripts/dlrun-launch --standalone, which picks a free one");
+      if (preempt::stop_requested())
+        throw StoppedDuringRendezvous(fmt::format("{} received while waiting for rank 0's claim on the "
+                                                  "rendezvous store at {}:{}",
+                                                  preempt::stop_reason(), w.master_addr, w.master_port));
+      if (now >= deadline)
+        throw Error(ExitCode::kRuntime,
+                    fmt::format("the rendezvous store at {}:{} named no job within dist.timeout_s={} s (this job's "
+                                "rank 0 names it on hosting): another program's store?",
+                                w.master_addr, w.master_port, timeout_s),
+                    "is MASTER_ADDR:MASTER_PORT rank 0's address? Else pick another port with --master-port "
+                    "(MASTER_PORT), or use scripts/dlrun-launch --standalone");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const std::string theirs(found.begin(), found.end());
+  if (theirs != mine)
+    throw Error(ExitCode::kBadInput,
+                fmt::format("the rendezvous store at {}:{} belongs to job {} but this worker (rank {}) is job {}: "
+                            "another job uses this port",
+                            w.master_addr, w.master_port, theirs, w.rank, mine),
+                "pick another port with --master-port (MASTER_PORT), the same for every rank, or start a "
+                "single-node job with scripts/dlrun-launch --standalone, which picks a free one");
 }
 
 }  // namespace dlrun::dist

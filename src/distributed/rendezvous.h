@@ -1,5 +1,5 @@
-// The rendezvous of a multi-process run's ranks on the c10d store, before the process group's
-// backend opens (group.cpp's Group::connect calls it).
+// The rendezvous of a multi-process run's ranks on the c10d store (after checking that the store
+// is this job's), before the process group's backend opens (group.cpp's Group::connect calls it).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -23,5 +23,11 @@ namespace dlrun::dist {
 /// A store that stops answering while this rank has a stop request of its own (rank 0, which
 /// hosts it, left for the same reason) also counts as a stop.
 void await_ranks(c10d::Store& store, const World& w, double timeout_s);
+
+/// Make sure the store at MASTER_ADDR:MASTER_PORT is this job's before writing into it. With
+/// the port held by another job, rank 0 fails to host, and the other ranks would otherwise join
+/// that job's rendezvous and its collectives. `host`: this rank hosts the store (rank 0, no
+/// torchrun agent) and claims it; the others compare.
+void check_job(c10d::Store& tcp, const World& w, bool host, double timeout_s);
 
 }  // namespace dlrun::dist
