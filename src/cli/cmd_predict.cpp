@@ -83,12 +83,6 @@ InputSpec input_spec(const Config& cfg, const ckpt::WeightsRead& w) {
   return s;
 }
 
-bool is_image(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 /// The image files `arg` names: a file, a folder (searched recursively, sorted), or a glob.
 void collect(const std::string& arg, std::vector<std::string>& out) {
   std::error_code ec;
@@ -97,7 +91,7 @@ void collect(const std::string& arg, std::vector<std::string>& out) {
     for (auto it = fs::recursive_directory_iterator(arg, fs::directory_options::skip_permission_denied, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (ec) break;
-      if (it->is_regular_file(ec) && is_image(it->path())) found.push_back(it->path().string());
+      if (it->is_regular_file(ec) && data::is_image_name(it->path().string())) found.push_back(it->path().string());
     }
     DLRUN_CHECK_INPUT(!found.empty(), "{}: a folder with no .jpg, .jpeg or .png file", arg);
     std::sort(found.begin(), found.end());
@@ -113,7 +107,7 @@ void collect(const std::string& arg, std::vector<std::string>& out) {
   const int rc = ::glob(arg.c_str(), 0, nullptr, &g);
   std::vector<std::string> found;
   for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
-    if (is_image(g.gl_pathv[i]) && fs::is_regular_file(g.gl_pathv[i], ec)) found.emplace_back(g.gl_pathv[i]);
+    if (data::is_image_name(g.gl_pathv[i]) && fs::is_regular_file(g.gl_pathv[i], ec)) found.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
   DLRUN_CHECK_INPUT(!found.empty(), "{}: the pattern matches no .jpg, .jpeg or .png file", arg);
   out.insert(out.end(), found.begin(), found.end());

@@ -8,6 +8,7 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csetjmp>
 #include <cstdio>
 #include <cmath>
@@ -351,6 +352,15 @@ DecodedImage decode_image_bytes(const std::vector<uint8_t>& bytes, const std::st
 
 DecodedImage decode_image(const std::string& path, int channels) {
   return decode_image_bytes(read_all(path), path, channels);
+}
+
+bool is_image_name(const std::string& name) {
+  const std::string base = name.substr(name.rfind('/') + 1);  // (npos + 1 == 0: no folder)
+  const auto dot = base.rfind('.');
+  if (dot == std::string::npos || dot == 0) return false;  // as std::filesystem: ".jpg" has no extension
+  std::string ext = base.substr(dot);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
 std::vector<uint8_t> read_image_file(const std::string& path) { return read_all(path); }

@@ -25,6 +25,9 @@ DecodedImage decode_image(const std::string& path, int channels);
 /// Decodes an in-memory file; `name` is used in error messages.
 DecodedImage decode_image_bytes(const std::vector<uint8_t>& bytes, const std::string& name, int channels);
 
+/// Whether a file name is one dlrun reads as an image: .jpg, .jpeg or .png, in any case.
+bool is_image_name(const std::string& name);
+
 /// The bytes of an image file; exit 2 naming it when it cannot be read.
 std::vector<uint8_t> read_image_file(const std::string& path);
 

@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_image_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 std::vector<std::string> sorted_subdirs(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir))
@@ -117,7 +111,7 @@ std::shared_ptr<Dataset> open_image_folder(const DataOptions& opts, Split split)
                       (dir / name).string(), train_dir.string());
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(dir / name))
-      if (e.is_regular_file() && is_image_name(e.path())) files.push_back(e.path().string());
+      if (e.is_regular_file() && is_image_name(e.path().string())) files.push_back(e.path().string());
     std::sort(files.begin(), files.end());
     for (auto& f : files) samples.push_back({std::move(f), it - classes.begin()});
   }
@@ -128,7 +122,7 @@ std::shared_ptr<Dataset> open_image_folder(const DataOptions& opts, Split split)
   for (const std::string& name : classes) {
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(train_dir / name))
-      if (e.is_regular_file() && is_image_name(e.path())) files.push_back(e.path());
+      if (e.is_regular_file() && is_image_name(e.path().string())) files.push_back(e.path());
     if (!files.empty()) {
       first = *std::min_element(files.begin(), files.end());
       break;

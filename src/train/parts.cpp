@@ -13,6 +13,7 @@
 #include "config/loader.h"
 #include "config/tree.h"
 #include "data/sample_rng.h"
+#include "train/components.h"
 #include "train/rng.h"
 
 namespace dlrun::train {
@@ -282,6 +283,8 @@ std::optional<ckpt::Snapshot> CheckpointParts::snapshot() {
   for (auto& p : parts_) p->save(s);
   return s;
 }
+
+void CheckpointParts::start_fresh() { init_ = load_init_weights(live_.cfg, live_.model); }
 
 void CheckpointParts::restore(const ckpt::Snapshot& snap) {
   try {

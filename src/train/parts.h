@@ -50,9 +50,15 @@ class CheckpointParts {
   /// every part, with this rank's RNG. A checkpoint whose files hash correctly but hold values
   /// of the wrong kind (written by hand, or by another program) is exit 2, never a crash.
   void restore(const ckpt::Snapshot& snap);
+  /// A fresh start (no checkpoint to restore): the model takes model.init's weights when it is
+  /// set (load_init_weights, components.h). Call on the rank whose weights the others receive.
+  void start_fresh();
+  /// summary.json's "init": what start_fresh() loaded, or null.
+  const nlohmann::json& init_report() const { return init_; }
 
  private:
   LiveState live_;  ///< references to the live objects, which outlive this
+  nlohmann::json init_;
   std::vector<std::unique_ptr<ckpt::Part>> parts_;
 };
 

@@ -96,7 +96,7 @@ class Trainer {
                  at.cursor);
       if (evals_.monitor().stopped()) c_.total_steps = st_.step;  // ended by train.early_stop: only the end is left
     } else if (replicas_.leader()) {
-      init_ = load_init_weights(cfg_, *c_.model);  // model.init: a fresh run only (the others get rank 0's)
+      parts_.start_fresh();  // model.init: a fresh run only (the others get rank 0's weights)
     } else if (replicas_.distributed()) {
       torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(replicas_.rank()));  // own dropout draws per rank
     }
@@ -149,7 +149,6 @@ class Trainer {
   Evaluations evals_;         ///< periodic and test evaluations, the best checkpoint, early stopping
   CheckpointParts parts_;
   ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
-  nlohmann::json init_;       ///< summary.json's "init" (model.init)
   double start_mono_ = -1;    ///< when begin() ran (-1: the run directory is not ours yet)
 };
 
@@ -369,7 +368,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.meter = meter_.totals();
   in.eval = evals_.last();
   in.test = evals_.test_result();
-  in.init = init_;
+  in.init = parts_.init_report();
   in.best = evals_.monitor().best_summary(ckpt_.best());
   in.early_stop = evals_.monitor().early_stop_summary();
   in.checkpointer = ckpt_.summary();
