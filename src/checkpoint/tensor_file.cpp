@@ -212,6 +212,63 @@ class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
   size_t size_;
 };
 
+/// Every record's size as the archive's central directory states it, found the way miniz (the
+/// zip reader inside LibTorch) finds it: the last end-of-directory record, the zip64 one when
+/// its locator sits in front, and a record's zip64 extra field where a size reads 0xFFFFFFFF.
+/// LibTorch's reader allocates a record's stated size before reading it -- even in its
+/// constructor, for the version record -- so a 60-byte file claiming a 4 GB record asked for
+/// 4 GB (found by fuzz/weights_fuzz.cpp). A record may not claim more bytes than the file has
+/// (torch.save stores them uncompressed). Throws std::runtime_error naming what is wrong.
+void check_record_sizes(const std::vector<char>& bytes) {
+  const size_t size = bytes.size();
+  auto at = [&](uint64_t pos, int k) {
+    if (pos > size || static_cast<uint64_t>(k) > size - pos)
+      throw std::runtime_error(fmt::format("zip directory points past the end of the file (byte {})", pos));
+    uint64_t v = 0;
+    for (int b = k - 1; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(bytes[pos + static_cast<size_t>(b)]);
+    return v;
+  };
+  if (size < 22) throw std::runtime_error("too short for a zip archive");
+  size_t eocd = size - 22 + 1;
+  while (eocd-- > 0 && at(eocd, 4) != 0x06054b50) {
+  }
+  if (eocd == static_cast<size_t>(-1)) throw std::runtime_error("no zip end-of-directory record");
+  uint64_t entries = at(eocd + 10, 2), cdir_size = at(eocd + 12, 4), cdir = at(eocd + 16, 4);
+  if (eocd >= 76 && at(eocd - 20, 4) == 0x07064b50) {
+    const uint64_t z64 = at(eocd - 20 + 8, 8);
+    if (z64 <= size - 56 && at(z64, 4) == 0x06064b50) {
+      entries = at(z64 + 32, 8);
+      cdir_size = at(z64 + 40, 8);
+      cdir = at(z64 + 48, 8);
+    }
+  }
+  if (cdir > size || cdir_size > size - cdir) throw std::runtime_error("zip directory lies outside the file");
+  const uint64_t end = cdir + cdir_size;
+  for (uint64_t i = 0, p = cdir; i < entries; ++i) {
+    if (p + 46 > end || at(p, 4) != 0x02014b50) throw std::runtime_error("damaged zip directory entry");
+    const uint64_t name_len = at(p + 28, 2), extra_len = at(p + 30, 2), comment_len = at(p + 32, 2);
+    const uint64_t total = 46 + name_len + extra_len + comment_len;
+    if (total > end - p) throw std::runtime_error("damaged zip directory entry");
+    const std::string name(bytes.data() + p + 46, name_len);
+    uint64_t record = at(p + 24, 4);
+    const bool wide[3] = {record == 0xffffffff, at(p + 20, 4) == 0xffffffff, at(p + 42, 4) == 0xffffffff};
+    if (wide[0] || wide[1] || wide[2]) {  // the zip64 extra field (id 1) holds the 8-byte values in order
+      for (uint64_t e = p + 46 + name_len, stop = e + extra_len; e + 4 <= stop;) {
+        const uint64_t id = at(e, 2), len = at(e + 2, 2);
+        if (len > stop - e - 4) break;
+        if (id == 1) {
+          if (wide[0] && len >= 8) record = at(e + 4, 8);
+          break;
+        }
+        e += 4 + len;
+      }
+    }
+    if (record > size)
+      throw std::runtime_error(fmt::format("record {} claims {} bytes in a {}-byte file", name, record, size));
+    p += total;
+  }
+}
+
 }  // namespace
 
 TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string& what) {
@@ -219,12 +276,9 @@ TensorDict tensors_from_bytes(const std::vector<char>& bytes, const std::string&
   try {
     // The archive and its pickle are checked with bounded reads before LibTorch's reader sees
     // them: a record may not claim more bytes than the file has, and the pickle must walk.
+    check_record_sizes(bytes);
     caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes.data(), bytes.size()));
     if (!reader.hasRecord("data.pkl")) throw std::runtime_error("no data.pkl record in the archive");
-    for (const auto& name : reader.getAllRecords())  // torch.save stores records uncompressed
-      if (reader.getRecordSize(name) > bytes.size())
-        throw std::runtime_error(fmt::format("record {} claims {} bytes in a {}-byte file", name,
-                                             reader.getRecordSize(name), bytes.size()));
     const auto [data, size] = reader.getRecord("data.pkl");
     const auto* pickle = static_cast<const unsigned char*>(data.get());
     const std::string plain = plain_dicts(pickle, walk_pickle(pickle, size));

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -225,4 +226,38 @@ TEST_CASE("fuzz regression: an archive whose directory points past its end is re
   const std::string model = in.substr(a + 9, b == std::string::npos ? std::string::npos : b - a - 9);
   require_error([&] { ckpt::tensors_from_bytes(std::vector<char>(model.begin(), model.end()), "model.pt"); },
                 {"model.pt", "not a readable torch file"});
+}
+
+TEST_CASE("fuzz regression: a record whose stated size exceeds the file is refused before LibTorch allocates it",
+          "[ckpt][hostile]") {
+  // fuzz_weights (CI, 2026-11-26): LibTorch's zip reader allocates the size a record's directory
+  // entry states before reading it, in its constructor already for the version record; a
+  // deflated entry may state any size, so a small file asked for 4 GB.
+  const auto good = ckpt::tensors_to_bytes(sample_snapshot(1).tensor_files.at("model"));
+  auto entry = [&](const std::vector<char>& bytes, const std::string& name) {
+    for (size_t p = 0; p + 46 < bytes.size(); ++p)
+      if (std::memcmp(bytes.data() + p, "PK\x01\x02", 4) == 0 &&
+          std::string(bytes.data() + p + 46, std::min<size_t>(name.size(), bytes.size() - p - 46)) == name)
+        return p;
+    FAIL("no directory entry " << name);
+    return size_t{0};
+  };
+  auto put32 = [](std::vector<char>& b, size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  for (const std::string name : {"archive/version", "archive/data.pkl"}) {
+    INFO(name);
+    std::vector<char> bytes = good;
+    const size_t p = entry(bytes, name);
+    bytes[p + 10] = 8;                   // method: deflate, so miniz accepts any uncompressed size
+    put32(bytes, p + 24, 0xffffffffu);   // uncompressed size
+    require_error([&] { ckpt::tensors_from_bytes(bytes, "model.pt"); },
+                  {"model.pt", "record " + name + " claims 4294967295 bytes"});
+  }
+  std::vector<char> bytes = good;
+  const std::string z64("PK\x06\x06", 4);
+  const size_t at = std::string(bytes.begin(), bytes.end()).rfind(z64);
+  REQUIRE(at != std::string::npos);
+  put32(bytes, at + 48, 0x7fffffffu);  // the directory's offset, in the zip64 end record torch writes
+  require_error([&] { ckpt::tensors_from_bytes(bytes, "model.pt"); }, {"model.pt", "zip directory"});
 }
