@@ -10,5 +10,7 @@ PY_PINS=(
   "safetensors==0.7.0"
   "pyyaml==6.0.3"
   "moto[server]==5.2.5"  # a local S3 implementation for the remote-checkpoint tests
+  "onnx==1.23.2"         # onnx.checker: the ONNX export's tests
+  "onnxruntime==1.32.0"  # runs the exported models against dlrun's logits
   "webdataset==0.2.111"  # Python's webdataset and wids (its last release with wids): the shard interop tests
 )

@@ -1,4 +1,5 @@
-// `dlrun eval CONFIG.yaml --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]`
+// `dlrun eval CONFIG.yaml --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]
+//  [--save-batch FILE]`
 // Evaluates the weights of a checkpoint, a run directory or an exported weights file on the
 // config's evaluation split: top-1, top-5, loss. The model, data and device come from the
 // same build_components() as training; `auto` picks the checkpoint a resume would (the one
@@ -6,7 +7,9 @@
 // kept (cli/weights_arg.h).
 #include <CLI/CLI.hpp>
 
+#include "base/error.h"
 #include "base/log.h"
+#include "checkpoint/safetensors.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "cli/weights_arg.h"
@@ -23,7 +26,23 @@ struct EvalCmdOptions {
   std::string run_dir;
   bool json = false;
   bool fold_batchnorm = false;
+  std::string save_batch;  ///< the first batch's images, labels and logits, as safetensors
 };
+
+/// The evaluation split's first batch as the model sees it (after the evaluation transform) and
+/// the logits it gives: what another runtime (onnxruntime, on an ONNX export) is checked against.
+void save_first_batch(models::Model& model, data::Loader& loader, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  loader.start_epoch(0, 0);
+  const auto b = loader.next();
+  DLRUN_CHECK_INPUT(b.has_value(), "--save-batch: the evaluation split is empty");
+  const auto logits = model.forward(b->x).to(torch::kCPU, torch::kFloat32);
+  ckpt::write_safetensors(path, {{"images", b->x.to(torch::kCPU, torch::kFloat32)}, {"labels", b->y.to(torch::kCPU)},
+                                 {"logits", logits}},
+                          {{"fold_batchnorm", model.folded_batchnorm() ? "true" : "false"}});
+  log::info("--save-batch: {} images, their labels and logits written to {}", b->x.size(0), path);
+}
 
 void run_eval(const EvalCmdOptions& o) {
   Config cfg = load_validated(o.config);
@@ -36,6 +55,7 @@ void run_eval(const EvalCmdOptions& o) {
   if (report.folded) log::info("{}: a folded export; its BatchNorms run as identities", w.path);
   c.model->use_folded_batchnorm(o.fold_batchnorm);
   const auto r = train::evaluate(*c.model, *c.eval_loader);
+  if (!o.save_batch.empty()) save_first_batch(*c.model, *c.eval_loader, o.save_batch);
   nlohmann::json j = {{"checkpoint", w.path}, {"kind", w.kind}, {"accuracy", r.accuracy}, {"top5", r.top5},
                       {"loss", r.loss}, {"samples", r.samples}, {"device", c.placement.device.str()},
                       {"fold_batchnorm", o.fold_batchnorm}, {"folded_export", report.folded}};
@@ -58,6 +78,9 @@ void setup_eval(CLI::App& app) {
   cmd->add_flag("--fold-batchnorm", o->fold_batchnorm,
                 "fold every BatchNorm into the convolution before it (conv-BN-ReLU: one cuDNN conv-bias-ReLU call "
                 "on CUDA); the same results within float rounding");
+  cmd->add_option("--save-batch", o->save_batch,
+                  "write the first evaluation batch (images as the model sees them, labels) and its logits to this "
+                  "safetensors file: to check an exported model in another runtime");
   cmd->callback([o] { run_eval(*o); });
 }
 

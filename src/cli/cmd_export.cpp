@@ -1,6 +1,7 @@
-// `dlrun export --checkpoint PATH --format safetensors|torch --output FILE [--fold-batchnorm]`:
+// `dlrun export --checkpoint PATH --format safetensors|torch|onnx --output FILE [--fold-batchnorm]`:
 // the model weights of a verified checkpoint as one file Python tools load directly
-// (safetensors.torch.load_file, or torch.load of a dict of tensors). --fold-batchnorm builds the
+// (safetensors.torch.load_file, or torch.load of a dict of tensors), or the network as an ONNX
+// model (export/onnx_format.cpp). --fold-batchnorm builds the
 // model from the checkpoint's config.yaml and writes models::folded_state_dict instead: every
 // BatchNorm after a convolution folded into it (docs/kernels.md, "Folded BatchNorm"). The
 // export itself is exporting::export_checkpoint (export/export.h); for an s3:// path this file
@@ -45,19 +46,25 @@ void run_export(const ExportOptions& o) {
 }  // namespace
 
 void setup_export(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "write a checkpoint's model weights as safetensors or a torch file");
+  auto* cmd = app.add_subcommand("export", "write a checkpoint's model weights as safetensors or a torch file, "
+                                           "or its network as ONNX");
   auto o = std::make_shared<ExportOptions>();
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, a run directory (uses LATEST), or s3://BUCKET/PREFIX[/step-N]")
       ->required();
   add_remote_args(cmd, o->remote);
-  cmd->add_option("--format", o->to.format, "safetensors | torch (a torch.load-able dict of tensors)")
+  cmd->add_option("--format", o->to.format,
+                  "safetensors | torch (a torch.load-able dict of tensors) | onnx (the network, for onnxruntime)")
       ->check(CLI::IsMember(exporting::format_names()))
       ->capture_default_str();
   cmd->add_option("--output", o->to.output, "file to write")->required();
   cmd->add_flag("--fold-batchnorm", o->to.fold_batchnorm,
                 "fold every BatchNorm that follows a convolution into it (weights w*s, a bias per convolution, "
-                "no BatchNorm entries): for inference runtimes; same eval outputs within float rounding");
+                "no BatchNorm entries): for inference runtimes; same eval outputs within float rounding. "
+                "onnx: Conv nodes with biases instead of Conv + BatchNormalization");
+  cmd->add_option("--image-size", o->to.image_size,
+                  "onnx: the side of the input images (default: what the run recorded, or data.image_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   cmd->callback([o] { run_export(*o); });
 }
 

@@ -1,6 +1,8 @@
 // Exporting a checkpoint's model weights (see export.h).
 #include "export/export.h"
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "base/error.h"
@@ -15,13 +17,18 @@
 namespace dlrun::exporting {
 namespace {
 
+/// The checkpoint's own config.yaml, which `why` needs.
+Config checkpoint_config(const ckpt::FileSet& set, const std::string& ck, const char* why) {
+  const std::vector<char>* bytes = set.find(ckpt::kConfigFile);
+  const std::string yaml = bytes ? std::string(bytes->begin(), bytes->end()) : std::string();
+  DLRUN_CHECK_INPUT(!yaml.empty(), "{}: the checkpoint has no config.yaml, which {} needs", ck, why);
+  return config::load_text(yaml, ck + "/config.yaml");
+}
+
 /// The checkpoint's weights with every foldable BatchNorm folded into its convolution: the
 /// model is rebuilt from the checkpoint's own config.yaml and loaded with `tensors`.
 ckpt::TensorDict fold(const ckpt::FileSet& set, const std::string& ck, const ckpt::TensorDict& tensors) {
-  const std::vector<char>* bytes = set.find(ckpt::kConfigFile);
-  const std::string yaml = bytes ? std::string(bytes->begin(), bytes->end()) : std::string();
-  DLRUN_CHECK_INPUT(!yaml.empty(), "{}: the checkpoint has no config.yaml, which --fold-batchnorm needs", ck);
-  const Config cfg = config::load_text(yaml, ck + "/config.yaml");
+  const Config cfg = checkpoint_config(set, ck, "--fold-batchnorm");
   if (cfg.model.name == "mlp") {
     log::info("--fold-batchnorm: model.name=mlp has no BatchNorm; the weights are written unchanged");
     return tensors;
@@ -30,6 +37,20 @@ ckpt::TensorDict fold(const ckpt::FileSet& set, const std::string& ck, const ckp
   auto model = models::build(cfg.model, cfg.run.seed, 32);
   models::load_state_dict(*model, tensors, ck + "/model.pt");
   return models::folded_state_dict(*model, cfg.model.in_channels);
+}
+
+/// The input's side for a format that writes the network: --image-size, else what the run
+/// recorded of its data, else data.image_size.
+int64_t image_side(const ExportOptions& o, const nlohmann::json& dataset, const Config& cfg, const std::string& ck) {
+  if (o.image_size > 0) return o.image_size;
+  if (dataset.is_object() && dataset.contains("image_size") && dataset["image_size"].is_number_integer())
+    return dataset["image_size"].get<int64_t>();
+  if (cfg.data.image_size <= 0)
+    throw Error(ExitCode::kBadInput,
+                fmt::format("{}: the checkpoint does not record the size of its images (written before dlrun "
+                            "recorded it)", ck),
+                "pass --image-size N: the side the model was trained on (28 for Fashion-MNIST, 32 for CIFAR-10)");
+  return cfg.data.image_size;
 }
 
 /// The checked files of the checkpoint `from` names, and where they came from.
@@ -67,13 +88,25 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
     tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + ckpt::kModelFile);
   DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no model.pt", r.source);
   r.unfolded = tensors.size();
-  if (o.fold_batchnorm) tensors = fold(set, r.source, tensors);
   nlohmann::json dataset;  // (state.json was checked against the manifest; an older one has no "dataset")
   if (const std::vector<char>* state = set.find(ckpt::kStateFile)) {
     const auto j = nlohmann::json::parse(state->begin(), state->end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) dataset = j.value("dataset", nlohmann::json());
   }
-  format->write(o.output, Weights{tensors, m, r.step, epoch, o.fold_batchnorm, dataset});
+  Weights w{tensors, m, r.step, epoch, o.fold_batchnorm, dataset};
+  std::optional<Config> cfg;
+  std::shared_ptr<models::Model> model;
+  if (format->needs_model) {  // the network itself: the model of the checkpoint's config, with its weights
+    cfg = checkpoint_config(set, r.source, fmt::format("--format {}", o.format).c_str());
+    w.image_size = image_side(o, dataset, *cfg, r.source);
+    model = models::build(cfg->model, cfg->run.seed, w.image_size);
+    models::load_state_dict(*model, tensors, r.source + "/" + ckpt::kModelFile);
+    w.model = model.get();
+    w.config = &*cfg;
+  } else if (o.fold_batchnorm) {
+    tensors = fold(set, r.source, tensors);
+  }
+  format->write(o.output, w);
   r.tensors = tensors.size();
   return r;
 }

@@ -30,7 +30,8 @@ struct Source {
 struct ExportOptions {
   std::string format = "safetensors";  ///< one of format_names()
   std::string output;                  ///< the file to write
-  bool fold_batchnorm = false;         ///< write models::folded_state_dict
+  bool fold_batchnorm = false;         ///< write models::folded_state_dict (onnx: Conv nodes without BatchNormalization)
+  int64_t image_size = 0;              ///< onnx: the input's side; 0: the run's record, or data.image_size
 };
 
 /// What was written.

@@ -11,6 +11,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "config/options.h"
+
+namespace dlrun::models {
+class Model;
+}
 
 namespace dlrun::exporting {
 
@@ -22,6 +27,10 @@ struct Weights {
   int64_t epoch = -1;               ///< the checkpoint's epoch (-1: unknown)
   bool folded_batchnorm = false;    ///< the tensors are a folded state dict
   nlohmann::json dataset;           ///< the checkpoint's state.json "dataset" (class names, ...), or null
+  // Formats that write the network, not only its weights (Format::needs_model):
+  models::Model* model = nullptr;   ///< built from the checkpoint's config.yaml, loaded with its (unfolded) weights
+  const Config* config = nullptr;   ///< that config.yaml
+  int64_t image_size = 0;           ///< the input's side: --image-size, the run's record, or data.image_size
 };
 
 /// Writes `weights` to the file `path`, atomically and durably.
@@ -30,6 +39,9 @@ using WriteFn = void (*)(const std::string& path, const Weights& weights);
 struct Format {
   const char* name;  ///< what --format takes
   WriteFn write;
+  /// The format writes the network: it gets Weights::model and does its own BatchNorm folding
+  /// (Weights::tensors are then the unfolded weights).
+  bool needs_model = false;
 };
 
 /// Every format, in the order --format lists them.
@@ -44,5 +56,8 @@ const Format* find_format(const std::string& name);
 void write_as_safetensors(const std::string& path, const Weights& weights);
 /// torch.load-able dict of tensors, as a checkpoint's model.pt (torch_format.cpp).
 void write_as_torch(const std::string& path, const Weights& weights);
+/// An ONNX model: the network lowered to standard operators, its weights as initializers
+/// (onnx_format.cpp).
+void write_as_onnx(const std::string& path, const Weights& weights);
 
 }  // namespace dlrun::exporting

@@ -11,6 +11,7 @@ const std::vector<Format>& formats() {
   static const std::vector<Format> table = {
       {"safetensors", &write_as_safetensors},
       {"torch", &write_as_torch},
+      {"onnx", &write_as_onnx, /*needs_model=*/true},
   };
   return table;
 }

@@ -29,7 +29,7 @@ add_test(NAME ckpt:list_missing_dir
 add_test(NAME ckpt:verify_missing_dir
          COMMAND ${_expect} 2 "does-not-exist" -- $<TARGET_FILE:dlrun> ckpt verify /nonexistent/does-not-exist)
 add_test(NAME ckpt:export_bad_format
-         COMMAND ${_expect} 2 "onnx" -- $<TARGET_FILE:dlrun> export --checkpoint /tmp --format onnx --output /tmp/x)
+         COMMAND ${_expect} 2 "tflite" -- $<TARGET_FILE:dlrun> export --checkpoint /tmp --format tflite --output /tmp/x)
 set_tests_properties(ckpt:list_missing_dir ckpt:verify_missing_dir ckpt:export_bad_format PROPERTIES LABELS "ckpt;cli")
 
 if(DLRUN_PYTHON)

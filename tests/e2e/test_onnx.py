@@ -1,0 +1,85 @@
+"""`dlrun export --format onnx`, checked with the real tools: every zoo model (mlp, convnet,
+ResNet-18/34/50), BatchNorm kept or folded, is trained a few steps (so its BatchNorm statistics
+are not the initial ones), exported, passed through onnx.checker (full check, with shape
+inference), and run by onnxruntime on the first evaluation batch `dlrun eval --save-batch`
+wrote: its logits must match dlrun's within 1e-4 relative, for the whole batch and for a batch
+of one (the batch axis is dynamic).
+"""
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from safetensors.numpy import load_file
+
+from common import RunDir, cfg, dlrun, expect, main, train
+
+# model name -> overrides of tests/e2e/data/tiny.yaml (synthetic 16x16 or 32x32 images).
+MODELS = {
+    "convnet": [],
+    "convnet_dropout_32": ["data.synthetic_shape=[3,32,32]", "model.in_channels=3", "model.dropout=0.2"],
+    "mlp": ["model.name=mlp", "model.hidden=[64,32]", "model.dropout=0.1"],
+    "resnet18": ["model.name=resnet18", "model.stem=cifar"],
+    "resnet34": ["model.name=resnet34", "data.synthetic_shape=[3,32,32]", "model.in_channels=3"],
+    "resnet50": ["model.name=resnet50", "data.synthetic_shape=[3,32,32]", "model.in_channels=3"],
+}
+SMALL = ["train.max_steps=3", "data.batch_size=8", "data.eval_batch_size=6", "data.synthetic_train_size=64",
+         "data.synthetic_eval_size=12", "checkpoint.every_steps=0", "data.augment=[]"]
+
+
+def relative_error(got, want):
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
+
+
+def check_model(name, overrides, run, fold):
+    out = run.file(f"{name}{'-folded' if fold else ''}.onnx")
+    args = ["export", "--checkpoint", run.path, "--format", "onnx", "--output", out]
+    dlrun(*args, *(["--fold-batchnorm"] if fold else []), check=0)
+    model = onnx.load(out)
+    onnx.checker.check_model(model, full_check=True)
+    ops = {n.op_type for n in model.graph.node}
+    has_bn = name != "mlp"
+    expect(("BatchNormalization" in ops) == (has_bn and not fold), f"{name} fold={fold}: operators {sorted(ops)}")
+    expect(ops <= {"Conv", "BatchNormalization", "Relu", "MaxPool", "AveragePool", "MatMul", "GlobalAveragePool",
+                   "Add", "Flatten", "Gemm"}, f"{name}: unexpected operators {sorted(ops)}")
+    meta = {p.key: p.value for p in model.metadata_props}
+    expect(meta.get("step") == "3" and meta.get("folded_batchnorm") == ("true" if fold else "false"), meta)
+    expect(json.loads(meta["dlrun_dataset"])["image_size"] in (16, 32), meta)
+    batch = load_file(run.file("batch.safetensors"))
+    sess = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+    got = sess.run(["logits"], {"images": batch["images"]})[0]
+    err = relative_error(got, batch["logits"])
+    print(f"  {name:20s} fold={str(fold):5s} {os.path.getsize(out):>10d} bytes  {len(model.graph.node):3d} nodes  "
+          f"max relative error {err:.2e}", flush=True)
+    expect(err <= 1e-4, f"{name} fold={fold}: onnxruntime's logits differ from dlrun's by {err:.2e} (relative)")
+    one = sess.run(["logits"], {"images": batch["images"][:1]})[0]
+    expect(one.shape == (1, got.shape[1]) and relative_error(one, got[:1]) <= 1e-4, f"{name}: batch of one differs")
+
+
+def test_every_zoo_model_runs_in_onnxruntime():
+    for name, overrides in MODELS.items():
+        with RunDir() as run:
+            train(cfg("tiny.yaml"), run.path, *SMALL, *overrides)
+            dlrun("eval", cfg("tiny.yaml"), *SMALL, *overrides, "--checkpoint", run.path, "--save-batch",
+                  run.file("batch.safetensors"), check=0)
+            for fold in (False, True):
+                check_model(name, overrides, run, fold)
+
+
+def test_image_size_comes_from_the_run_or_the_flag():
+    with RunDir() as run:
+        train(cfg("tiny.yaml"), run.path, *SMALL)
+        out = run.file("m.onnx")
+        dlrun("export", "--checkpoint", run.path, "--format", "onnx", "--image-size", "20", "--output", out, check=0)
+        dims = [d.dim_value or d.dim_param for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim]
+        expect(dims == ["batch", 1, 20, 20], dims)
+        # A checkpoint without config.yaml cannot be lowered: the error names what is missing.
+        ck = os.path.join(run.path, "checkpoints", open(run.file("checkpoints", "LATEST")).read().strip())
+        os.rename(os.path.join(ck, "config.yaml"), os.path.join(ck, "config.yaml.away"))
+        p = dlrun("export", "--checkpoint", ck, "--format", "onnx", "--output", run.file("x.onnx"))
+        expect(p.returncode == 2 and "config.yaml" in p.stdout and not os.path.exists(run.file("x.onnx")), p.stdout)
+
+
+if __name__ == "__main__":
+    main([test_every_zoo_model_runs_in_onnxruntime, test_image_size_comes_from_the_run_or_the_flag])
