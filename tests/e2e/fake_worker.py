@@ -7,7 +7,7 @@ list of modes, one per global rank (the last one applies to the ranks beyond the
 
   ok                    exit 0
   exit75                exit 75 (interrupted with a checkpoint)
-  fail                  exit 3
+  fail                  exit 3 (once every rank of this restart has written its record)
   crash                 kill itself with SIGKILL
   fail_until_restart_N  exit 3 while TORCHELASTIC_RESTART_COUNT < N, then exit 0
   wait_for_signal       wait for SIGTERM/SIGINT/SIGUSR1, then exit 75 (what dlrun does) after
@@ -63,16 +63,33 @@ sys.stdout.write(f"tail of rank {rank}")
 sys.stdout.flush()
 sys.stderr.flush()
 
+
+def peers_started():
+    """A failing worker first waits (10 s at most) until every rank of this restart has written its
+    record: otherwise, on a busy machine, the launcher stops a peer before its interpreter has
+    started, and a test that counts the records sees one missing."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    names = [f"rank{r}-restart{restart}.json" for r in range(world)]
+    deadline = time.time() + 10
+    while time.time() < deadline and not all(os.path.exists(os.path.join(os.environ["FAKE_OUT_DIR"], n))
+                                              for n in names):
+        time.sleep(0.01)
+
+
 if mode == "ok":
     sys.exit(0)
 if mode == "exit75":
     sys.exit(75)
 if mode == "fail":
+    peers_started()
     sys.exit(3)
 if mode == "crash":
     os.kill(os.getpid(), signal.SIGKILL)
 if mode.startswith("fail_until_restart_"):
-    sys.exit(3 if restart < int(mode.rsplit("_", 1)[1]) else 0)
+    if restart < int(mode.rsplit("_", 1)[1]):
+        peers_started()
+        sys.exit(3)
+    sys.exit(0)
 if mode in ("wait_for_signal", "fail_on_signal"):
     while not record["signals"]:
         time.sleep(0.02)
