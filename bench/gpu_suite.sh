@@ -21,13 +21,13 @@
 # machine idle for 30 s is given back (the next call gets a fresh one). The suite stops starting
 # parts when less than a part needs is left of DLRUN_GPU_BUDGET_S (default 540 s), and
 # DLRUN_GPU_PARTS picks parts (default all: "build tests sanitize kernels telemetry fast amp
-# memory compare pipeline firsthour ckpt throughput"). In the order of what a session needs most:
+# memory compare pipeline firsthour ema ckpt throughput"). In the order of what a session needs most:
 #   1. DLRUN_GPU_PARTS="build safety tests sanitize"  the build (all cores), the safety checks
 #                                                  (issue 28) and every GPU test
 #   2. DLRUN_GPU_PARTS="kernels telemetry fast"    fused BatchNorm; records; time to accuracy
 #   3. DLRUN_GPU_PARTS="amp"                       dlrun vs PyTorch on the GPU fast paths
 #   4. DLRUN_GPU_PARTS="memory compare"            activation checkpointing; the harness
-#   5. DLRUN_GPU_PARTS="pipeline firsthour ckpt throughput"
+#   5. DLRUN_GPU_PARTS="pipeline firsthour ema ckpt throughput"
 # Calls 2.. carry .gpubin (made from call 1's gpu-bin.tgz) with .devdeps.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +35,7 @@ OUT="${OUT:-$ROOT/gpu-out}"                       # what comes back: summary.md 
 RES="${DLRUN_GPU_WORK:-/tmp/dlrun-gpu}"           # everything the parts write
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline firsthour ckpt throughput} "
+PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline firsthour ema ckpt throughput} "
 BUDGET="${DLRUN_GPU_BUDGET_S:-540}"
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
@@ -336,6 +336,30 @@ W="$RES/firsthour"; T=tests/e2e/data/tiny.yaml
   >> "$RES/suite.log" 2>&1 || fail "model.init + keep_best + early_stop on cuda"
 python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('    fine-tune on cuda:', s['status'], 'init', \
 s['init'] and s['init']['loaded'], 'best', s['best'], 'test', s['test'])" "$W/ft/summary.json" >> "$summary" 2>&1
+pack
+fi
+
+# Issue 31: the weights' moving average on CUDA (eager and with train.cuda_graphs), resumed
+# exactly after a SIGTERM; check-resume of the tiny config on cuda; an ONNX export of the result.
+if want ema 90; then
+step "EMA on cuda (eager, CUDA graphs), resumed; check-resume on cuda; ONNX export of the average"
+W="$RES/ema"; T=tests/e2e/data/tiny.yaml
+for g in false true; do
+  limited "$DLRUN" train $T run.device=cuda train.ema_decay=0.99 train.cuda_graphs=$g train.epochs=2 \
+    --run-dir "$W/base-$g" >> "$RES/suite.log" 2>&1 || fail "ema on cuda (cuda_graphs=$g)"
+  DLRUN_FAULT=signal_at_step:13 limited "$DLRUN" train $T run.device=cuda train.ema_decay=0.99 \
+    train.cuda_graphs=$g train.epochs=2 --run-dir "$W/resumed-$g" >> "$RES/suite.log" 2>&1
+  limited "$DLRUN" train $T run.device=cuda train.ema_decay=0.99 train.cuda_graphs=$g train.epochs=2 \
+    --run-dir "$W/resumed-$g" >> "$RES/suite.log" 2>&1 || fail "ema resume on cuda (cuda_graphs=$g)"
+  python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['ema']; b=json.load(open(sys.argv[2]))['ema']; \
+print('    ema on cuda, cuda_graphs=$g: updates', a['updates'], 'resumed equal:', a==b)" \
+    "$W/base-$g/summary.json" "$W/resumed-$g/summary.json" >> "$summary" 2>&1 || fail "ema summaries (cuda_graphs=$g)"
+done
+limited "$DLRUN" check-resume $T run.device=cuda --steps 24 --interruptions 3 --seed 1 \
+  > "$RES/check-resume-cuda.txt" 2>&1 || fail "check-resume on cuda"
+tail -1 "$RES/check-resume-cuda.txt" | sed 's/^/    /' >> "$summary"
+"$DLRUN" export --checkpoint "$W/base-false" --weights ema --format onnx --output "$W/ema.onnx" \
+  >> "$RES/suite.log" 2>&1 || fail "onnx export of a cuda run's average"
 pack
 fi
 

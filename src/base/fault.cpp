@@ -16,7 +16,7 @@ namespace {
 bool known(const std::string& name) {
   return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
          name == "upload" || name == "slow_batch" || name == "disk_error" || name == "nonfinite_loss_at_step" ||
-         name == "fused_mismatch";
+         name == "fused_mismatch" || name == "forget_on_resume";
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -49,6 +49,11 @@ Spec current() {
     return {};
   }
   return spec;
+}
+
+bool forget_on_resume(const std::string& part) {
+  const Spec s = current();
+  return s.name == "forget_on_resume" && s.arg == part;
 }
 
 bool nonfinite_loss(int64_t step) {

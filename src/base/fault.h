@@ -20,6 +20,11 @@
 //   DLRUN_FAULT=fused_mismatch     the fused-kernel self-check sees the fused operators' output
 //                                  off by 10 % (a kernel defect on this GPU; src/kernels/self_check.h)
 //
+//   DLRUN_FAULT=forget_on_resume:PART  a resume leaves that checkpoint part unloaded (rng,
+//                                  optimizer, ema, ...: src/train/parts.cpp names them), so the
+//                                  resumed run drifts from an uninterrupted one (what
+//                                  `dlrun check-resume` must find and name)
+//
 //   DLRUN_FAULT_RANK=R             in a multi-process run, only rank R (its RANK variable) is hit
 //   DLRUN_FAULT_RESTART=N          only in the group's N-th restart (TORCHELASTIC_RESTART_COUNT)
 //
@@ -47,6 +52,9 @@ void at_upload_point(const char* point);
 /// After optimizer step `step`: abort() for abort_at_step:step, raise(SIGTERM) for
 /// signal_at_step:step.
 void after_step(int64_t step);
+
+/// True when DLRUN_FAULT is `forget_on_resume:<part>`.
+bool forget_on_resume(const std::string& part);
 
 /// True when DLRUN_FAULT is `nonfinite_loss_at_step:<step>`.
 bool nonfinite_loss(int64_t step);

@@ -69,6 +69,7 @@ WeightsRead read_weights(const std::string& path,
     r.step = snap.step;
     r.dataset = snap.state.value("dataset", nlohmann::json());
     r.tensors = std::move(snap.tensor_files["model"]);
+    if (auto ema = snap.tensor_files.find("ema"); ema != snap.tensor_files.end()) r.ema = std::move(ema->second);
     DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: the checkpoint has no model weights (model.pt)", dir);
     return r;
   }

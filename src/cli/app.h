@@ -22,5 +22,6 @@ void setup_bench_kernels(CLI::App* bench);  ///< `dlrun bench kernels` (cmd_benc
 void setup_ckpt(CLI::App& app);
 void setup_export(CLI::App& app);
 void setup_data(CLI::App& app);
+void setup_check_resume(CLI::App& app);  ///< `dlrun check-resume` (cmd_check_resume.cpp)
 
 }  // namespace dlrun::cli

@@ -1,11 +1,12 @@
 // `dlrun eval CONFIG.yaml --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]
 //  [--save-batch FILE]`
 // Evaluates the weights of a checkpoint, a run directory or an exported weights file on the
-// config's evaluation split: top-1, top-5, loss. The model, data and device come from the
+// config's evaluation split: top-1, top-5, loss; a checkpoint's moving average (ema.pt) too. The model, data and device come from the
 // same build_components() as training; `auto` picks the checkpoint a resume would (the one
 // LATEST names when it verifies, else the newest that does), `best` the one checkpoint.keep_best
 // kept (cli/weights_arg.h).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -60,10 +61,18 @@ void run_eval(const EvalCmdOptions& o) {
                       {"loss", r.loss}, {"samples", r.samples}, {"device", c.placement.device.str()},
                       {"fold_batchnorm", o.fold_batchnorm}, {"folded_export", report.folded}};
   if (w.step >= 0) j["step"] = w.step;
+  std::string ema_line;
+  if (!w.ema.empty()) {  // a checkpoint with a moving average (train.ema_decay): evaluated too, the same way
+    models::load_weights(*c.model, w.ema, w.path + "/ema.pt", lo);
+    const auto e = train::evaluate(*c.model, *c.eval_loader);
+    j["ema"] = {{"accuracy", e.accuracy}, {"top5", e.top5}, {"loss", e.loss}, {"samples", e.samples}};
+    ema_line = fmt::format("\n{}/ema.pt (moving average): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", w.path,
+                           e.accuracy, e.top5, e.loss);
+  }
   if (o.json) std::printf("%s\n", j.dump().c_str());
   else
-    std::printf("%s: accuracy %.4f, top-5 %.4f, loss %.4f on %lld samples\n", w.path.c_str(), r.accuracy, r.top5,
-                r.loss, static_cast<long long>(r.samples));
+    std::printf("%s: accuracy %.4f, top-5 %.4f, loss %.4f on %lld samples%s\n", w.path.c_str(), r.accuracy, r.top5,
+                r.loss, static_cast<long long>(r.samples), ema_line.c_str());
 }
 
 }  // namespace

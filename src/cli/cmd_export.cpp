@@ -39,7 +39,8 @@ void run_export(const ExportOptions& o) {
   }
   const exporting::ExportResult r = exporting::export_checkpoint(from, o.to);
   std::printf("%s: %zu tensors from %s (step %lld) written as %s%s\n", o.to.output.c_str(), r.tensors,
-              r.source.c_str(), static_cast<long long>(r.step), o.to.format.c_str(),
+              (r.source + (o.to.weights == "ema" ? "/ema.pt" : "")).c_str(), static_cast<long long>(r.step),
+              o.to.format.c_str(),
               o.to.fold_batchnorm ? fmt::format(", BatchNorm folded ({} tensors before)", r.unfolded).c_str() : "");
 }
 
@@ -62,6 +63,10 @@ void setup_export(CLI::App& app) {
                 "fold every BatchNorm that follows a convolution into it (weights w*s, a bias per convolution, "
                 "no BatchNorm entries): for inference runtimes; same eval outputs within float rounding. "
                 "onnx: Conv nodes with biases instead of Conv + BatchNormalization");
+  cmd->add_option("--weights", o->to.weights,
+                  "raw: the trained weights (model.pt); ema: their moving average (ema.pt, train.ema_decay)")
+      ->check(CLI::IsMember(exporting::weights_names()))
+      ->capture_default_str();
   cmd->add_option("--image-size", o->to.image_size,
                   "onnx: the side of the input images (default: what the run recorded, or data.image_size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));

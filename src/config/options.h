@@ -206,6 +206,10 @@ struct TrainOptions {
   EvalMetric early_stop = EvalMetric::kNone;  ///< end the run when this metric stops improving
   int64_t early_stop_patience = 5;            ///< evaluations without improvement before stopping
   double early_stop_min_delta = 0.0;          ///< what counts as an improvement
+  double ema_decay = 0.0;       ///< an exponential moving average of the weights (0: off), train/ema.h
+  int64_t ema_every_steps = 1;  ///< update the average every N optimizer steps
+  int64_t ema_start_step = 0;   ///< through this step the average copies the weights (timm's update_after_step)
+  bool ema_warmup = false;      ///< timm's warmup: decay at update t = min(ema_decay, 1 - (1 + t)^(-2/3))
 };
 
 struct AmpOptions {

@@ -230,6 +230,15 @@ std::vector<Section> describe(Config& c) {
       I("early_stop_patience", o.early_stop_patience, 1, 1e9, "train.early_stop: evaluations without improvement"),
       F("early_stop_min_delta", o.early_stop_min_delta, 0, 1e9,
         "train.early_stop: the least change that counts as an improvement"),
+      F("ema_decay", o.ema_decay, 0, 1,
+        "keep an exponential moving average of the weights and buffers with this decay, e.g. 0.9998 (0: off); "
+        "checkpointed (ema.pt), evaluated beside the weights, exported with dlrun export --weights ema"),
+      I("ema_every_steps", o.ema_every_steps, 1, 1e9, "train.ema_decay: update the average every N optimizer steps"),
+      I("ema_start_step", o.ema_start_step, 0, 1e12,
+        "train.ema_decay: through this step the average is a copy of the weights (timm's update_after_step)"),
+      B("ema_warmup", o.ema_warmup,
+        "train.ema_decay: timm's warmup, the decay at the t-th step after ema_start_step is "
+        "min(ema_decay, 1 - (1 + t)^(-2/3))"),
     }});
   }
   {

@@ -113,6 +113,10 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.checkpoint.keep_best != EvalMetric::kNone && !evaluates)
     c.refuse("checkpoint.keep_best", "the best checkpoint is chosen at evaluations, and none is scheduled",
              "set train.eval_every_epochs or train.eval_every_steps");
+  if (c.train.ema_decay >= 1)
+    c.refuse("train.ema_decay", fmt::format("{} leaves the average where it started; the decay must be below 1",
+                                            c.train.ema_decay),
+             "0.999 to 0.9999 are usual (the average spans about 1 / (1 - decay) updates); 0 turns it off");
   if (c.train.early_stop != EvalMetric::kNone && !evaluates)
     c.refuse("train.early_stop", "early stopping decides at evaluations, and none is scheduled",
              "set train.eval_every_epochs or train.eval_every_steps");

@@ -71,6 +71,8 @@ ckpt::FileSet checked_files(const Source& from, std::string* where) {
 
 }  // namespace
 
+std::vector<std::string> weights_names() { return {"raw", "ema"}; }
+
 ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   const Format* format = find_format(o.format);
   if (format == nullptr) {
@@ -84,16 +86,19 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   r.step = m.value("step", int64_t{-1});
   const int64_t epoch = m.value("epoch", int64_t{-1});
   ckpt::TensorDict tensors;
-  if (const std::vector<char>* bytes = set.find(ckpt::kModelFile))
-    tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + ckpt::kModelFile);
-  DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no model.pt", r.source);
+  const bool ema = o.weights == "ema";
+  DLRUN_CHECK_INPUT(ema || o.weights == "raw", "--weights {}: raw or ema", o.weights);
+  const std::string file = ema ? "ema.pt" : ckpt::kModelFile;
+  if (const std::vector<char>* bytes = set.find(file)) tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + file);
+  DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no {}{}", r.source, file,
+                    ema ? " (its run kept no moving average: train.ema_decay was 0)" : "");
   r.unfolded = tensors.size();
   nlohmann::json dataset;  // (state.json was checked against the manifest; an older one has no "dataset")
   if (const std::vector<char>* state = set.find(ckpt::kStateFile)) {
     const auto j = nlohmann::json::parse(state->begin(), state->end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) dataset = j.value("dataset", nlohmann::json());
   }
-  Weights w{tensors, m, r.step, epoch, o.fold_batchnorm, dataset};
+  Weights w{tensors, m, r.step, epoch, o.fold_batchnorm, dataset, o.weights};
   std::optional<Config> cfg;
   std::shared_ptr<models::Model> model;
   if (format->needs_model) {  // the network itself: the model of the checkpoint's config, with its weights

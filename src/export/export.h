@@ -32,6 +32,7 @@ struct ExportOptions {
   std::string output;                  ///< the file to write
   bool fold_batchnorm = false;         ///< write models::folded_state_dict (onnx: Conv nodes without BatchNormalization)
   int64_t image_size = 0;              ///< onnx: the input's side; 0: the run's record, or data.image_size
+  std::string weights = "raw";         ///< raw (model.pt) or ema (ema.pt: the moving average, train.ema_decay)
 };
 
 /// What was written.
@@ -47,6 +48,9 @@ struct ExportResult {
 /// not verify, has no model.pt (or, to fold, no config.yaml), a remote prefix without LATEST and
 /// an unknown format are dlrun::Error, exit 2; nothing is written then.
 ExportResult export_checkpoint(const Source& from, const ExportOptions& o);
+
+/// What --weights takes: raw, ema.
+std::vector<std::string> weights_names();
 
 /// The format names, in the order `dlrun export --format` lists them.
 std::vector<std::string> format_names();

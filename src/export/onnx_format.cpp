@@ -244,7 +244,8 @@ void write_as_onnx(const std::string& path, const Weights& w) {
                                              {"model", w.config->model.name},
                                              {"step", std::to_string(w.step)},
                                              {"epoch", std::to_string(w.epoch)},
-                                             {"folded_batchnorm", w.folded_batchnorm ? "true" : "false"}};
+                                             {"folded_batchnorm", w.folded_batchnorm ? "true" : "false"},
+                                             {"weights", w.weights}};
   if (w.manifest.contains("config_hash") && w.manifest["config_hash"].is_string())
     meta["config_hash"] = w.manifest["config_hash"].get<std::string>();
   if (w.dataset.is_object()) meta["dlrun_dataset"] = w.dataset.dump();  // class names, mean and std of the input

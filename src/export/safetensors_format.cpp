@@ -18,6 +18,7 @@ void write_as_safetensors(const std::string& path, const Weights& w) {
                                              {"epoch", std::to_string(w.epoch)}};
   if (m.contains("config_hash") && m["config_hash"].is_string()) meta["config_hash"] = m["config_hash"].get<std::string>();
   if (w.folded_batchnorm) meta["folded_batchnorm"] = "true";
+  meta["weights"] = w.weights;
   if (w.dataset.is_object()) meta["dlrun_dataset"] = w.dataset.dump();  // what `dlrun predict` needs
   ckpt::write_safetensors(path, w.tensors, meta);
 }

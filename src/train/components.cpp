@@ -86,6 +86,12 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   // A self-check that finds the fused kernels wrong: true fails the run (exit 1), auto falls back.
   kernels::set_on_mismatch(c.model.fused_conv_bn_relu == FusedKernels::kOn ? kernels::OnMismatch::kFail
                                                                             : kernels::OnMismatch::kFallBack);
+  if (purpose == Purpose::kTrain && c.train.ema_decay > 0) {  // built as the model is (same weights, device, flags)
+    out.ema_model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
+    out.ema_model->to(placement.device);
+    out.ema_model->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
+    out.ema_model->eval();
+  }
   if (purpose == Purpose::kEval) {
     out.model->eval();
   } else {

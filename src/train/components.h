@@ -43,6 +43,7 @@ struct Components {
   Placement placement;
   Datasets data;
   std::shared_ptr<models::Model> model;                  ///< on placement.device
+  std::shared_ptr<models::Model> ema_model;              ///< train with train.ema_decay: the average's model (train/ema.h)
   std::unique_ptr<torch::optim::Optimizer> optimizer;    ///< train and bench
   std::unique_ptr<data::Loader> train_loader;            ///< train
   std::unique_ptr<data::Loader> eval_loader;             ///< train and eval

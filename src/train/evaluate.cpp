@@ -63,6 +63,13 @@ metrics::Event eval_event(const nlohmann::json& result, int64_t epoch, bool best
   if (split != "test") e.fields["best"] = best;
   e.message = fmt::format("{} at step {} (epoch {}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}{}", split, step, epoch,
                           acc, top5, loss, best ? " (best so far)" : "");
+  if (const auto ema = result.find("ema"); ema != result.end() && ema->is_object()) {  // the moving average's
+    const double ema_acc = ema->at("accuracy").get<double>(), ema_loss = ema->at("loss").get<double>();
+    e.scalars.push_back({"ema_accuracy", ema_acc});
+    e.scalars.push_back({"ema_top5", ema->at("top5").get<double>()});
+    e.scalars.push_back({"ema_loss", ema_loss});
+    e.message += fmt::format("; EMA accuracy {:.4f}, loss {:.4f}", ema_acc, ema_loss);
+  }
   return e;
 }
 

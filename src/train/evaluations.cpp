@@ -9,29 +9,42 @@
 namespace dlrun::train {
 
 Evaluations::Evaluations(const Config& cfg, models::Model& model, data::Loader& eval, data::Loader* val,
-                         Replicas& replicas, metrics::Reporter& report)
+                         Replicas& replicas, metrics::Reporter& report, models::Model* ema)
     : cfg_(cfg),
       model_(model),
       eval_(eval),
       val_(val),
       replicas_(replicas),
       report_(report),
+      ema_(ema),
       monitor_(cfg.checkpoint, cfg.train) {}
 
-std::optional<EvalResult> Evaluations::pass(data::Loader& loader) {
+std::optional<EvalResult> Evaluations::pass(models::Model& model, data::Loader& loader) {
   fault::during("eval");
-  replicas_.sync_buffers(model_);
-  auto r = evaluate(model_, loader, [this](torch::Tensor& sums) { replicas_.all_reduce(sums); },
+  replicas_.sync_buffers(model);
+  auto r = evaluate(model, loader, [this](torch::Tensor& sums) { replicas_.all_reduce(sums); },
                     [] { return preempt::stop_requested(); });
   if (replicas_.any(!r.complete)) return std::nullopt;
   return r;
 }
 
+nlohmann::json Evaluations::both(data::Loader& loader, int64_t step, const std::string& split) {
+  const std::optional<EvalResult> r = pass(model_, loader);
+  if (!r) return nullptr;
+  nlohmann::json j = eval_json(*r, step, split);
+  if (ema_) {
+    const std::optional<EvalResult> e = pass(*ema_, loader);
+    if (!e) return nullptr;
+    j["ema"] = eval_json(*e, step, split);
+  }
+  return j;
+}
+
 bool Evaluations::periodic(int64_t step, int64_t epoch) {
-  const std::optional<EvalResult> r = pass(val_ ? *val_ : eval_);
-  if (!r) return false;
+  nlohmann::json j = both(val_ ? *val_ : eval_, step, val_ ? "val" : "eval");
+  if (j.is_null()) return false;
   last_step_ = step;
-  last_ = eval_json(*r, step, val_ ? "val" : "eval");
+  last_ = std::move(j);
   verdict_ = monitor_.observe(step, last_);
   report_.report(eval_event(last_, epoch, verdict_.best));
   return true;
@@ -39,9 +52,9 @@ bool Evaluations::periodic(int64_t step, int64_t epoch) {
 
 bool Evaluations::test(int64_t step, int64_t epoch) {
   if (!val_ || !cfg_.train.eval_at_end) return true;  // the test split: read here only (and by `dlrun eval`)
-  const std::optional<EvalResult> r = pass(eval_);
-  if (!r) return false;
-  test_ = eval_json(*r, step, "test");
+  nlohmann::json j = both(eval_, step, "test");
+  if (j.is_null()) return false;
+  test_ = std::move(j);
   report_.report(eval_event(test_, epoch, false));
   return true;
 }

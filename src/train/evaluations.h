@@ -22,9 +22,11 @@ namespace dlrun::train {
 
 class Evaluations {
  public:
-  /// `val`: the validation split's loader, or null. They outlive this.
+  /// `val`: the validation split's loader, or null. `ema`: the weights' moving average, evaluated
+  /// after the weights on the same split (results under "ema"; the monitor watches the weights'),
+  /// or null. They outlive this.
   Evaluations(const Config& cfg, models::Model& model, data::Loader& eval, data::Loader* val, Replicas& replicas,
-              metrics::Reporter& report);
+              metrics::Reporter& report, models::Model* ema = nullptr);
 
   /// The periodic evaluation at `step` (of `epoch`): its event ("val", or "eval" without a
   /// validation split) and the monitor's verdict. false: a stop request (on any rank) cut it
@@ -42,8 +44,11 @@ class Evaluations {
   Monitor& monitor() { return monitor_; }
 
  private:
-  /// One pass over `loader`, summed across ranks; nullopt when a stop request cut it short.
-  std::optional<EvalResult> pass(data::Loader& loader);
+  /// One pass of `model` over `loader`, summed across ranks; nullopt when a stop request cut it short.
+  std::optional<EvalResult> pass(models::Model& model, data::Loader& loader);
+  /// The weights' evaluation on `loader` as eval_json(), with the average's under "ema"; null
+  /// when a stop request cut either short.
+  nlohmann::json both(data::Loader& loader, int64_t step, const std::string& split);
 
   const Config& cfg_;
   models::Model& model_;
@@ -51,6 +56,7 @@ class Evaluations {
   data::Loader* val_;
   Replicas& replicas_;
   metrics::Reporter& report_;
+  models::Model* ema_;
   Monitor monitor_;
   Monitor::Verdict verdict_;
   int64_t last_step_ = -1;

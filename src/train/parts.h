@@ -1,13 +1,16 @@
 // Today's checkpointed state as checkpoint parts (checkpoint/part.h), in the order a snapshot
 // saves them and a resume checks and loads them: the model, the optimizers, the loss scaler,
-// every rank's RNG, the train state, the data loader's position, the evaluations' verdicts. The files and state.json keys
-// each part writes are listed in docs/checkpoints.md; averaged weights will be one more part.
+// every rank's RNG, the train state, the data loader's position, the evaluations' verdicts, the
+// weights' moving average. The files and state.json keys each part writes are listed in
+// docs/checkpoints.md.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/part.h"
@@ -16,6 +19,7 @@
 #include "models/model.h"
 #include "run/state.h"
 #include "train/amp.h"
+#include "train/ema.h"
 #include "train/monitor.h"
 #include "train/optimizers.h"
 #include "train/replicas.h"
@@ -35,6 +39,7 @@ struct LiveState {
   torch::Device device = torch::kCPU;
   Monitor* monitor = nullptr;  ///< the best checkpoint and early stopping (state.json "monitor")
   nlohmann::json dataset;      ///< dataset_record(): kept with the weights (state.json "dataset")
+  Ema* ema = nullptr;          ///< train.ema_decay's moving average (ema.pt, state.json "ema"), or null
 };
 
 class CheckpointParts {
@@ -59,7 +64,9 @@ class CheckpointParts {
  private:
   LiveState live_;  ///< references to the live objects, which outlive this
   nlohmann::json init_;
-  std::vector<std::unique_ptr<ckpt::Part>> parts_;
+  /// Each part with its name (what `dlrun check-resume` reports): weights, optimizer, scaler,
+  /// rng, train_state, data_position, verdicts, ema.
+  std::vector<std::pair<std::string, std::unique_ptr<ckpt::Part>>> parts_;
 };
 
 }  // namespace dlrun::train

@@ -26,6 +26,7 @@ nlohmann::json run_summary(const SummaryInputs& in) {
       {"eval", in.eval},
       {"test", in.test},
       {"init", in.init},
+      {"ema", in.ema},
       {"best", in.best},
       {"early_stop", in.early_stop},
       {"wall_time_s", in.wall_time_s},

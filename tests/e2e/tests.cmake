@@ -13,6 +13,8 @@ if(DLRUN_PYTHON)
   dlrun_e2e_test(parity ../../tools/reference/parity.py --dlrun $<TARGET_FILE:dlrun>)
   dlrun_e2e_test(outputs test_outputs.py)
   dlrun_e2e_test(onnx test_onnx.py)
+  dlrun_e2e_test(ema test_ema.py)
+  dlrun_e2e_test(check_resume test_check_resume.py)
   dlrun_e2e_test(bad_input test_bad_input.py)
   dlrun_e2e_test(disk_faults test_disk_faults.py)
   # The soak test, short (bench/soak.py; the long runs are in docs/reliability.md).

@@ -1,0 +1,433 @@
+// `dlrun check-resume CONFIG [key=value ...] --steps N [--interruptions K] [--nproc P] [--seed S]
+//  [--work-dir DIR] [--keep] [--json]`: does this config resume exactly? Trains the first N steps
+// once without interruption and once with K interruptions at random steps -- SIGTERM, SIGUSR1
+// and SIGKILL mixed, each resumed with --resume auto; through scripts/dlrun-launch when
+// --nproc > 1 (a kill takes the whole process group, as losing the machine does) -- then
+// compares every step's logged loss and the final params_sha256. On a difference it names the
+// first step that differs and which state differs in the last checkpoint both runs wrote
+// before it (weights, optimizer, scaler, RNG, data position, train state, verdicts, EMA).
+// Exit 0 only when the two runs are identical; 1 when they differ (or a run failed), 2 for a
+// bad config or flag. Both runs save every step (checkpoint.every_steps=1, all kept) in a
+// work directory of their own, removed afterwards unless --keep or a difference.
+// docs/checkpoints.md, "Checking that a config resumes exactly".
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/fsutil.h"
+#include "base/log.h"
+#include "checkpoint/tensor_file.h"
+#include "cli/app.h"
+#include "cli/config_args.h"
+
+namespace dlrun::cli {
+namespace {
+
+struct CheckResumeOptions {
+  ConfigArgs config;
+  int64_t steps = 0;
+  int interruptions = 3;
+  int nproc = 1;
+  int64_t seed = -1;  ///< -1: drawn, and printed so that the check can be repeated
+  std::string work_dir;
+  std::string launcher;
+  bool keep = false;
+  bool json = false;
+};
+
+/// One child training process (dlrun, or the launcher and its workers), in a process group of
+/// its own, its output in a log file.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const std::string& log, const std::string& self) {
+    pid_ = ::fork();
+    DLRUN_CHECK(pid_ >= 0, ExitCode::kRuntime, "check-resume: fork failed: {}", std::strerror(errno));
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      ::setenv("DLRUN", self.c_str(), 1);  // the launcher runs this very binary
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      std::fprintf(stderr, "check-resume: cannot run %s: %s\n", args[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    ::setpgid(pid_, pid_);  // (also in the parent: no race with the first signal)
+  }
+  ~Child() {
+    if (pid_ > 0 && !status_) {
+      ::killpg(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  /// The exit status when it has ended (waitpid's), else nullopt.
+  std::optional<int> poll() {
+    if (status_) return status_;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) status_ = st;
+    return status_;
+  }
+  void signal(int sig) { sig == SIGKILL ? ::killpg(pid_, SIGKILL) : ::kill(pid_, sig); }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+std::string describe_status(int st) {
+  if (WIFEXITED(st)) return fmt::format("exit {}", WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return fmt::format("killed by signal {}", WTERMSIG(st));
+  return "ended";
+}
+
+/// Per-step losses of a run's metrics.jsonl: the last record of each step wins (a resumed run
+/// replays the steps after its checkpoint).
+std::map<int64_t, double> losses(const std::string& run) {
+  std::map<int64_t, double> out;
+  const std::string path = run + "/metrics.jsonl";
+  if (!fsutil::path_exists(path)) return out;
+  const std::string text = fsutil::read_file(path);
+  size_t p = 0;
+  while (p < text.size()) {
+    size_t q = text.find('\n', p);
+    if (q == std::string::npos) break;  // a line still being written
+    const auto j = nlohmann::json::parse(text.substr(p, q - p), nullptr, false);
+    p = q + 1;
+    if (j.is_object() && !j.contains("event") && j.contains("step") && j.contains("loss") && j["loss"].is_number())
+      out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+/// The highest step logged in `run`'s metrics.jsonl after byte `from`.
+int64_t logged_step_after(const std::string& run, size_t from) {
+  const std::string path = run + "/metrics.jsonl";
+  if (!fsutil::path_exists(path)) return -1;
+  const std::string text = fsutil::read_file(path);
+  int64_t best = -1;
+  for (size_t p = std::min(from, text.size()); p < text.size();) {
+    const size_t q = text.find('\n', p);
+    if (q == std::string::npos) break;
+    const auto j = nlohmann::json::parse(text.substr(p, q - p), nullptr, false);
+    p = q + 1;
+    if (j.is_object() && !j.contains("event") && j.contains("step") && j["step"].is_number_integer())
+      best = std::max(best, j["step"].get<int64_t>());
+  }
+  return best;
+}
+
+size_t file_size(const std::string& path) {
+  return fsutil::path_exists(path) ? fsutil::read_file(path).size() : 0;
+}
+
+/// Which state differs between two checkpoint directories of the same step.
+std::vector<std::string> differing_state(const std::string& a, const std::string& b, std::vector<std::string>* same) {
+  std::vector<std::string> diff;
+  auto note = [&](const std::string& what, bool equal) { (equal ? *same : diff).push_back(what); };
+  auto tensors_equal = [](const std::string& x, const std::string& y) {
+    if (fsutil::path_exists(x) != fsutil::path_exists(y)) return false;
+    if (!fsutil::path_exists(x)) return true;
+    const auto tx = ckpt::load_tensor_file(x), ty = ckpt::load_tensor_file(y);
+    if (tx.size() != ty.size()) return false;
+    for (size_t i = 0; i < tx.size(); ++i)
+      if (tx[i].first != ty[i].first || !tx[i].second.sizes().equals(ty[i].second.sizes()) ||
+          tx[i].second.scalar_type() != ty[i].second.scalar_type() || !torch::equal(tx[i].second, ty[i].second))
+        return false;
+    return true;
+  };
+  note("weights", tensors_equal(a + "/model.pt", b + "/model.pt"));
+  note("optimizer", tensors_equal(a + "/optim.pt", b + "/optim.pt"));
+  if (fsutil::path_exists(a + "/ema.pt") || fsutil::path_exists(b + "/ema.pt"))
+    note("EMA", tensors_equal(a + "/ema.pt", b + "/ema.pt"));
+  bool rng = true;
+  for (const auto& name : fsutil::list_names(a))
+    if (name.rfind("rng-rank", 0) == 0) rng = rng && tensors_equal(a + "/" + name, b + "/" + name);
+  note("RNG", rng);
+  const auto sa = nlohmann::json::parse(fsutil::read_file(a + "/state.json"), nullptr, false),
+             sb = nlohmann::json::parse(fsutil::read_file(b + "/state.json"), nullptr, false);
+  auto same_keys = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (sa.value(k, nlohmann::json()) != sb.value(k, nlohmann::json())) return false;
+    return true;
+  };
+  note("scaler", same_keys({"grad_scaler"}));
+  note("data position", same_keys({"epoch", "cursor"}));
+  note("train state", same_keys({"step", "skipped_steps", "eval_pending"}));
+  if (sa.contains("monitor") || sb.contains("monitor")) note("verdicts", same_keys({"monitor"}));
+  return diff;
+}
+
+/// The committed checkpoints of a run: step -> directory.
+std::map<int64_t, std::string> checkpoints_of(const std::string& run) {
+  std::map<int64_t, std::string> out;
+  const std::string dir = run + "/checkpoints";
+  if (!fsutil::is_directory(dir)) return out;
+  for (const auto& name : fsutil::list_names(dir))
+    if (name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos &&
+        fsutil::path_exists(dir + "/" + name + "/manifest.json"))
+      out[std::strtoll(name.c_str() + 5, nullptr, 10)] = dir + "/" + name;
+  return out;
+}
+
+std::string sha_of(const nlohmann::json& summary) {
+  const auto v = summary.value("params_sha256", nlohmann::json());
+  return v.is_string() ? v.get<std::string>() : std::string("(none)");
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  DLRUN_CHECK(n > 0, ExitCode::kRuntime, "check-resume: cannot find its own binary (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string launcher_path(const CheckResumeOptions& o, const std::string& self) {
+  if (!o.launcher.empty()) return o.launcher;
+  if (const char* env = std::getenv("DLRUN_LAUNCH"); env && *env) return env;
+  const std::string beside = fsutil::parent_of(fsutil::parent_of(self)) + "/scripts/dlrun-launch";
+  return fsutil::path_exists(beside) ? beside : "dlrun-launch";
+}
+
+struct Segment {
+  std::string signal;  ///< "SIGTERM", "SIGUSR1", "SIGKILL", or "" for the last segment
+  int64_t at_step = -1;  ///< the logged step when the signal was sent
+  std::string outcome;
+};
+
+class Checker {
+ public:
+  explicit Checker(const CheckResumeOptions& o) : o_(o), self_(self_exe()) {
+    for (const auto& ov : o.config.overrides) common_.push_back(ov);
+    // Checkpoints every step, all kept, local, in the run directory: states to compare.
+    for (const char* ov : {"checkpoint.every_steps=1", "checkpoint.every_minutes=0", "checkpoint.keep_last=0",
+                           "checkpoint.dir=", "checkpoint.remote=", "log.every_steps=1", "log.progress=none"})
+      common_.emplace_back(ov);
+    common_.push_back(fmt::format("train.max_steps={}", o.steps));
+  }
+
+  std::vector<std::string> argv(const std::string& run) const {
+    std::vector<std::string> a;
+    if (o_.nproc > 1) a = {launcher_path(o_, self_), "--standalone", "--nproc-per-node", std::to_string(o_.nproc)};
+    else a = {self_};
+    a.insert(a.end(), {"train", o_.config.path});
+    a.insert(a.end(), common_.begin(), common_.end());
+    a.insert(a.end(), {"--run-dir", run});
+    return a;
+  }
+
+  /// Runs to the end; returns the exit status.
+  int run_through(const std::string& run, const std::string& log, double timeout_s) {
+    Child c(argv(run), log, self_);
+    const double deadline = mono_now() + timeout_s;
+    while (!c.poll()) {
+      DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} ran past {:.0f} s (log: {})", run,
+                  timeout_s, log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return *c.poll();
+  }
+
+  /// Starts a segment, sends `sig` once a step >= `target` is logged (by this segment), waits.
+  Segment interrupt(const std::string& run, const std::string& log, int sig, int64_t target, double timeout_s) {
+    const size_t from = file_size(run + "/metrics.jsonl");
+    Child c(argv(run), log, self_);
+    const double deadline = mono_now() + timeout_s;
+    Segment s;
+    s.signal = sig == SIGKILL ? "SIGKILL" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+    while (!c.poll()) {
+      DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} ran past {:.0f} s (log: {})", run,
+                  timeout_s, log);
+      const int64_t step = logged_step_after(run, from);
+      if (step >= target) {
+        c.signal(sig);
+        s.at_step = step;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    while (!c.poll()) {
+      DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} did not stop after {} (log: {})", run,
+                  s.signal, log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    s.outcome = describe_status(*c.poll());
+    return s;
+  }
+
+  const CheckResumeOptions& o_;
+  std::string self_;
+  std::vector<std::string> common_;
+};
+
+void run_check(const CheckResumeOptions& o) {
+  const Config cfg = load_validated(o.config);  // a bad config is refused here, before anything runs
+  (void)cfg;
+  DLRUN_CHECK_INPUT(o.steps >= 2, "--steps must be at least 2 (interruptions fall between the first and the last)");
+  DLRUN_CHECK_INPUT(o.interruptions >= 1 && o.interruptions < o.steps,
+                    "--interruptions must be between 1 and --steps - 1 ({}), got {}", o.steps - 1, o.interruptions);
+  const uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}() & 0xffffff;
+  std::string work = o.work_dir;
+  if (work.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/dlrun-check-resume-XXXXXX";
+    DLRUN_CHECK(::mkdtemp(tmpl.data()) != nullptr, ExitCode::kRuntime, "check-resume: mkdtemp: {}",
+                std::strerror(errno));
+    work = tmpl;
+  } else {
+    DLRUN_CHECK_INPUT(!fsutil::path_exists(work + "/uninterrupted") && !fsutil::path_exists(work + "/interrupted"),
+                      "--work-dir {}: it holds an earlier check (uninterrupted/, interrupted/); give an empty one", work);
+    fsutil::make_dirs(work);
+  }
+  Checker ck(o);
+  const std::string a = work + "/uninterrupted", b = work + "/interrupted";
+  log::info("check-resume: {} steps uninterrupted, then with {} interruption(s) (seed {}), in {}", o.steps,
+            o.interruptions, seed, work);
+
+  const double start = mono_now();
+  const int st = ck.run_through(a, work + "/uninterrupted.log", 24 * 3600.0);
+  DLRUN_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, ExitCode::kRuntime,
+              "check-resume: the uninterrupted run failed ({}); its log: {}/uninterrupted.log", describe_status(st), work);
+  const double once = mono_now() - start;
+  const double timeout = 120.0 + 10.0 * once;  // a segment far slower than the whole reference run is stuck
+
+  std::mt19937_64 rng(seed);
+  std::set<int64_t> targets;
+  while (static_cast<int>(targets.size()) < o.interruptions)
+    targets.insert(std::uniform_int_distribution<int64_t>(1, o.steps - 1)(rng));
+  const int kinds[] = {SIGTERM, SIGUSR1, SIGKILL};
+  std::vector<Segment> segments;
+  int n = 0;
+  for (int64_t target : targets) {
+    const int sig = kinds[std::uniform_int_distribution<int>(0, 2)(rng)];
+    Segment s = ck.interrupt(b, fmt::format("{}/interrupted-{}.log", work, ++n), sig, target, timeout);
+    log::info("check-resume: segment {}: {} at step {} -> {}", n, s.signal, s.at_step, s.outcome);
+    segments.push_back(s);
+  }
+  const int last = ck.run_through(b, fmt::format("{}/interrupted-{}.log", work, ++n), timeout);
+  segments.push_back({"", -1, describe_status(last)});
+  DLRUN_CHECK(WIFEXITED(last) && WEXITSTATUS(last) == 0, ExitCode::kRuntime,
+              "check-resume: the interrupted run's last segment failed ({}); its log: {}/interrupted-{}.log",
+              describe_status(last), work, n);
+
+  // Compare: every step's loss, then the final weights.
+  const auto la = losses(a), lb = losses(b);
+  const auto sa = nlohmann::json::parse(fsutil::read_file(a + "/summary.json")),
+             sb = nlohmann::json::parse(fsutil::read_file(b + "/summary.json"));
+  std::optional<int64_t> first;
+  for (const auto& [step, loss] : la) {
+    const auto it = lb.find(step);
+    if (it == lb.end() || !(it->second == loss || (std::isnan(it->second) && std::isnan(loss)))) {
+      first = step;
+      break;
+    }
+  }
+  if (!first && lb.size() != la.size()) first = la.empty() ? 1 : la.rbegin()->first + 1;
+  const auto fingerprint = [](const nlohmann::json& summary) {  // the weights', and the average's when there is one
+    const auto ema = summary.value("ema", nlohmann::json());
+    return nlohmann::json::array({summary.value("params_sha256", nlohmann::json()),
+                                  ema.is_object() ? ema.value("params_sha256", nlohmann::json()) : nlohmann::json()});
+  };
+  const bool same_end = fingerprint(sa) == fingerprint(sb);
+  const bool identical = !first && same_end;
+
+  nlohmann::json report = {{"identical", identical}, {"steps", o.steps}, {"seed", seed}, {"work_dir", work},
+                           {"params_sha256", {sa.value("params_sha256", nlohmann::json()),
+                                              sb.value("params_sha256", nlohmann::json())}}};
+  nlohmann::json segs = nlohmann::json::array();
+  for (const auto& s : segments) segs.push_back({{"signal", s.signal}, {"at_step", s.at_step}, {"outcome", s.outcome}});
+  report["segments"] = segs;
+  std::string verdict;
+  if (identical) {
+    verdict = fmt::format("identical: {} steps' losses and the final params_sha256 {} match after {} interruption(s)",
+                          la.size(), sha_of(sa), o.interruptions);
+  } else {
+    const int64_t at = first.value_or(o.steps + 1);
+    report["first_difference_step"] = first ? nlohmann::json(*first) : nlohmann::json(nullptr);
+    // Which state differs: in the last checkpoint both runs wrote before the first difference;
+    // when those are equal (the resume did not restore what was saved), in the first one after.
+    const auto ca = checkpoints_of(a), cb = checkpoints_of(b);
+    std::optional<int64_t> before, after;
+    for (const auto& [step, dir] : ca) {
+      if (!cb.count(step)) continue;
+      if (step < at) before = step;
+      else if (!after) after = step;
+    }
+    std::string where;
+    std::vector<std::string> same, diff;
+    if (before) diff = differing_state(ca.at(*before), cb.at(*before), &same);
+    if (before && !diff.empty()) {
+      report["compared_checkpoint_step"] = *before;
+      where = fmt::format("; at step {}, the last checkpoint both runs wrote before it, these differ: {} (equal: {})",
+                          *before, fmt::join(diff, ", "), fmt::join(same, ", "));
+    } else if (after) {
+      same.clear();
+      diff = differing_state(ca.at(*after), cb.at(*after), &same);
+      report["compared_checkpoint_step"] = *after;
+      where = fmt::format("; {} at step {} these differ: {} (equal: {}). State the resume did not restore, or "
+                          "that no checkpoint holds, shows first there; the weights and the optimizer follow any cause",
+                          before ? fmt::format("the checkpoints of step {} are equal in every part, and", *before)
+                                 : std::string("with no common checkpoint before it,"),
+                          *after, fmt::join(diff, ", "), fmt::join(same, ", "));
+    }
+    report["differing_state"] = diff;
+    report["same_state"] = same;
+    verdict = first ? fmt::format("NOT identical: first difference at step {} (loss {} uninterrupted, {} interrupted){}",
+                                  *first, la.count(*first) ? fmt::format("{}", la.at(*first)) : "missing",
+                                  lb.count(*first) ? fmt::format("{}", lb.at(*first)) : "missing", where)
+                    : fmt::format("NOT identical: every loss matches but the final weights or moving average differ "
+                                  "({} vs {}){}", fingerprint(sa).dump(), fingerprint(sb).dump(), where);
+  }
+  report["verdict"] = verdict;
+  if (o.json) std::printf("%s\n", report.dump().c_str());
+  else std::printf("%s\n", verdict.c_str());
+  if (identical && !o.keep && o.work_dir.empty()) fsutil::remove_tree(work);
+  else log::info("check-resume: the runs are kept in {}", work);
+  if (!identical) throw Error(ExitCode::kRuntime, "check-resume: the interrupted run differs from the uninterrupted one");
+}
+
+}  // namespace
+
+void setup_check_resume(CLI::App& app) {
+  auto* cmd = app.add_subcommand("check-resume",
+                                 "prove that a config resumes exactly: N steps uninterrupted vs with K random "
+                                 "interruptions (SIGTERM, SIGUSR1, SIGKILL), compared step by step");
+  auto o = std::make_shared<CheckResumeOptions>();
+  add_config_args(cmd, o->config);
+  cmd->add_option("--steps", o->steps, "optimizer steps of each run")->required()->check(CLI::Range(2, 100000000));
+  cmd->add_option("--interruptions", o->interruptions, "interruptions of the second run, at random steps")
+      ->capture_default_str();
+  cmd->add_option("--nproc", o->nproc, "ranks: more than 1 runs through scripts/dlrun-launch --standalone")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the interruption steps and signals (default: drawn, and printed)");
+  cmd->add_option("--work-dir", o->work_dir, "where both runs go (default: a new temporary directory)");
+  cmd->add_option("--launcher", o->launcher, "the launcher for --nproc > 1 (default: $DLRUN_LAUNCH, else "
+                                            "scripts/dlrun-launch beside the build, else dlrun-launch on PATH)");
+  cmd->add_flag("--keep", o->keep, "keep the work directory when the runs are identical too");
+  cmd->add_flag("--json", o->json, "print the report as JSON");
+  cmd->callback([o] { run_check(*o); });
+}
+
+}  // namespace dlrun::cli

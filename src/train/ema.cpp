@@ -1,0 +1,79 @@
+// The weights' exponential moving average (see ema.h).
+#include "train/ema.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "train/fingerprint.h"
+
+namespace dlrun::train {
+
+Ema::Ema(const TrainOptions& opts, models::Model& model, std::shared_ptr<models::Model> average)
+    : opts_(opts), average_(std::move(average)) {
+  const auto mine = models::state_dict(*average_), theirs = models::state_dict(model);
+  DLRUN_CHECK(mine.size() == theirs.size(), ExitCode::kRuntime, "EMA: the average's model differs from the model");
+  for (size_t i = 0; i < mine.size(); ++i) {
+    DLRUN_CHECK(mine[i].first == theirs[i].first && mine[i].second.sizes() == theirs[i].second.sizes() &&
+                    mine[i].second.scalar_type() == theirs[i].second.scalar_type(),
+                ExitCode::kRuntime, "EMA: the average's {} differs from the model's {}", mine[i].first,
+                theirs[i].first);
+    const bool lerp = mine[i].second.is_floating_point();
+    (lerp ? avg_float_ : avg_other_).push_back(mine[i].second);
+    (lerp ? model_float_ : model_other_).push_back(theirs[i].second);
+  }
+  average_->eval();
+  restart();
+}
+
+double Ema::decay_at(const TrainOptions& o, int64_t step) {
+  const int64_t k = std::max<int64_t>(0, step - o.ema_start_step - 1);
+  if (k <= 0) return 0.0;
+  if (!o.ema_warmup) return o.ema_decay;
+  const double warm = 1.0 - std::pow(1.0 + static_cast<double>(k), -2.0 / 3.0);
+  return std::max(std::min(warm, o.ema_decay), 0.0);
+}
+
+void Ema::after_step(int64_t step) {
+  if (step % opts_.ema_every_steps != 0) return;
+  torch::NoGradGuard no_grad;
+  const double d = decay_at(opts_, step);
+  torch::_foreach_lerp_(avg_float_, model_float_, 1.0 - d);
+  for (size_t i = 0; i < avg_other_.size(); ++i) avg_other_[i].copy_(model_other_[i]);
+  ++updates_;
+  last_step_ = step;
+  last_decay_ = d;
+}
+
+void Ema::restart() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < avg_float_.size(); ++i) avg_float_[i].copy_(model_float_[i]);
+  for (size_t i = 0; i < avg_other_.size(); ++i) avg_other_[i].copy_(model_other_[i]);
+  updates_ = 0;
+  last_step_ = -1;
+  last_decay_ = 0;
+}
+
+nlohmann::json Ema::state() const {
+  return {{"decay", opts_.ema_decay},   {"every_steps", opts_.ema_every_steps}, {"start_step", opts_.ema_start_step},
+          {"warmup", opts_.ema_warmup}, {"updates", updates_},                  {"last_step", last_step_},
+          {"last_decay", last_decay_}};
+}
+
+nlohmann::json Ema::summary() const {
+  nlohmann::json j = state();
+  j["params_sha256"] = params_sha256(*average_);
+  return j;
+}
+
+void Ema::load_state(const nlohmann::json& j) {
+  try {
+    updates_ = j.at("updates").get<int64_t>();
+    last_step_ = j.value("last_step", int64_t{-1});
+    last_decay_ = j.value("last_decay", 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("checkpoint state.json \"ema\" is malformed: {}", e.what());
+  }
+}
+
+}  // namespace dlrun::train

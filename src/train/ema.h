@@ -1,0 +1,65 @@
+// An exponential moving average of the model's weights (train.ema_decay), as timm's ModelEmaV3
+// keeps it and PyTorch's AveragedModel with get_ema_multi_avg_fn computes it: after an
+// optimizer step t that is due (t a multiple of train.ema_every_steps),
+//
+//   average <- average + (1 - d_t) * (weights - average)        (torch._foreach_lerp_)
+//
+// for every floating parameter and buffer (BatchNorm's running statistics follow the model's,
+// as timm's do), and integer buffers (num_batches_tracked) copied. The decay d_t is timm's
+// get_decay: 0 -- the average is a copy -- through step ema_start_step + 1, then ema_decay,
+// or with ema_warmup min(ema_decay, 1 - (1 + k)^(-2/3)) at the k-th step after that. One
+// _foreach_lerp_ call per update over all the floating tensors, on the model's device; nothing
+// is read back to the host.
+//
+// The average lives in a second model of the same architecture, on the same device, in eval
+// mode: Evaluations evaluates it beside the weights, and its checkpoint part (parts.cpp,
+// ema.pt and state.json "ema") saves and restores it with its counter, so a resumed run's
+// average is bitwise the uninterrupted run's (tests/e2e/test_ema.py).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/options.h"
+#include "models/model.h"
+
+namespace dlrun::train {
+
+class Ema {
+ public:
+  /// `average`: a model built like `model` (models::build with the same options, on the same
+  /// device); it takes `model`'s weights now.
+  Ema(const TrainOptions& opts, models::Model& model, std::shared_ptr<models::Model> average);
+
+  /// timm's get_decay for optimizer step `step` (1-based).
+  static double decay_at(const TrainOptions& opts, int64_t step);
+
+  /// After optimizer step `step`: update the average when the step is due.
+  void after_step(int64_t step);
+  /// The average becomes a copy of the model's weights (a fresh start, or a checkpoint
+  /// without an average), its counter zero.
+  void restart();
+
+  models::Model& model() { return *average_; }
+  /// state.json "ema": the settings, the number of updates, the last update's step and decay.
+  nlohmann::json state() const;
+  /// summary.json "ema": state() and the average's params_sha256.
+  nlohmann::json summary() const;
+  /// From state.json "ema" (the tensors are loaded into model() by the caller).
+  void load_state(const nlohmann::json& j);
+  int64_t updates() const { return updates_; }
+
+ private:
+  const TrainOptions& opts_;
+  std::shared_ptr<models::Model> average_;
+  std::vector<torch::Tensor> avg_float_, model_float_;  ///< lerped, in state-dict order
+  std::vector<torch::Tensor> avg_other_, model_other_;  ///< copied (integer buffers)
+  int64_t updates_ = 0;
+  int64_t last_step_ = -1;
+  double last_decay_ = 0;
+};
+
+}  // namespace dlrun::train

@@ -1,0 +1,60 @@
+"""`dlrun check-resume`: an exact config is reported identical (exit 0), one process and two
+ranks through the launcher; a resume made inexact on purpose (DLRUN_FAULT=forget_on_resume:PART:
+the resumed process leaves that checkpoint part unloaded) is reported with the first differing
+step and the state that differs (exit 1); bad flags are exit 2.
+"""
+import json
+import os
+
+from common import RunDir, cfg, dlrun, expect, main
+
+TINY = cfg("tiny.yaml")
+FAST = ["data.workers=0", "train.eval_every_epochs=0", "train.eval_at_end=false"]
+
+
+def check(*args, env=None):
+    p = dlrun("check-resume", TINY, *FAST, *args, "--json", env=env, timeout=900)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    expect(lines, p.stdout)
+    return p, json.loads(lines[-1])
+
+
+def test_an_exact_config_is_identical():
+    p, r = check("--steps", "20", "--interruptions", "3", "--seed", "7")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+    expect(len(r["segments"]) == 4 and r["params_sha256"][0] == r["params_sha256"][1], r)
+    expect({s["signal"] for s in r["segments"][:3]} <= {"SIGTERM", "SIGUSR1", "SIGKILL"}, r["segments"])
+    expect(all(s["at_step"] >= 1 for s in r["segments"][:3]), r["segments"])
+    expect(not os.path.exists(r["work_dir"]), "the work directory of an identical check is removed")
+
+
+def test_two_ranks_through_the_launcher():
+    p, r = check("--steps", "12", "--interruptions", "2", "--seed", "3", "--nproc", "2")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
+def test_a_forgotten_part_is_named():
+    for part, name, extra in (("rng", "RNG", []), ("data_position", "data position", []),
+                              ("ema", "EMA", ["train.ema_decay=0.9"])):
+        with RunDir() as work:
+            p, r = check(*extra, "--steps", "16", "--interruptions", "2", "--seed", "11", "--work-dir", work.path,
+                         env={"DLRUN_FAULT": f"forget_on_resume:{part}"})
+            expect(p.returncode == 1 and not r["identical"], f"{part}: {p.stdout}")
+            expect(name in r["differing_state"], f"{part}: {r}")
+            if part == "ema":  # the training itself is unaffected: only the average differs
+                expect(r["first_difference_step"] is None and "EMA" in r["verdict"], r)
+            else:
+                expect(r["first_difference_step"] is not None and "first difference at step" in r["verdict"], r)
+            expect(os.path.isdir(os.path.join(work.path, "interrupted")), "the runs are kept for inspection")
+
+
+def test_bad_flags():
+    p = dlrun("check-resume", TINY, "--steps", "5", "--interruptions", "0")
+    expect(p.returncode == 2 and "--interruptions" in p.stdout, p.stdout)
+    p = dlrun("check-resume", TINY, "--steps", "5", "model.nonsense=1")
+    expect(p.returncode == 2 and "model.nonsense" in p.stdout, p.stdout)
+
+
+if __name__ == "__main__":
+    main([test_an_exact_config_is_identical, test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
+          test_bad_flags])
