@@ -229,10 +229,13 @@ void check_record_sizes(const std::vector<char>& bytes) {
     return v;
   };
   if (size < 22) throw std::runtime_error("too short for a zip archive");
+  // miniz looks back at most 64 KiB (the longest comment) and a read buffer of 4 KiB from the end.
+  const size_t lowest = size > 22 + 65535 + 4096 ? size - (22 + 65535 + 4096) : 0;
   size_t eocd = size - 22 + 1;
-  while (eocd-- > 0 && at(eocd, 4) != 0x06054b50) {
+  while (eocd-- > lowest && at(eocd, 4) != 0x06054b50) {
   }
-  if (eocd == static_cast<size_t>(-1)) throw std::runtime_error("no zip end-of-directory record");
+  if (eocd + 1 == lowest || eocd == static_cast<size_t>(-1) || at(eocd, 4) != 0x06054b50)
+    throw std::runtime_error("no zip end-of-directory record");
   uint64_t entries = at(eocd + 10, 2), cdir_size = at(eocd + 12, 4), cdir = at(eocd + 16, 4);
   if (eocd >= 76 && at(eocd - 20, 4) == 0x07064b50) {
     const uint64_t z64 = at(eocd - 20 + 8, 8);

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <algorithm>
 #include <random>
 #include <set>
 #include <thread>
@@ -56,22 +58,24 @@ struct CheckResumeOptions {
 /// its own, its output in a log file.
 class Child {
  public:
-  Child(const std::vector<std::string>& argv, const std::string& log, const std::string& self) {
+  Child(const std::vector<std::string>& argv, const std::string& log) {
+    std::vector<char*> args;  // made before fork(): the child only calls async-signal-safe functions
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     DLRUN_CHECK(pid_ >= 0, ExitCode::kRuntime, "check-resume: fork failed: {}", std::strerror(errno));
     if (pid_ == 0) {
       ::setpgid(0, 0);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-      }
-      ::setenv("DLRUN", self.c_str(), 1);  // the launcher runs this very binary
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // check-resume itself killed: its runs end with it
+      if (::getppid() != parent) ::_exit(126);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) ::_exit(126);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
       ::execvp(args[0], args.data());
-      std::fprintf(stderr, "check-resume: cannot run %s: %s\n", args[0], std::strerror(errno));
+      static const char kMsg[] = "check-resume: cannot run the command\n";
+      (void)!::write(2, kMsg, sizeof kMsg - 1);
       ::_exit(127);
     }
     ::setpgid(pid_, pid_);  // (also in the parent: no race with the first signal)
@@ -82,6 +86,8 @@ class Child {
       ::waitpid(pid_, nullptr, 0);
     }
   }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
   /// The exit status when it has ended (waitpid's), else nullopt.
   std::optional<int> poll() {
     if (status_) return status_;
@@ -95,6 +101,22 @@ class Child {
   pid_t pid_ = -1;
   std::optional<int> status_;
 };
+
+/// Waits (up to `timeout_s`) until every process this one adopted has ended: the launcher's
+/// workers, in sessions of their own, outlive a SIGKILL of the launcher by a moment (they end
+/// by their parent-death signal), and the next segment must not meet them (the run lock, the
+/// GPU's memory). check-resume is their subreaper (run_check), so they are reaped here.
+void reap_descendants(double timeout_s) {
+  const double deadline = mono_now() + timeout_s;
+  while (true) {
+    const pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+    if (pid < 0 && errno == ECHILD) return;
+    if (pid > 0) continue;
+    DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime,
+                "check-resume: processes of an ended segment are still running after {:.0f} s", timeout_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 std::string describe_status(int st) {
   if (WIFEXITED(st)) return fmt::format("exit {}", WEXITSTATUS(st));
@@ -121,26 +143,44 @@ std::map<int64_t, double> losses(const std::string& run) {
   return out;
 }
 
-/// The highest step logged in `run`'s metrics.jsonl after byte `from`.
-int64_t logged_step_after(const std::string& run, size_t from) {
-  const std::string path = run + "/metrics.jsonl";
-  if (!fsutil::path_exists(path)) return -1;
-  const std::string text = fsutil::read_file(path);
-  int64_t best = -1;
-  for (size_t p = std::min(from, text.size()); p < text.size();) {
-    const size_t q = text.find('\n', p);
-    if (q == std::string::npos) break;
-    const auto j = nlohmann::json::parse(text.substr(p, q - p), nullptr, false);
-    p = q + 1;
-    if (j.is_object() && !j.contains("event") && j.contains("step") && j["step"].is_number_integer())
-      best = std::max(best, j["step"].get<int64_t>());
+/// The steps a segment logs: its run's metrics.jsonl from where the segment began, new bytes only.
+class StepTail {
+ public:
+  explicit StepTail(std::string path) : path_(std::move(path)) {
+    if (std::FILE* f = std::fopen(path_.c_str(), "rb")) {
+      std::fseek(f, 0, SEEK_END);
+      offset_ = static_cast<long>(std::ftell(f));
+      std::fclose(f);
+    }
   }
-  return best;
-}
+  /// The highest step logged since the segment began (-1: none yet).
+  int64_t highest() {
+    std::FILE* f = std::fopen(path_.c_str(), "rb");
+    if (!f) return best_;
+    std::fseek(f, offset_, SEEK_SET);
+    char buf[65536];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+      pending_.append(buf, n);
+      offset_ += static_cast<long>(n);
+    }
+    std::fclose(f);
+    size_t p = 0;
+    for (size_t q; (q = pending_.find('\n', p)) != std::string::npos; p = q + 1) {
+      const auto j = nlohmann::json::parse(pending_.substr(p, q - p), nullptr, false);
+      if (j.is_object() && !j.contains("event") && j.contains("step") && j["step"].is_number_integer())
+        best_ = std::max(best_, j["step"].get<int64_t>());
+    }
+    pending_.erase(0, p);  // a line still being written waits for its end
+    return best_;
+  }
 
-size_t file_size(const std::string& path) {
-  return fsutil::path_exists(path) ? fsutil::read_file(path).size() : 0;
-}
+ private:
+  std::string path_;
+  long offset_ = 0;
+  std::string pending_;
+  int64_t best_ = -1;
+};
 
 /// Which state differs between two checkpoint directories of the same step.
 std::vector<std::string> differing_state(const std::string& a, const std::string& b, std::vector<std::string>* same) {
@@ -211,8 +251,9 @@ std::string launcher_path(const CheckResumeOptions& o, const std::string& self) 
 }
 
 struct Segment {
-  std::string signal;  ///< "SIGTERM", "SIGUSR1", "SIGKILL", or "" for the last segment
-  int64_t at_step = -1;  ///< the logged step when the signal was sent
+  std::string signal;    ///< "SIGTERM", "SIGUSR1", "SIGKILL", or "" for the last segment
+  int64_t at_step = -1;  ///< the logged step when the signal was sent (-1: the segment ended first)
+  int status = 0;        ///< waitpid's
   std::string outcome;
 };
 
@@ -239,27 +280,32 @@ class Checker {
 
   /// Runs to the end; returns the exit status.
   int run_through(const std::string& run, const std::string& log, double timeout_s) {
-    Child c(argv(run), log, self_);
-    const double deadline = mono_now() + timeout_s;
-    while (!c.poll()) {
-      DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} ran past {:.0f} s (log: {})", run,
-                  timeout_s, log);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status = 0;
+    {
+      Child c(argv(run), log);
+      const double deadline = mono_now() + timeout_s;
+      while (!c.poll()) {
+        DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} ran past {:.0f} s (log: {})", run,
+                    timeout_s, log);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      status = *c.poll();
     }
-    return *c.poll();
+    reap_descendants(60);
+    return status;
   }
 
   /// Starts a segment, sends `sig` once a step >= `target` is logged (by this segment), waits.
   Segment interrupt(const std::string& run, const std::string& log, int sig, int64_t target, double timeout_s) {
-    const size_t from = file_size(run + "/metrics.jsonl");
-    Child c(argv(run), log, self_);
+    StepTail tail(run + "/metrics.jsonl");
+    Child c(argv(run), log);
     const double deadline = mono_now() + timeout_s;
     Segment s;
     s.signal = sig == SIGKILL ? "SIGKILL" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
     while (!c.poll()) {
       DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} ran past {:.0f} s (log: {})", run,
                   timeout_s, log);
-      const int64_t step = logged_step_after(run, from);
+      const int64_t step = tail.highest();
       if (step >= target) {
         c.signal(sig);
         s.at_step = step;
@@ -272,7 +318,9 @@ class Checker {
                   s.signal, log);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    s.outcome = describe_status(*c.poll());
+    s.status = *c.poll();
+    s.outcome = describe_status(s.status);
+    reap_descendants(60);
     return s;
   }
 
@@ -300,6 +348,8 @@ void run_check(const CheckResumeOptions& o) {
                       "--work-dir {}: it holds an earlier check (uninterrupted/, interrupted/); give an empty one", work);
     fsutil::make_dirs(work);
   }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // the launcher's workers are reaped here (reap_descendants)
+  ::setenv("DLRUN", self_exe().c_str(), 1);  // what the launcher runs: this very binary
   Checker ck(o);
   const std::string a = work + "/uninterrupted", b = work + "/interrupted";
   log::info("check-resume: {} steps uninterrupted, then with {} interruption(s) (seed {}), in {}", o.steps,
@@ -316,17 +366,29 @@ void run_check(const CheckResumeOptions& o) {
   std::set<int64_t> targets;
   while (static_cast<int>(targets.size()) < o.interruptions)
     targets.insert(std::uniform_int_distribution<int64_t>(1, o.steps - 1)(rng));
-  const int kinds[] = {SIGTERM, SIGUSR1, SIGKILL};
+  // The three kinds in an order drawn once, then in turn: K >= 3 interruptions use each.
+  std::vector<int> kinds = {SIGTERM, SIGUSR1, SIGKILL};
+  std::shuffle(kinds.begin(), kinds.end(), rng);
   std::vector<Segment> segments;
   int n = 0;
   for (int64_t target : targets) {
-    const int sig = kinds[std::uniform_int_distribution<int>(0, 2)(rng)];
-    Segment s = ck.interrupt(b, fmt::format("{}/interrupted-{}.log", work, ++n), sig, target, timeout);
+    const int sig = kinds[static_cast<size_t>(n) % kinds.size()];
+    const std::string log = fmt::format("{}/interrupted-{}.log", work, ++n);
+    Segment s = ck.interrupt(b, log, sig, target, timeout);
     log::info("check-resume: segment {}: {} at step {} -> {}", n, s.signal, s.at_step, s.outcome);
     segments.push_back(s);
+    // A segment ends as its signal says (75 after SIGTERM or SIGUSR1, killed by SIGKILL), or, when
+    // the run reached its end first, with 0. Anything else is a failure of the run, not a difference.
+    const bool stopped = s.at_step >= 0 && ((sig == SIGKILL && WIFSIGNALED(s.status) && WTERMSIG(s.status) == SIGKILL) ||
+                                            (sig != SIGKILL && WIFEXITED(s.status) && WEXITSTATUS(s.status) == 75));
+    const bool finished = WIFEXITED(s.status) && WEXITSTATUS(s.status) == 0;
+    DLRUN_CHECK(stopped || finished, ExitCode::kRuntime,
+                "check-resume: segment {} of the interrupted run ended with {} ({} {}); its log: {}", n, s.outcome,
+                s.at_step >= 0 ? "after its " + s.signal + " at step " + std::to_string(s.at_step) : "before its",
+                s.at_step >= 0 ? "" : s.signal, log);
   }
   const int last = ck.run_through(b, fmt::format("{}/interrupted-{}.log", work, ++n), timeout);
-  segments.push_back({"", -1, describe_status(last)});
+  segments.push_back({"", -1, last, describe_status(last)});
   DLRUN_CHECK(WIFEXITED(last) && WEXITSTATUS(last) == 0, ExitCode::kRuntime,
               "check-resume: the interrupted run's last segment failed ({}); its log: {}/interrupted-{}.log",
               describe_status(last), work, n);
@@ -360,8 +422,9 @@ void run_check(const CheckResumeOptions& o) {
   report["segments"] = segs;
   std::string verdict;
   if (identical) {
+    const auto delivered = std::count_if(segments.begin(), segments.end(), [](const Segment& g) { return g.at_step >= 0; });
     verdict = fmt::format("identical: {} steps' losses and the final params_sha256 {} match after {} interruption(s)",
-                          la.size(), sha_of(sa), o.interruptions);
+                          la.size(), sha_of(sa), delivered);
   } else {
     const int64_t at = first.value_or(o.steps + 1);
     report["first_difference_step"] = first ? nlohmann::json(*first) : nlohmann::json(nullptr);

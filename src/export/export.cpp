@@ -105,7 +105,7 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
     cfg = checkpoint_config(set, r.source, fmt::format("--format {}", o.format).c_str());
     w.image_size = image_side(o, dataset, *cfg, r.source);
     model = models::build(cfg->model, cfg->run.seed, w.image_size);
-    models::load_state_dict(*model, tensors, r.source + "/" + ckpt::kModelFile);
+    models::load_state_dict(*model, tensors, r.source + "/" + file);
     w.model = model.get();
     w.config = &*cfg;
   } else if (o.fold_batchnorm) {

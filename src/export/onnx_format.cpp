@@ -39,7 +39,10 @@ struct Value {
   int64_t h = 0, w = 0;
 };
 
-int64_t out_side(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+int64_t out_side(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  const int64_t n = in + 2 * p - d * (k - 1) - 1;
+  return n < 0 ? 0 : n / s + 1;  // (a window that does not fit: no output)
+}
 
 class Lowering {
  public:
@@ -66,6 +69,7 @@ class Lowering {
       in.push_back(g_.weight(conv_name + ".weight", conv->weight));
       if (conv->bias.defined()) in.push_back(g_.weight(conv_name + ".bias", conv->bias));
     }
+    check_side(conv_name, out_side(x.h, k[0], s[0], p[0], d[0]), out_side(x.w, k[1], s[1], p[1], d[1]));
     Value y{g_.node("Conv", in,
                     {{"kernel_shape", k}, {"strides", s}, {"pads", std::vector<int64_t>{p[0], p[1], p[0], p[1]}},
                      {"dilations", d}, {"group", o.groups()}}),
@@ -88,6 +92,7 @@ class Lowering {
   Value adaptive_pool(const std::string& name, const Value& x, int64_t oh, int64_t ow) {
     if (oh == 1 && ow == 1) return {g_.node("GlobalAveragePool", {x.name}), 1, 1};
     auto uniform = [](int64_t in, int64_t out) -> std::optional<std::pair<int64_t, int64_t>> {
+      if (in < out) return std::nullopt;  // windows overlap by more than a stride can say: MatMul
       const int64_t k = (in + out - 1) / out, s = out > 1 ? (in - k) / (out - 1) : 1;
       for (int64_t i = 0; i < out; ++i) {
         const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
@@ -133,6 +138,7 @@ class Lowering {
         const std::vector<int64_t> k = {o.kernel_size()->at(0), o.kernel_size()->at(1)},
                                    s = {o.stride()->at(0), o.stride()->at(1)},
                                    p = {o.padding()->at(0), o.padding()->at(1)};
+        check_side(name, out_side(x.h, k[0], s[0], p[0], 1), out_side(x.w, k[1], s[1], p[1], 1));
         x = {g_.node("MaxPool", {x.name},
                      {{"kernel_shape", k}, {"strides", s}, {"pads", std::vector<int64_t>{p[0], p[1], p[0], p[1]}}}),
              out_side(x.h, k[0], s[0], p[0], 1), out_side(x.w, k[1], s[1], p[1], 1)};
@@ -160,6 +166,7 @@ class Lowering {
   /// pooling and the classifier.
   Value resnet(nn::Module& model, bool imagenet_stem, Value x) {
     x = conv_bn("conv1", conv_of(model, "conv1"), "bn1", bn_of(model, "bn1"), x, true);
+    if (imagenet_stem) check_side("the stem's max pool", out_side(x.h, 3, 2, 1, 1), out_side(x.w, 3, 2, 1, 1));
     if (imagenet_stem)
       x = {g_.node("MaxPool", {x.name},
                    {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
@@ -189,6 +196,11 @@ class Lowering {
   }
 
  private:
+  /// The output of `name` has at least one pixel, or the image side was too small for the model.
+  static void check_side(const std::string& name, int64_t h, int64_t w) {
+    DLRUN_CHECK_INPUT(h >= 1 && w >= 1, "ONNX export: the image side is too small for this model: {} would output "
+                      "{}x{} (give a larger --image-size)", name, h, w);
+  }
   static std::shared_ptr<nn::Conv2dImpl> conv_of(nn::Module& m, const std::string& name) {
     auto c = std::dynamic_pointer_cast<nn::Conv2dImpl>(m.named_children()[name]);
     DLRUN_CHECK(c != nullptr, ExitCode::kRuntime, "ONNX export: {} is not a convolution", name);

@@ -64,8 +64,8 @@ class CheckpointParts {
  private:
   LiveState live_;  ///< references to the live objects, which outlive this
   nlohmann::json init_;
-  /// Each part with its name (what `dlrun check-resume` reports): weights, optimizer, scaler,
-  /// rng, train_state, data_position, verdicts, ema.
+  /// Each part with its name, which DLRUN_FAULT=forget_on_resume takes: weights, optimizer,
+  /// scaler, rng, train_state, data_position, verdicts, ema.
   std::vector<std::pair<std::string, std::unique_ptr<ckpt::Part>>> parts_;
 };
 

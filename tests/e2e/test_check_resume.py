@@ -23,14 +23,18 @@ def test_an_exact_config_is_identical():
     p, r = check("--steps", "20", "--interruptions", "3", "--seed", "7")
     expect(p.returncode == 0 and r["identical"], p.stdout)
     expect(len(r["segments"]) == 4 and r["params_sha256"][0] == r["params_sha256"][1], r)
-    expect({s["signal"] for s in r["segments"][:3]} <= {"SIGTERM", "SIGUSR1", "SIGKILL"}, r["segments"])
+    expect({s["signal"] for s in r["segments"][:3]} == {"SIGTERM", "SIGUSR1", "SIGKILL"}, r["segments"])
     expect(all(s["at_step"] >= 1 for s in r["segments"][:3]), r["segments"])
+    kill = [s for s in r["segments"] if s["signal"] == "SIGKILL"][0]
+    expect(kill["outcome"] == "killed by signal 9", kill)
     expect(not os.path.exists(r["work_dir"]), "the work directory of an identical check is removed")
 
 
 def test_two_ranks_through_the_launcher():
-    p, r = check("--steps", "12", "--interruptions", "2", "--seed", "3", "--nproc", "2")
+    p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
+    expect(all(s["at_step"] >= 1 for s in r["segments"][:3]), r["segments"])
+    expect({s["signal"] for s in r["segments"][:3]} == {"SIGTERM", "SIGUSR1", "SIGKILL"}, r["segments"])
 
 
 def test_a_forgotten_part_is_named():

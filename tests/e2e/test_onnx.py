@@ -74,6 +74,22 @@ def test_image_size_comes_from_the_run_or_the_flag():
         dlrun("export", "--checkpoint", run.path, "--format", "onnx", "--image-size", "20", "--output", out, check=0)
         dims = [d.dim_value or d.dim_param for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim]
         expect(dims == ["batch", 1, 20, 20], dims)
+        # A 4x4 image reaches the 3x3 adaptive pool as 1x1 (windows overlap: MatMul); 2x2 is too small.
+        small = run.file("small.onnx")
+        dlrun("export", "--checkpoint", run.path, "--format", "onnx", "--image-size", "4", "--output", small, check=0)
+        onnx.checker.check_model(onnx.load(small), full_check=True)
+        got = ort.InferenceSession(small, providers=["CPUExecutionProvider"]).run(
+            ["logits"], {"images": np.zeros((2, 1, 4, 4), np.float32)})[0]
+        expect(got.shape == (2, 10) and np.isfinite(got).all(), got)
+        p = dlrun("export", "--checkpoint", run.path, "--format", "onnx", "--image-size", "2", "--output", out)
+        expect(p.returncode == 2 and "too small" in p.stdout, p.stdout)
+        # The moving average exports as the weights do.
+        with RunDir() as ema_run:
+            train(cfg("tiny.yaml"), ema_run.path, *SMALL, "train.ema_decay=0.5")
+            dlrun("export", "--checkpoint", ema_run.path, "--format", "onnx", "--weights", "ema", "--output",
+                  ema_run.file("ema.onnx"), check=0)
+            meta = {p.key: p.value for p in onnx.load(ema_run.file("ema.onnx")).metadata_props}
+            expect(meta["weights"] == "ema", meta)
         # A checkpoint without config.yaml cannot be lowered: the error names what is missing.
         ck = os.path.join(run.path, "checkpoints", open(run.file("checkpoints", "LATEST")).read().strip())
         os.rename(os.path.join(ck, "config.yaml"), os.path.join(ck, "config.yaml.away"))
