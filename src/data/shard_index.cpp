@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 #include "base/error.h"
 #include "base/json_limits.h"
@@ -125,6 +126,24 @@ nlohmann::json index_to_json(const ShardIndex& index, const std::string& name) {
           {"dlrun", {{"version", 1}, {"num_classes", index.num_classes}, {"channels", index.channels}}}};
 }
 
+namespace {
+
+// A count, size or offset of the index: a JSON integer, never a float (converting 4e74 to an
+// integer type is undefined behaviour; fuzz_tar found it), never out of range.
+int64_t int_of(const nlohmann::json& v, const std::string& file, const char* key) {
+  DLRUN_CHECK_INPUT(v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= INT64_MAX),
+                    "shard index {}: {} must be an integer, got {}", file, key, v.dump().substr(0, 40));
+  return v.get<int64_t>();
+}
+
+uint64_t uint_of(const nlohmann::json& v, const std::string& file, const char* key) {
+  DLRUN_CHECK_INPUT(v.is_number_unsigned(), "shard index {}: {} must be a non-negative integer, got {}", file, key,
+                    v.dump().substr(0, 40));
+  return v.get<uint64_t>();
+}
+
+}  // namespace
+
 ShardIndex index_from_json(const std::string& text, const std::string& file, bool* has_tables) {
   nlohmann::json j;
   try {
@@ -132,7 +151,8 @@ ShardIndex index_from_json(const std::string& text, const std::string& file, boo
   } catch (const std::exception& e) {
     fail_input("shard index {} is not valid JSON: {}", file, e.what());
   }
-  DLRUN_CHECK_INPUT(j.is_object() && j.value("wids_version", 0) == 1 && j.contains("shardlist") &&
+  DLRUN_CHECK_INPUT(j.is_object() && j.contains("wids_version") && j["wids_version"].is_number_unsigned() &&
+                        j["wids_version"].get<uint64_t>() == 1 && j.contains("shardlist") &&
                         j["shardlist"].is_array() && !j["shardlist"].empty(),
                     "shard index {} is not a wids shard index (wids_version 1 with a non-empty shardlist)", file);
   ShardIndex idx;
@@ -140,23 +160,26 @@ ShardIndex index_from_json(const std::string& text, const std::string& file, boo
   *has_tables = tables;
   try {
     if (tables) {
-      idx.num_classes = j["dlrun"].at("num_classes").get<int64_t>();
-      idx.channels = j["dlrun"].at("channels").get<int>();
-      DLRUN_CHECK_INPUT(idx.channels == 1 || idx.channels == 3, "shard index {}: channels must be 1 or 3", file);
+      idx.num_classes = int_of(j["dlrun"].at("num_classes"), file, "num_classes");
+      const int64_t channels = int_of(j["dlrun"].at("channels"), file, "channels");
+      DLRUN_CHECK_INPUT(channels == 1 || channels == 3, "shard index {}: channels must be 1 or 3", file);
+      idx.channels = static_cast<int>(channels);
     }
     for (const auto& s : j["shardlist"]) {
       ShardEntry e;
       e.url = s.at("url").get<std::string>();
-      const int64_t n = s.at("nsamples").get<int64_t>();
+      const int64_t n = int_of(s.at("nsamples"), file, "nsamples");
       DLRUN_CHECK_INPUT(n >= 0 && !e.url.empty(), "shard index {}: shard '{}' has a bad name or sample count", file,
                         e.url);
       if (tables) {
-        e.filesize = s.at("filesize").get<uint64_t>();
+        e.filesize = uint_of(s.at("filesize"), file, "filesize");
         e.sha256 = s.at("sha256").get<std::string>();
         const auto& d = s.at("dlrun");
-        e.offsets = d.at("offsets").get<std::vector<uint64_t>>();
-        e.sizes = d.at("sizes").get<std::vector<uint64_t>>();
-        e.labels = d.at("labels").get<std::vector<int64_t>>();
+        DLRUN_CHECK_INPUT(d.at("offsets").is_array() && d.at("sizes").is_array() && d.at("labels").is_array(),
+                          "shard index {}: shard {}: offsets, sizes and labels must be arrays", file, e.url);
+        for (const auto& v : d.at("offsets")) e.offsets.push_back(uint_of(v, file, "an offset"));
+        for (const auto& v : d.at("sizes")) e.sizes.push_back(uint_of(v, file, "a size"));
+        for (const auto& v : d.at("labels")) e.labels.push_back(int_of(v, file, "a label"));
         DLRUN_CHECK_INPUT(static_cast<int64_t>(e.labels.size()) == n && e.offsets.size() == e.labels.size() &&
                               e.sizes.size() == e.labels.size(),
                           "shard index {}: shard {} lists {} samples but tables of {}/{}/{}", file, e.url, n,
@@ -166,12 +189,13 @@ ShardIndex index_from_json(const std::string& text, const std::string& file, boo
           DLRUN_CHECK_INPUT(e.labels[i] >= 0 && e.labels[i] < idx.num_classes,
                             "shard index {}: shard {} sample {} has label {} outside [0, {})", file, e.url, i,
                             e.labels[i], idx.num_classes);
-          DLRUN_CHECK_INPUT(e.sizes[i] <= kMaxTarMember && e.offsets[i] + e.sizes[i] <= e.filesize,
+          DLRUN_CHECK_INPUT(e.sizes[i] <= kMaxTarMember && e.offsets[i] <= e.filesize &&
+                                e.sizes[i] <= e.filesize - e.offsets[i],
                             "shard index {}: shard {} sample {} lies outside the shard's {} bytes", file, e.url, i,
                             e.filesize);
         }
       } else {
-        e.filesize = s.value("filesize", uint64_t{0});
+        e.filesize = s.contains("filesize") ? uint_of(s["filesize"], file, "filesize") : 0;
         e.labels.assign(static_cast<size_t>(n), 0);
       }
       idx.shards.push_back(std::move(e));

@@ -243,6 +243,13 @@ TEST_CASE("shard index: the wids JSON round-trips; a broken one names the file",
   nlohmann::json outside = j;
   outside["shardlist"][0]["dlrun"]["offsets"][1] = 4090;
   require_error([&] { bool t; index_from_json(outside.dump(), "off.json", &t); }, {"off.json", "outside the shard"});
+  // fuzz_tar (CI, 2026-11-26): a float where an integer belongs was converted, undefined for 4e74.
+  nlohmann::json huge = j;
+  huge["shardlist"][0]["filesize"] = 4.05556e74;
+  require_error([&] { bool t; index_from_json(huge.dump(), "f.json", &t); }, {"f.json", "filesize must be a non-negative integer"});
+  nlohmann::json wrap = j;  // offset + size past 2^64 must not wrap around into the shard
+  wrap["shardlist"][0]["dlrun"]["offsets"][1] = 18446744073709551615ULL;
+  require_error([&] { bool t; index_from_json(wrap.dump(), "w.json", &t); }, {"w.json", "outside the shard"});
 }
 
 TEST_CASE("brace patterns: zero-padded ranges and lists", "[data][shards]") {
