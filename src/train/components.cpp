@@ -91,6 +91,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     out.ema_model->to(placement.device);
     out.ema_model->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
     out.ema_model->eval();
+    out.ema = std::make_unique<Ema>(c.train, *out.model, out.ema_model);
   }
   if (purpose == Purpose::kEval) {
     out.model->eval();

@@ -14,6 +14,7 @@
 #include "data/loader.h"
 #include "models/model.h"
 #include "train/device.h"
+#include "train/ema.h"
 #include "train/schedule.h"
 
 namespace dlrun::train {
@@ -44,6 +45,7 @@ struct Components {
   Datasets data;
   std::shared_ptr<models::Model> model;                  ///< on placement.device
   std::shared_ptr<models::Model> ema_model;              ///< train with train.ema_decay: the average's model (train/ema.h)
+  std::unique_ptr<Ema> ema;                              ///< train with train.ema_decay: updates ema_model
   std::unique_ptr<torch::optim::Optimizer> optimizer;    ///< train and bench
   std::unique_ptr<data::Loader> train_loader;            ///< train
   std::unique_ptr<data::Loader> eval_loader;             ///< train and eval

@@ -33,7 +33,6 @@
 #include "run/triggers.h"
 #include "train/checkpointer.h"
 #include "train/components.h"
-#include "train/ema.h"
 #include "train/evaluations.h"
 #include "train/fingerprint.h"
 #include "train/goodput.h"
@@ -68,10 +67,9 @@ class Trainer {
         meter_(cfg_, c_.placement.device, runner_, st_, report_, replicas_.leader()),
         account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
-        ema_(c_.ema_model ? std::make_unique<Ema>(cfg_.train, *c_.model, c_.ema_model) : nullptr),
         evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.ema_model.get()),
         parts_({cfg_, *c_.model, optimizers_, runner_.scaler(), st_, *c_.train_loader, replicas_, c_.total_steps,
-                c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info), ema_.get()}) {
+                c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info), c_.ema.get()}) {
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
       if (why.empty()) runner_.use_cuda_graphs();
@@ -89,7 +87,6 @@ class Trainer {
   /// starts from rank 0's parameters and buffers, and the gradient all-reduce is set up.
   void resume(ResumePlan plan) {
     replicas_.share_checkpoint(plan.from);
-    const bool fresh = !plan.from;
     if (plan.from) {
       parts_.restore(plan.from->snapshot);
       ckpt_.resumed(plan.from->path, st_.step);
@@ -104,7 +101,7 @@ class Trainer {
       torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(replicas_.rank()));  // own dropout draws per rank
     }
     replicas_.replicate(*c_.model, runner_);
-    if (ema_ && fresh) ema_->restart();  // the average starts as the weights every rank now has
+    if (c_.ema && ckpt_.resumed_from().empty()) c_.ema->restart();  // a fresh start: the weights every rank has
     plan_ = std::move(plan);
   }
 
@@ -150,7 +147,6 @@ class Trainer {
   StepMeter meter_;
   RunAccount account_;        ///< what the run's wall clock went to (goodput.h)
   Checkpointer ckpt_;
-  std::unique_ptr<Ema> ema_;  ///< train.ema_decay's moving average of the weights, or null
   Evaluations evals_;         ///< periodic and test evaluations, the best checkpoint, early stopping
   CheckpointParts parts_;
   ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
@@ -242,7 +238,7 @@ void Trainer::step(const std::vector<data::Batch>& micro) {
   const double lr = lr_at(c_.schedule, st_.step);
   meter_.record(runner_.run(micro, lr, st_.step + 1), st_.step + 1, lr);
   st_.step += 1;
-  if (ema_) ema_->after_step(st_.step);
+  if (c_.ema) c_.ema->after_step(st_.step);
 }
 
 std::optional<int> Trainer::at_boundary(bool epoch_end) {
@@ -375,7 +371,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.eval = evals_.last();
   in.test = evals_.test_result();
   in.init = parts_.init_report();
-  if (ema_) in.ema = ema_->summary();
+  if (c_.ema) in.ema = c_.ema->summary();
   in.best = evals_.monitor().best_summary(ckpt_.best());
   in.early_stop = evals_.monitor().early_stop_summary();
   in.checkpointer = ckpt_.summary();
