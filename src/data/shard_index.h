@@ -21,6 +21,7 @@ struct ShardEntry {
   std::string sha256;
   std::vector<uint64_t> offsets, sizes;  ///< each sample's image member: data offset and bytes
   std::vector<int64_t> labels;
+  int64_t listed = 0;  ///< the "nsamples" an index file states (a plain wids index has no tables)
   int64_t nsamples() const { return static_cast<int64_t>(labels.size()); }
 };
 
@@ -42,7 +43,8 @@ ShardEntry index_tar(const ReadAt& read, uint64_t file_size, const std::string& 
 nlohmann::json index_to_json(const ShardIndex& index, const std::string& name);
 
 /// Reads an index. `has_tables` is set false (and the shards come back with names, sizes and
-/// counts only) for a plain wids index without dlrun's per-sample tables. A malformed document
+/// `listed` counts only, no per-sample tables: nothing is allocated per stated sample) for a
+/// plain wids index without dlrun's per-sample tables. A malformed document
 /// throws dlrun::Error (exit 2) naming `file` and what is wrong.
 ShardIndex index_from_json(const std::string& text, const std::string& file, bool* has_tables);
 
