@@ -13,4 +13,15 @@ nlohmann::json parse_json_capped(const std::string& text, int max_depth) {
   });
 }
 
+std::optional<int64_t> json_int64(const nlohmann::json& v) {
+  if (!v.is_number_integer()) return std::nullopt;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+  return v.get<int64_t>();
+}
+
+std::optional<uint64_t> json_uint64(const nlohmann::json& v) {
+  if (!v.is_number_unsigned()) return std::nullopt;
+  return v.get<uint64_t>();
+}
+
 }  // namespace dlrun

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dlrun {
@@ -13,5 +15,11 @@ namespace dlrun {
 /// nlohmann::json::parse of `text`, refusing nesting deeper than `max_depth`. Throws a
 /// std::exception (nlohmann's parse error, or std::runtime_error for the depth) on bad input.
 nlohmann::json parse_json_capped(const std::string& text, int max_depth);
+
+/// A count, size, offset or index read from outside: the value when it is a JSON integer that
+/// fits, else nullopt. Never converts a float (converting 4e74 to an integer type is undefined
+/// behaviour: the fuzzers found it twice).
+std::optional<int64_t> json_int64(const nlohmann::json& v);
+std::optional<uint64_t> json_uint64(const nlohmann::json& v);
 
 }  // namespace dlrun

@@ -119,8 +119,21 @@ TensorDict safetensors_from_bytes(const std::string& bytes, const std::string& w
     }
     try {
       const auto type = scalar_type_of(v.at("dtype").get<std::string>(), what, name);
-      const auto shape = v.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
+      // Integers only: a float (9e99) converted to an integer type is undefined behaviour.
+      std::vector<int64_t> shape;
+      std::vector<uint64_t> offsets;
+      DLRUN_CHECK_INPUT(v.at("shape").is_array() && v.at("data_offsets").is_array(),
+                        "{}: tensor '{}': shape and data_offsets must be lists", what, name);
+      for (const auto& d : v.at("shape")) {
+        const auto i = json_int64(d);
+        DLRUN_CHECK_INPUT(i.has_value(), "{}: tensor '{}': a dimension of its shape is not an integer", what, name);
+        shape.push_back(*i);
+      }
+      for (const auto& o : v.at("data_offsets")) {
+        const auto u = json_uint64(o);
+        DLRUN_CHECK_INPUT(u.has_value(), "{}: tensor '{}': data_offsets must be non-negative integers", what, name);
+        offsets.push_back(*u);
+      }
       DLRUN_CHECK_INPUT(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size,
                         "{}: tensor '{}': data_offsets outside the file's {} data bytes", what, name, data_size);
       uint64_t numel = 1;

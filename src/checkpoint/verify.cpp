@@ -74,8 +74,12 @@ VerifyResult read_manifest(const std::string& ckpt_dir) {
     return fail(r, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }
   if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || !m.contains("step") ||
-      !m["step"].is_number_integer())
-    return fail(r, "manifest.json: malformed (needs 'step' and a 'files' list)");
+      !json_int64(m["step"]).has_value() || *json_int64(m["step"]) < 0 ||
+      (m.contains("epoch") && !json_int64(m["epoch"]).has_value()) ||
+      (m.contains("world_size") && !(json_int64(m["world_size"]).value_or(0) >= 1 &&
+                                     *json_int64(m["world_size"]) <= (int64_t{1} << 24))))
+    return fail(r, "manifest.json: malformed (needs a non-negative integer 'step', integer 'epoch' and 'world_size', "
+                   "and a 'files' list)");
   if (const std::string why = format_problem(m, &r.newer_format); !why.empty()) return fail(r, why);
   r.manifest = m;
   r.step = m["step"].get<int64_t>();

@@ -131,15 +131,16 @@ namespace {
 // A count, size or offset of the index: a JSON integer, never a float (converting 4e74 to an
 // integer type is undefined behaviour; fuzz_tar found it), never out of range.
 int64_t int_of(const nlohmann::json& v, const std::string& file, const char* key) {
-  DLRUN_CHECK_INPUT(v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= INT64_MAX),
-                    "shard index {}: {} must be an integer, got {}", file, key, v.dump().substr(0, 40));
-  return v.get<int64_t>();
+  const auto i = json_int64(v);
+  DLRUN_CHECK_INPUT(i.has_value(), "shard index {}: {} must be an integer, got {}", file, key, v.dump().substr(0, 40));
+  return *i;
 }
 
 uint64_t uint_of(const nlohmann::json& v, const std::string& file, const char* key) {
-  DLRUN_CHECK_INPUT(v.is_number_unsigned(), "shard index {}: {} must be a non-negative integer, got {}", file, key,
+  const auto u = json_uint64(v);
+  DLRUN_CHECK_INPUT(u.has_value(), "shard index {}: {} must be a non-negative integer, got {}", file, key,
                     v.dump().substr(0, 40));
-  return v.get<uint64_t>();
+  return *u;
 }
 
 }  // namespace

@@ -78,13 +78,15 @@ void parse_pax(const std::string& data, const std::string& tar, std::string* pat
   size_t pos = 0;
   while (pos < data.size()) {
     size_t sp = data.find(' ', pos);
-    DLRUN_CHECK_INPUT(sp != std::string::npos && sp - pos <= 20, "tar {}: malformed pax record at byte {}", tar, pos);
+    // At most 19 digits: a 20-digit length could wrap around and move `pos` backwards.
+    DLRUN_CHECK_INPUT(sp != std::string::npos && sp > pos && sp - pos <= 19, "tar {}: malformed pax record at byte {}",
+                      tar, pos);
     uint64_t len = 0;
     for (size_t i = pos; i < sp; ++i) {
       DLRUN_CHECK_INPUT(data[i] >= '0' && data[i] <= '9', "tar {}: malformed pax record length", tar);
       len = len * 10 + static_cast<uint64_t>(data[i] - '0');
     }
-    DLRUN_CHECK_INPUT(len > sp - pos + 1 && pos + len <= data.size() && data[pos + len - 1] == '\n',
+    DLRUN_CHECK_INPUT(len > sp - pos + 1 && len <= data.size() - pos && data[pos + len - 1] == '\n',
                       "tar {}: malformed pax record at byte {}", tar, pos);
     const std::string rec = data.substr(sp + 1, pos + len - 1 - (sp + 1));
     const size_t eq = rec.find('=');

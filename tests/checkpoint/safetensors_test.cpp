@@ -95,6 +95,10 @@ TEST_CASE("safetensors read: a hostile file is exit 2 naming the file and the te
   refused(file(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})", four),
           "shape does not fit");
   refused(file(R"({"w":{"dtype":"F32","data_offsets":[0,16]}})", four), "malformed header entry");
+  // weights_fuzz-style floats where integers belong: converting them would be undefined behaviour.
+  refused(file(R"({"w":{"dtype":"F32","shape":[9e99,4],"data_offsets":[0,16]}})", four), "not an integer");
+  refused(file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,8e80]}})", four), "non-negative integers");
+  refused(file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[-1,16]}})", four), "non-negative integers");
   refused(file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", four), "outside the file");
   CHECK(ckpt::safetensors_from_bytes(file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four), "ok")
             .size() == 1);

@@ -169,6 +169,12 @@ TEST_CASE("tar: hostile headers are refused with the shard and member named", "[
     p[156] = 'x';
     fix_checksum(p, 0);
     require_error([&] { scan_tar(p, "pax.tar"); }, {"pax.tar", "pax"});
+    // A 20-digit length wraps around 2^64 (here to 28, the record's true length): refused, not
+    // read as a length that moves the parser anywhere.
+    std::string w = tar_of({{"PaxHeaders/x", "11 path=ab\n18446744073709551644 path=x\n"}, {"k.jpg", "x"}});
+    w[156] = 'x';
+    fix_checksum(w, 0);
+    require_error([&] { scan_tar(w, "wrap.tar"); }, {"wrap.tar", "pax"});
   }
 }
 
