@@ -28,6 +28,7 @@ DEBS=(cmake ninja-build ccache g++ pkg-config
       libcli11-dev libyaml-cpp-dev libfmt-dev catch2 nlohmann-json3-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libexpat1-dev libgloo-dev
       dataset-fashion-mnist python3-venv
+      prometheus  # the real scraper of the live metrics endpoint's e2e test
       munge slurmctld slurmd slurm-client iproute2  # the real single-node Slurm and the two-host namespaces of the e2e tests
       clang libclang-rt-14-dev)  # the sanitizer + fuzz build (scripts/harden.sh)
 missing=()

@@ -69,7 +69,14 @@ WeightsRead read_weights(const std::string& path,
     r.step = snap.step;
     r.dataset = snap.state.value("dataset", nlohmann::json());
     r.tensors = std::move(snap.tensor_files["model"]);
-    if (auto ema = snap.tensor_files.find("ema"); ema != snap.tensor_files.end()) r.ema = std::move(ema->second);
+    if (auto ema = snap.tensor_files.find("ema"); ema != snap.tensor_files.end())
+      r.averages.emplace_back("ema", std::move(ema->second));
+    const nlohmann::json swa = snap.state.value("swa", nlohmann::json());
+    if (auto t = snap.tensor_files.find("swa"); t != snap.tensor_files.end() && swa.is_object() &&
+                                                swa.value("updates", nlohmann::json()).is_number_integer() &&
+                                                swa["updates"].get<int64_t>() > 0 &&
+                                                swa["updates"] == swa.value("bn_updates", nlohmann::json()))
+      r.averages.emplace_back("swa", std::move(t->second));
     DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: the checkpoint has no model weights (model.pt)", dir);
     return r;
   }

@@ -20,7 +20,9 @@ struct WeightsRead {
   std::string kind;   ///< "checkpoint", "safetensors file" or "torch file"
   int64_t step = -1;  ///< a checkpoint's step (-1 for a file)
   TensorDict tensors;
-  TensorDict ema;  ///< a checkpoint's moving average of the weights (ema.pt, train.ema_decay); empty without one
+  /// A checkpoint's averages of the weights, each with its name: "ema" (ema.pt, train.ema_decay)
+  /// and "swa" (swa.pt, optim.swa_start_epoch; only once its BatchNorm statistics are its own).
+  std::vector<std::pair<std::string, TensorDict>> averages;
   std::map<std::string, std::string> metadata;  ///< a safetensors file's __metadata__
   /// What the run recorded of its data (class names, input side, normalization): a checkpoint's
   /// state.json "dataset", or a safetensors export's "dlrun_dataset"; null when unknown.

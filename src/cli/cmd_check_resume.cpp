@@ -5,7 +5,7 @@
 // --nproc > 1 (a kill takes the whole process group, as losing the machine does) -- then
 // compares every step's logged loss and the final params_sha256. On a difference it names the
 // first step that differs and which state differs in the last checkpoint both runs wrote
-// before it (weights, optimizer, scaler, RNG, data position, train state, verdicts, EMA).
+// before it (weights, optimizer, scaler, RNG, data position, train state, verdicts, EMA, SWA).
 // Exit 0 only when the two runs are identical; 1 when they differ (or a run failed), 2 for a
 // bad config or flag. Both runs save every step (checkpoint.every_steps=1, all kept) in a
 // work directory of their own, removed afterwards unless --keep or a difference.
@@ -216,6 +216,8 @@ std::vector<std::string> differing_state(const std::string& a, const std::string
   note("data position", same_keys({"epoch", "cursor"}));
   note("train state", same_keys({"step", "skipped_steps", "eval_pending"}));
   if (sa.contains("monitor") || sb.contains("monitor")) note("verdicts", same_keys({"monitor"}));
+  if (fsutil::path_exists(a + "/swa.pt") || fsutil::path_exists(b + "/swa.pt"))
+    note("SWA", tensors_equal(a + "/swa.pt", b + "/swa.pt") && same_keys({"swa"}));
   return diff;
 }
 
@@ -406,10 +408,13 @@ void run_check(const CheckResumeOptions& o) {
     }
   }
   if (!first && lb.size() != la.size()) first = la.empty() ? 1 : la.rbegin()->first + 1;
-  const auto fingerprint = [](const nlohmann::json& summary) {  // the weights', and the average's when there is one
-    const auto ema = summary.value("ema", nlohmann::json());
-    return nlohmann::json::array({summary.value("params_sha256", nlohmann::json()),
-                                  ema.is_object() ? ema.value("params_sha256", nlohmann::json()) : nlohmann::json()});
+  const auto fingerprint = [](const nlohmann::json& summary) {  // the weights', and the averages' when there are any
+    nlohmann::json f = nlohmann::json::array({summary.value("params_sha256", nlohmann::json())});
+    for (const char* avg : {"ema", "swa"}) {
+      const auto a = summary.value(avg, nlohmann::json());
+      f.push_back(a.is_object() ? a.value("params_sha256", nlohmann::json()) : nlohmann::json());
+    }
+    return f;
   };
   const bool same_end = fingerprint(sa) == fingerprint(sb);
   const bool identical = !first && same_end;

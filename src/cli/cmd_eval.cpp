@@ -1,7 +1,7 @@
 // `dlrun eval CONFIG.yaml --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]
 //  [--save-batch FILE]`
 // Evaluates the weights of a checkpoint, a run directory or an exported weights file on the
-// config's evaluation split: top-1, top-5, loss; a checkpoint's moving average (ema.pt) too. The model, data and device come from the
+// config's evaluation split: top-1, top-5, loss; a checkpoint's averages (ema.pt, swa.pt) too. The model, data and device come from the
 // same build_components() as training; `auto` picks the checkpoint a resume would (the one
 // LATEST names when it verifies, else the newest that does), `best` the one checkpoint.keep_best
 // kept (cli/weights_arg.h).
@@ -62,12 +62,13 @@ void run_eval(const EvalCmdOptions& o) {
                       {"fold_batchnorm", o.fold_batchnorm}, {"folded_export", report.folded}};
   if (w.step >= 0) j["step"] = w.step;
   std::string ema_line;
-  if (!w.ema.empty()) {  // a checkpoint with a moving average (train.ema_decay): evaluated too, the same way
-    models::load_weights(*c.model, w.ema, w.path + "/ema.pt", lo);
+  for (const auto& [name, tensors] : w.averages) {  // a checkpoint's averages (ema.pt, swa.pt): evaluated the same way
+    models::load_weights(*c.model, tensors, w.path + "/" + name + ".pt", lo);
     const auto e = train::evaluate(*c.model, *c.eval_loader);
-    j["ema"] = {{"accuracy", e.accuracy}, {"top5", e.top5}, {"loss", e.loss}, {"samples", e.samples}};
-    ema_line = fmt::format("\n{}/ema.pt (moving average): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", w.path,
-                           e.accuracy, e.top5, e.loss);
+    j[name] = {{"accuracy", e.accuracy}, {"top5", e.top5}, {"loss", e.loss}, {"samples", e.samples}};
+    ema_line += fmt::format("\n{}/{}.pt ({}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", w.path, name,
+                            name == "ema" ? "moving average" : "stochastic weight average", e.accuracy, e.top5,
+                            e.loss);
   }
   if (o.json) std::printf("%s\n", j.dump().c_str());
   else

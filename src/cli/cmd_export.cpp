@@ -39,7 +39,7 @@ void run_export(const ExportOptions& o) {
   }
   const exporting::ExportResult r = exporting::export_checkpoint(from, o.to);
   std::printf("%s: %zu tensors from %s (step %lld) written as %s%s\n", o.to.output.c_str(), r.tensors,
-              (r.source + (o.to.weights == "ema" ? "/ema.pt" : "")).c_str(), static_cast<long long>(r.step),
+              (r.source + (o.to.weights == "raw" ? "" : "/" + o.to.weights + ".pt")).c_str(), static_cast<long long>(r.step),
               o.to.format.c_str(),
               o.to.fold_batchnorm ? fmt::format(", BatchNorm folded ({} tensors before)", r.unfolded).c_str() : "");
 }
@@ -64,7 +64,8 @@ void setup_export(CLI::App& app) {
                 "no BatchNorm entries): for inference runtimes; same eval outputs within float rounding. "
                 "onnx: Conv nodes with biases instead of Conv + BatchNormalization");
   cmd->add_option("--weights", o->to.weights,
-                  "raw: the trained weights (model.pt); ema: their moving average (ema.pt, train.ema_decay)")
+                  "raw: the trained weights (model.pt); ema: their moving average (ema.pt, train.ema_decay); swa: their "
+                  "stochastic weight average (swa.pt, optim.swa_start_epoch)")
       ->check(CLI::IsMember(exporting::weights_names()))
       ->capture_default_str();
   cmd->add_option("--image-size", o->to.image_size,

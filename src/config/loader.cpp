@@ -9,6 +9,7 @@
 #include <cctype>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "config/schema.h"
 #include "config/tree.h"
@@ -38,6 +39,51 @@ std::string describe_value(const Tree& t) {
   return "?";
 }
 
+// ---- groups: train.ema: {decay: 0.999} is train.ema_decay -------------------------------
+
+/// Whether `section` has keys named `group`_* and no key named `group` itself.
+bool is_group(const std::string& section, const std::string& group) {
+  static const std::map<std::string, std::vector<std::string>> fields = [] {
+    std::map<std::string, std::vector<std::string>> m;
+    Config c;
+    for (const auto& sec : describe(c))
+      for (const auto& f : sec.fields) m[sec.name].push_back(f.name);
+    return m;
+  }();
+  const auto it = fields.find(section);
+  if (it == fields.end()) return false;
+  bool members = false;
+  for (const auto& f : it->second) {
+    if (f == group) return false;
+    members = members || f.rfind(group + "_", 0) == 0;
+  }
+  return members;
+}
+
+/// Rewrites each group mapping of one file's sections into the flat keys it stands for, before
+/// files and overrides are merged (so a later file or the command line overrides either form).
+void flatten_groups(Tree& root) {
+  for (auto& [section, body] : root.map) {
+    if (body->type != Tree::Type::kMap) continue;
+    const Tree old = *body;
+    body->map.clear();
+    body->key_locs.clear();
+    for (const auto& [key, value] : old.map) {
+      if (value->type != Tree::Type::kMap || !is_group(section, key)) {
+        body->set(key, value, old.key_loc(key));
+        continue;
+      }
+      for (const auto& [sub, v] : value->map) {
+        const std::string flat = key + "_" + sub;
+        if (old.get(flat) || body->get(flat))
+          bad(value->key_loc(sub), section + "." + flat, "set twice",
+              fmt::format("as {0}.{1} and as {0}.{2}.{3}: keep one", section, flat, key, sub));
+        body->set(flat, v, value->key_loc(sub));
+      }
+    }
+  }
+}
+
 // ---- base: inheritance -------------------------------------------------------------------
 
 std::shared_ptr<Tree> load_with_bases(const std::string& path, std::vector<std::string>& stack,
@@ -45,6 +91,7 @@ std::shared_ptr<Tree> load_with_bases(const std::string& path, std::vector<std::
 
 std::shared_ptr<Tree> resolve_bases(std::shared_ptr<Tree> tree, const std::string& file,
                                     std::vector<std::string>& stack) {
+  if (tree->type == Tree::Type::kMap) flatten_groups(*tree);
   auto base = tree->get("base");
   if (!base) return tree;
   std::vector<std::shared_ptr<Tree>> names;
@@ -160,6 +207,10 @@ void apply_override(std::shared_ptr<Tree>& root, const std::string& arg) {
   }
   for (const auto& part : parts)
     if (part.empty()) bad(loc, key, "malformed key");
+  if (parts.size() == 3 && is_group(parts[0], parts[1])) {  // train.ema.decay=...: train.ema_decay
+    parts[1] += "_" + parts[2];
+    parts.pop_back();
+  }
   std::shared_ptr<Tree> val;
   try {
     // Parse the value as a YAML flow node, so [a,b] is a list and null is null.
@@ -187,6 +238,7 @@ void apply_override(std::shared_ptr<Tree>& root, const std::string& arg) {
     m->set(*it, patch, loc);
     patch = m;
   }
+  flatten_groups(*patch);  // train.ema={decay: 0.9} too
   // Whole-value replacement at the leaf: merge() would deep-merge two maps, which is right.
   root = merge(root, patch);
 }

@@ -175,6 +175,9 @@ struct OptimOptions {
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
   bool no_decay_norm_bias = false;
+  int64_t swa_start_epoch = 0;     ///< stochastic weight averaging from this epoch (0: off), train/swa.h
+  double swa_lr = 0.0;             ///< SWALR's target learning rate (needed with swa_start_epoch)
+  int64_t swa_anneal_epochs = 10;  ///< SWALR: epochs of cosine annealing from the schedule's rate to swa_lr
 };
 
 struct SchedOptions {
@@ -263,6 +266,9 @@ struct LogOptions {
   int64_t every_steps = 50;
   bool tensorboard = true;
   ProgressMode progress = ProgressMode::kAuto;
+  int64_t metrics_port = 0;                   ///< a Prometheus endpoint, GET /metrics (0: none), metrics/openmetrics.h
+  std::string metrics_address = "127.0.0.1";  ///< the endpoint's IPv4 address (0.0.0.0: every interface)
+  bool metrics_every_rank = false;            ///< each rank serves on metrics_port + its local rank (else rank 0 only)
 };
 
 /// A Kineto trace of a few steps (profile.steps > 0): CPU operators, and CUDA kernels on a GPU.

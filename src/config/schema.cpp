@@ -191,6 +191,13 @@ std::vector<Section> describe(Config& c) {
       FL("betas", o.betas, 0, 0.999999, "adamw: [beta1, beta2]"),
       F("eps", o.eps, 0, 1, "adamw: epsilon", true),
       B("no_decay_norm_bias", o.no_decay_norm_bias, "no weight decay on biases and 1-D (norm) parameters"),
+      I("swa_start_epoch", o.swa_start_epoch, 0, 1e9,
+        "stochastic weight averaging (PyTorch's swa_utils): from this epoch (0-based) the learning rate follows "
+        "SWALR and the weights at each epoch's end join an equal-weight average, whose BatchNorm statistics are "
+        "recomputed at the run's end (0: off)"),
+      F("swa_lr", o.swa_lr, 0, 1e3, "optim.swa_start_epoch: the learning rate SWALR anneals to and then holds"),
+      I("swa_anneal_epochs", o.swa_anneal_epochs, 0, 1e9,
+        "optim.swa_start_epoch: epochs of cosine annealing from the schedule's rate to swa_lr (0: swa_lr at once)"),
     }});
   }
   {
@@ -312,6 +319,12 @@ std::vector<Section> describe(Config& c) {
       I("every_steps", o.every_steps, 1, 1e9, "write a metrics line (and read the loss from the device) every N steps"),
       B("tensorboard", o.tensorboard, "write TensorBoard event files"),
       En("progress", o.progress, "terminal display: auto (a bar on a TTY, else lines), bar, lines or none"),
+      I("metrics_port", o.metrics_port, 0, 65535,
+        "serve live metrics for Prometheus at http://metrics_address:PORT/metrics (0: off)"),
+      S("metrics_address", o.metrics_address,
+        "log.metrics_port: the IPv4 address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
+      B("metrics_every_rank", o.metrics_every_rank,
+        "log.metrics_port: every rank serves its own metrics on metrics_port + its local rank (else rank 0 only)"),
     }});
   }
   {

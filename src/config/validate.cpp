@@ -1,6 +1,8 @@
 // Cross-field validation (see validate.h). Each rule reports the key whose value is wrong.
 #include "config/validate.h"
 
+#include <arpa/inet.h>
+
 #include <filesystem>
 
 #include "base/http.h"
@@ -117,11 +119,28 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
     c.refuse("train.ema_decay", fmt::format("{} leaves the average where it started; the decay must be below 1",
                                             c.train.ema_decay),
              "0.999 to 0.9999 are usual (the average spans about 1 / (1 - decay) updates); 0 turns it off");
+  if (c.optim.swa_start_epoch > 0 && !(c.optim.swa_lr > 0))
+    c.refuse("optim.swa_lr", "stochastic weight averaging (optim.swa_start_epoch) needs the rate SWALR anneals to",
+             "e.g. optim.swa_lr=0.05; PyTorch's SWALR has no default either");
+  if (c.optim.swa_start_epoch > 0 && c.train.max_steps == 0 && c.optim.swa_start_epoch >= c.train.epochs)
+    c.refuse("optim.swa_start_epoch",
+             fmt::format("averaging would begin at epoch {} (0-based), but the run has {} epoch(s): nothing would be "
+                         "averaged",
+                         c.optim.swa_start_epoch, c.train.epochs),
+             "start it a few epochs before the end (the SWA paper averages the last 25 % of the epochs)");
   if (c.train.early_stop != EvalMetric::kNone && !evaluates)
     c.refuse("train.early_stop", "early stopping decides at evaluations, and none is scheduled",
              "set train.eval_every_epochs or train.eval_every_steps");
   if (!c.model.init.empty() && c.model.init.rfind("s3://", 0) == 0)
     c.refuse("model.init", "weights are read from a local path", "download them first (e.g. dlrun export from s3://)");
+
+  // The live metrics endpoint (metrics/openmetrics.h).
+  if (c.log.metrics_port > 0) {
+    in_addr a{};
+    if (::inet_pton(AF_INET, c.log.metrics_address.c_str(), &a) != 1)
+      c.refuse("log.metrics_address", fmt::format("'{}' is not an IPv4 address", c.log.metrics_address),
+               "127.0.0.1 serves this machine only; 0.0.0.0 every interface");
+  }
 
   // Preemption.
   if (c.preemption.watch == NoticeSource::kFile && c.preemption.endpoint.empty())

@@ -71,7 +71,7 @@ ckpt::FileSet checked_files(const Source& from, std::string* where) {
 
 }  // namespace
 
-std::vector<std::string> weights_names() { return {"raw", "ema"}; }
+std::vector<std::string> weights_names() { return {"raw", "ema", "swa"}; }
 
 ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   const Format* format = find_format(o.format);
@@ -86,17 +86,27 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   r.step = m.value("step", int64_t{-1});
   const int64_t epoch = m.value("epoch", int64_t{-1});
   ckpt::TensorDict tensors;
-  const bool ema = o.weights == "ema";
-  DLRUN_CHECK_INPUT(ema || o.weights == "raw", "--weights {}: raw or ema", o.weights);
-  const std::string file = ema ? "ema.pt" : ckpt::kModelFile;
+  const bool ema = o.weights == "ema", swa = o.weights == "swa";
+  DLRUN_CHECK_INPUT(ema || swa || o.weights == "raw", "--weights {}: raw, ema or swa", o.weights);
+  const std::string file = ema ? "ema.pt" : swa ? "swa.pt" : ckpt::kModelFile;
   if (const std::vector<char>* bytes = set.find(file)) tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + file);
   DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no {}{}", r.source, file,
-                    ema ? " (its run kept no moving average: train.ema_decay was 0)" : "");
+                    ema   ? " (its run kept no moving average: train.ema_decay was 0)"
+                    : swa ? " (its run kept no weight average: optim.swa_start_epoch was 0)"
+                          : "");
   r.unfolded = tensors.size();
-  nlohmann::json dataset;  // (state.json was checked against the manifest; an older one has no "dataset")
-  if (const std::vector<char>* state = set.find(ckpt::kStateFile)) {
-    const auto j = nlohmann::json::parse(state->begin(), state->end(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) dataset = j.value("dataset", nlohmann::json());
+  nlohmann::json state;  // (state.json was checked against the manifest; an older one has no "dataset")
+  if (const std::vector<char>* bytes = set.find(ckpt::kStateFile))
+    state = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json dataset = state.is_object() ? state.value("dataset", nlohmann::json()) : nlohmann::json();
+  if (swa) {  // its BatchNorm statistics are recomputed at the run's end (train/swa.h): not before
+    const nlohmann::json st = state.is_object() ? state.value("swa", nlohmann::json()) : nlohmann::json();
+    const bool current = st.is_object() && st.value("updates", nlohmann::json()).is_number_integer() &&
+                         st["updates"] == st.value("bn_updates", nlohmann::json()) && st["updates"].get<int64_t>() > 0;
+    DLRUN_CHECK_INPUT(current,
+                      "{}/swa.pt: the weight average's BatchNorm statistics are not those of the average yet (they "
+                      "are recomputed when the run ends); export the run's final checkpoint",
+                      r.source);
   }
   Weights w{tensors, m, r.step, epoch, o.fold_batchnorm, dataset, o.weights};
   std::optional<Config> cfg;

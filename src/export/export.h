@@ -32,7 +32,7 @@ struct ExportOptions {
   std::string output;                  ///< the file to write
   bool fold_batchnorm = false;         ///< write models::folded_state_dict (onnx: Conv nodes without BatchNormalization)
   int64_t image_size = 0;              ///< onnx: the input's side; 0: the run's record, or data.image_size
-  std::string weights = "raw";         ///< raw (model.pt) or ema (ema.pt: the moving average, train.ema_decay)
+  std::string weights = "raw";         ///< raw (model.pt), ema (ema.pt: train.ema_decay) or swa (swa.pt: optim.swa_start_epoch)
 };
 
 /// What was written.
@@ -49,7 +49,7 @@ struct ExportResult {
 /// an unknown format are dlrun::Error, exit 2; nothing is written then.
 ExportResult export_checkpoint(const Source& from, const ExportOptions& o);
 
-/// What --weights takes: raw, ema.
+/// What --weights takes: raw, ema, swa.
 std::vector<std::string> weights_names();
 
 /// The format names, in the order `dlrun export --format` lists them.

@@ -27,7 +27,7 @@ struct Weights {
   int64_t epoch = -1;               ///< the checkpoint's epoch (-1: unknown)
   bool folded_batchnorm = false;    ///< the tensors are a folded state dict
   nlohmann::json dataset;           ///< the checkpoint's state.json "dataset" (class names, ...), or null
-  std::string weights = "raw";      ///< raw (model.pt) or ema (the moving average, ema.pt)
+  std::string weights = "raw";      ///< raw (model.pt), ema (the moving average, ema.pt) or swa (swa.pt)
   // Formats that write the network, not only its weights (Format::needs_model):
   models::Model* model = nullptr;   ///< built from the checkpoint's config.yaml, loaded with its (unfolded) weights
   const Config* config = nullptr;   ///< that config.yaml

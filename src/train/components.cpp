@@ -60,6 +60,17 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
 Components build_components(const Config& c, const Placement& placement, Purpose purpose) {
   Components out;
   out.placement = placement;
+  if (purpose == Purpose::kTrain && c.log.metrics_port > 0 && (placement.rank == 0 || c.log.metrics_every_rank)) {
+    metrics::EndpointOptions e;
+    e.address = c.log.metrics_address;
+    e.port = static_cast<int>(c.log.metrics_port) + (c.log.metrics_every_rank ? placement.local_rank : 0);
+    e.rank = placement.rank;
+    e.remote = !c.checkpoint.remote.empty();
+    e.where = c.where("log.metrics_port");
+    DLRUN_CHECK_INPUT(e.port <= 65535, "log.metrics_port {} + local rank {} is past port 65535", c.log.metrics_port,
+                      placement.local_rank);
+    out.endpoint = std::make_unique<metrics::Endpoint>(e);
+  }
   out.data = open_datasets(c, purpose);
 
   data::LoaderSpec spec;
@@ -72,7 +83,16 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     out.train_loader = std::make_unique<data::Loader>(out.data.train, c.data, spec);
     out.steps_per_epoch = out.train_loader->steps_per_epoch();
     out.total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * out.steps_per_epoch;
-    out.schedule = ScheduleSpec{c.sched, c.optim.lr, out.total_steps, out.steps_per_epoch};
+    out.schedule = ScheduleSpec{c.sched, c.optim.lr, out.total_steps, out.steps_per_epoch,
+                                c.optim.swa_start_epoch, c.optim.swa_lr, c.optim.swa_anneal_epochs};
+  }
+  if (out.data.train && c.optim.swa_start_epoch > 0) {  // update_bn's pass: every rank reads all of it
+    data::LoaderSpec whole = spec;
+    whole.train = false;
+    whole.rank = 0;
+    whole.world_size = 1;
+    whole.grad_accum = 1;
+    out.bn_loader = std::make_unique<data::Loader>(out.data.train, c.data, whole);
   }
   if (out.data.eval) {
     spec.train = false;
@@ -92,6 +112,12 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     out.ema_model->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
     out.ema_model->eval();
     out.ema = std::make_unique<Ema>(c.train, *out.model, out.ema_model);
+  }
+  if (purpose == Purpose::kTrain && c.optim.swa_start_epoch > 0) {
+    out.swa_model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
+    out.swa_model->to(placement.device);
+    out.swa_model->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
+    out.swa = std::make_unique<Swa>(c.optim, *out.model, out.swa_model);
   }
   if (purpose == Purpose::kEval) {
     out.model->eval();

@@ -12,10 +12,12 @@
 #include "config/options.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "metrics/openmetrics.h"
 #include "models/model.h"
 #include "train/device.h"
 #include "train/ema.h"
 #include "train/schedule.h"
+#include "train/swa.h"
 
 namespace dlrun::train {
 
@@ -46,6 +48,11 @@ struct Components {
   std::shared_ptr<models::Model> model;                  ///< on placement.device
   std::shared_ptr<models::Model> ema_model;              ///< train with train.ema_decay: the average's model (train/ema.h)
   std::unique_ptr<Ema> ema;                              ///< train with train.ema_decay: updates ema_model
+  std::shared_ptr<models::Model> swa_model;              ///< train with optim.swa_start_epoch: the average's model
+  std::unique_ptr<Swa> swa;                              ///< train with optim.swa_start_epoch: updates swa_model
+  /// train with optim.swa_start_epoch: the training split read as an evaluation reads (no
+  /// augmentation, in order, all of it on every rank), for the average's BatchNorm statistics
+  std::unique_ptr<data::Loader> bn_loader;
   std::unique_ptr<torch::optim::Optimizer> optimizer;    ///< train and bench
   std::unique_ptr<data::Loader> train_loader;            ///< train
   std::unique_ptr<data::Loader> eval_loader;             ///< train and eval
@@ -53,6 +60,10 @@ struct Components {
   int64_t steps_per_epoch = 0;                           ///< train
   int64_t total_steps = 0;                               ///< train
   ScheduleSpec schedule;                                 ///< train
+  /// train with log.metrics_port: the live endpoint, listening from here (a port in use fails
+  /// the start before the run directory is touched); rank 0's, or each rank's with
+  /// log.metrics_every_rank. The trainer hands it to its reporter.
+  std::unique_ptr<metrics::Endpoint> endpoint;
 };
 
 /// Build the components `purpose` needs, in the order that fails cheapest first: data files

@@ -112,6 +112,7 @@ Placement place(const Config& cfg, const dist::World& world) {
   config::check_device_fit(cfg, p.device.is_cuda(), p.device.str());
   p.rank = world.rank;
   p.world_size = world.size;
+  p.local_rank = world.local_rank;
   if (p.device.is_cuda() && world.distributed()) {
     if (run.device == "cuda" || run.device == "auto") {
       const auto count = static_cast<int>(torch::cuda::device_count());

@@ -22,6 +22,7 @@ struct Placement {
   torch::Device device = torch::kCPU;
   int rank = 0;
   int world_size = 1;
+  int local_rank = 0;  ///< rank on this host
 };
 
 /// The process-wide CUDA settings a config asks for: cuDNN autotuning (train.cudnn_benchmark,

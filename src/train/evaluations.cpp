@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "base/fault.h"
 #include "preempt/preempt.h"
 
@@ -56,6 +58,21 @@ bool Evaluations::test(int64_t step, int64_t epoch) {
   if (j.is_null()) return false;
   test_ = std::move(j);
   report_.report(eval_event(test_, epoch, false));
+  return true;
+}
+
+bool Evaluations::average(const std::string& name, models::Model& model, int64_t step, int64_t epoch) {
+  if (!cfg_.train.eval_at_end) return true;
+  const std::string split = val_ ? "val" : "eval";
+  const std::optional<EvalResult> r = pass(model, val_ ? *val_ : eval_);
+  if (!r) return false;
+  if (last_.is_object()) last_[name] = eval_json(*r, step, split);
+  metrics::Event e{name, step};
+  e.scalars = {{"accuracy", r->accuracy}, {"top5", r->top5}, {"loss", r->loss}};
+  e.fields = {{"epoch", epoch}, {"split", split}, {"samples", r->samples}};
+  e.message = fmt::format("{} average on the {} split: accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", name, split,
+                          r->accuracy, r->top5, r->loss);
+  report_.report(std::move(e));
   return true;
 }
 

@@ -35,6 +35,10 @@ class Evaluations {
   /// With a validation split and train.eval_at_end, the test split's evaluation ("test" event,
   /// summary.json "test"); a no-op otherwise. false: a stop request cut it short.
   bool test(int64_t step, int64_t epoch);
+  /// With train.eval_at_end, the evaluation of an average that is only ready at the end (the
+  /// stochastic weight average, after update_bn) on the periodic split: an event of kind
+  /// `name` and the result under last()[name]. false: a stop request cut it short.
+  bool average(const std::string& name, models::Model& model, int64_t step, int64_t epoch);
   /// What the last periodic evaluation decided, once (the next call returns nothing new).
   Monitor::Verdict take_verdict();
 

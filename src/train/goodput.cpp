@@ -186,6 +186,8 @@ std::vector<Segment> RunAccount::all() const {
   return out;
 }
 
+double RunAccount::paid_before_s() const { return account(earlier_, 0).paid_s; }
+
 Goodput RunAccount::now(const std::string& live_status) const {
   return account(all(), wall_now(), live_status);
 }

@@ -87,6 +87,8 @@ class RunAccount {
   /// The account now; `live_status` "interrupted" while this process stops.
   Goodput now(const std::string& live_status = "") const;
   double price() const { return price_; }
+  /// The paid seconds of the run's earlier processes (read by begin()).
+  double paid_before_s() const;
   /// The account now as an event's "wall_clock" and "cost" fields (the preempt event's).
   void add_to(nlohmann::json& fields, const std::string& live_status) const;
   /// The "resume" event's fields: what the interruption before this process cost, its first

@@ -177,6 +177,29 @@ class EmaPart : public ckpt::Part {
   const LiveState& l_;
 };
 
+/// The weights' stochastic average (optim.swa_start_epoch): swa.pt, state.json "swa" (its count).
+class SwaPart : public ckpt::Part {
+ public:
+  explicit SwaPart(const LiveState& l) : l_(l) {}
+  void save(ckpt::Snapshot& snap) override {
+    snap.tensor_files["swa"] = ckpt::host_copy(models::state_dict(l_.swa->model()), l_.device.is_cuda());
+    snap.state["swa"] = l_.swa->state();
+  }
+  void load(const ckpt::Snapshot& snap) override {
+    if (snap.tensor_files.count("swa") == 0) {  // optim.swa_start_epoch set on a run that had none
+      log0::warn("optim.swa_start_epoch: the checkpoint has no weight average (swa.pt); it starts at the next epoch "
+                 "end from step {}",
+                 snap.step);
+      return;
+    }
+    models::load_state_dict(l_.swa->model(), ckpt::tensor_file(snap, "swa"), "checkpoint swa.pt");
+    l_.swa->load_state(snap.state.value("swa", nlohmann::json::object()));
+  }
+
+ private:
+  const LiveState& l_;
+};
+
 /// Where training stands (run/state.h), and the settings a resume compares with its own.
 class TrainStatePart : public ckpt::Part {
  public:
@@ -292,6 +315,7 @@ CheckpointParts::CheckpointParts(const LiveState& live) : live_(live) {
   parts_.emplace_back("data_position", std::make_unique<LoaderPart>(live_));
   if (live_.monitor) parts_.emplace_back("verdicts", std::make_unique<MonitorPart>(live_));
   if (live_.ema) parts_.emplace_back("ema", std::make_unique<EmaPart>(live_));  // after the model: restart() copies it
+  if (live_.swa) parts_.emplace_back("swa", std::make_unique<SwaPart>(live_));
 }
 
 CheckpointParts::~CheckpointParts() = default;

@@ -1,7 +1,7 @@
 // Today's checkpointed state as checkpoint parts (checkpoint/part.h), in the order a snapshot
 // saves them and a resume checks and loads them: the model, the optimizers, the loss scaler,
 // every rank's RNG, the train state, the data loader's position, the evaluations' verdicts, the
-// weights' moving average. The files and state.json keys each part writes are listed in
+// weights' moving average and their stochastic weight average. The files and state.json keys each part writes are listed in
 // docs/checkpoints.md.
 #pragma once
 
@@ -23,6 +23,7 @@
 #include "train/monitor.h"
 #include "train/optimizers.h"
 #include "train/replicas.h"
+#include "train/swa.h"
 
 namespace dlrun::train {
 
@@ -40,6 +41,7 @@ struct LiveState {
   Monitor* monitor = nullptr;  ///< the best checkpoint and early stopping (state.json "monitor")
   nlohmann::json dataset;      ///< dataset_record(): kept with the weights (state.json "dataset")
   Ema* ema = nullptr;          ///< train.ema_decay's moving average (ema.pt, state.json "ema"), or null
+  Swa* swa = nullptr;          ///< optim.swa_start_epoch's average (swa.pt, state.json "swa"), or null
 };
 
 class CheckpointParts {
@@ -65,7 +67,7 @@ class CheckpointParts {
   LiveState live_;  ///< references to the live objects, which outlive this
   nlohmann::json init_;
   /// Each part with its name, which DLRUN_FAULT=forget_on_resume takes: weights, optimizer,
-  /// scaler, rng, train_state, data_position, verdicts, ema.
+  /// scaler, rng, train_state, data_position, verdicts, ema, swa.
   std::vector<std::pair<std::string, std::unique_ptr<ckpt::Part>>> parts_;
 };
 

@@ -15,7 +15,25 @@ int64_t warmup_steps(const ScheduleSpec& s) {
   return s.opts.warmup_steps + static_cast<int64_t>(std::llround(s.opts.warmup_epochs * static_cast<double>(s.steps_per_epoch)));
 }
 
+namespace {
+double scheduled(const ScheduleSpec& s, int64_t step);
+}  // namespace
+
 double lr_at(const ScheduleSpec& s, int64_t step) {
+  const int64_t per_epoch = std::max<int64_t>(1, s.steps_per_epoch);
+  const int64_t swa_first = s.swa_start_epoch * per_epoch;
+  if (s.swa_start_epoch <= 0 || step < swa_first) return scheduled(s, step);
+  const double lr0 = scheduled(s, swa_first);
+  const int64_t k = (step - swa_first) / per_epoch;  // SWALR steps taken
+  const double t = s.swa_anneal_epochs <= 0
+                       ? 1.0
+                       : std::min(1.0, static_cast<double>(k) / static_cast<double>(s.swa_anneal_epochs));
+  const double a = (1.0 - std::cos(kPi * t)) / 2.0;
+  return s.swa_lr * a + lr0 * (1.0 - a);
+}
+
+namespace {
+double scheduled(const ScheduleSpec& s, int64_t step) {
   const auto& o = s.opts;
   const double base = s.base_lr;
   const int64_t total = std::max<int64_t>(1, s.total_steps);
@@ -47,5 +65,6 @@ double lr_at(const ScheduleSpec& s, int64_t step) {
   }
   return lr * factor;
 }
+}  // namespace
 
 }  // namespace dlrun::train

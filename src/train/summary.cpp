@@ -27,6 +27,7 @@ nlohmann::json run_summary(const SummaryInputs& in) {
       {"test", in.test},
       {"init", in.init},
       {"ema", in.ema},
+      {"swa", in.swa},
       {"best", in.best},
       {"early_stop", in.early_stop},
       {"wall_time_s", in.wall_time_s},

@@ -22,6 +22,7 @@ struct SummaryInputs {
   nlohmann::json test;               ///< the test split's evaluation at the end (with a validation split), or null
   nlohmann::json init;               ///< load_init_weights()'s report, or null
   nlohmann::json ema;                ///< the moving average: Ema::state() with its params_sha256, or null
+  nlohmann::json swa;                ///< the stochastic weight average: Swa::state() with its params_sha256, or null
   nlohmann::json best;               ///< Monitor::best_summary(), or null
   nlohmann::json early_stop;         ///< Monitor::early_stop_summary(), or null
   double wall_time_s = 0;            ///< since this process started training

@@ -69,7 +69,8 @@ class Trainer {
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
         evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.ema_model.get()),
         parts_({cfg_, *c_.model, optimizers_, runner_.scaler(), st_, *c_.train_loader, replicas_, c_.total_steps,
-                c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info), c_.ema.get()}) {
+                c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info), c_.ema.get(),
+                c_.swa.get()}) {
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
       if (why.empty()) runner_.use_cuda_graphs();
@@ -176,6 +177,7 @@ int Trainer::run() {
         }
       }
       if (!epoch_done) break;
+      if (c_.swa) c_.swa->at_epoch_end(loader.position().epoch, st_.step);  // before the epoch end's checkpoint
       loader.seek({loader.position().epoch + 1, 0});
       if (auto code = at_boundary(true)) return *code;
     }
@@ -193,7 +195,10 @@ void Trainer::begin() {
   meter_.begin(start_mono_);
   profiler_.plan(st_.step, c_.total_steps);
   ckpt_.start();
-  if (!leader()) return;
+  if (!leader()) {
+    if (c_.endpoint) meter_.watch_gpu(), report_.add(std::move(c_.endpoint));  // log.metrics_every_rank: its own
+    return;
+  }
   if (plan_.set_aside) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
   ckpt_.abandon(plan_.abandon_after, plan_.set_aside_remote);  // steps of a timeline given up
   const int64_t furthest = dir_.furthest_logged_step();  // steps an interrupted process got to
@@ -206,6 +211,8 @@ void Trainer::begin() {
   report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
+  if (c_.endpoint) c_.endpoint->set_cost(account_.price(), account_.paid_before_s(), process_exec_wall());
+  if (c_.endpoint) report_.add(std::move(c_.endpoint));
   meter_.watch_gpu();
   ckpt_.open(std::exchange(plan_.fetched, std::nullopt), plan_.upload_resumed);  // the download's bytes freed here
   metrics::Event e{"start", st_.step};
@@ -337,9 +344,15 @@ int Trainer::stop_and_save() {
 int Trainer::finish() {
   profiler_.finish(st_.step);
   meter_.check_finite();  // also counts the last skipped steps
+  const bool swa_stale = c_.swa && !c_.swa->bn_current();  // then the final checkpoint needs its new statistics
+  if (c_.swa && replicas_.any(!c_.swa->update_bn(*c_.bn_loader, [] { return preempt::stop_requested(); })))
+    return stop_and_save();
   if (final_eval_due(cfg_.train, st_.step, evals_.last_step()) && !run_eval()) return stop_and_save();
   if (!evals_.test(st_.step, epoch())) return stop_and_save();
-  if (ckpt_.final_due(st_.step)) save(SaveReason::kEnd, /*sync=*/true);
+  if (c_.swa && c_.swa->bn_current() && !evals_.average("swa", c_.swa->model(), st_.step, epoch()))
+    return stop_and_save();
+  if (ckpt_.final_due(st_.step) || (swa_stale && c_.swa->bn_current() && cfg_.checkpoint.at_end))
+    save(SaveReason::kEnd, /*sync=*/true);  // (a step saved before update_bn is saved again, atomically)
   if (!leader()) return 0;
   ckpt_.finish(st_.step);
   meter_.read_last_loss();
@@ -372,6 +385,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.test = evals_.test_result();
   in.init = parts_.init_report();
   if (c_.ema) in.ema = c_.ema->summary();
+  if (c_.swa) in.swa = c_.swa->summary();
   in.best = evals_.monitor().best_summary(ckpt_.best());
   in.early_stop = evals_.monitor().early_stop_summary();
   in.checkpointer = ckpt_.summary();

@@ -176,3 +176,21 @@ TEST_CASE("${...} errors", "[config][env][errors]") {
   expect_load_error(kMin, {"run.name", "command line 'run.name=${env:DLRUN_TEST_UNSET}'", 0, 0, "is not set"},
                     {"run.name=${env:DLRUN_TEST_UNSET}"});
 }
+
+TEST_CASE("a group mapping is its flat keys: train.ema: {decay} is train.ema_decay, overridable either way",
+          "[config][override]") {
+  Config c = load(kMin + "train:\n  ema: {decay: 0.999, warmup: true}\nlog: {metrics: {port: 9400}}\n", {});
+  CHECK(c.train.ema_decay == 0.999);
+  CHECK(c.train.ema_warmup);
+  CHECK(c.log.metrics_port == 9400);
+  CHECK(c.where("train.ema_decay").line == 4);  // where the member was written
+  c = load(kMin + "train: {ema: {decay: 0.999}}\n", {"train.ema_decay=0.99"});
+  CHECK(c.train.ema_decay == 0.99);  // the command line wins over the file, whichever form each uses
+  c = load(kMin + "train: {ema_decay: 0.999}\n", {"train.ema.decay=0.98", "train.ema={every_steps: 4}"});
+  CHECK(c.train.ema_decay == 0.98);
+  CHECK(c.train.ema_every_steps == 4);
+  expect_load_error(kMin + "train: {ema: {decay: 0.9, decy: 1}}\n", Expect{"train.ema_decy", "", 3, -1, "ema_decay"});
+  expect_load_error(kMin + "train: {ema_decay: 0.9, ema: {decay: 0.8}}\n",
+                    Expect{"train.ema_decay", "", 3, -1, "set twice"});
+  expect_load_error(kMin + "optim: {lr: {value: 1}}\n", Expect{"optim.lr", "", 3, -1, ""});  // lr is a key, not a group
+}

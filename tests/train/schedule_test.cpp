@@ -97,3 +97,21 @@ TEST_CASE("onecycle has its own rise: warmup settings do not apply to it", "[tra
   warmed.opts.warmup_epochs = 2;
   for (int64_t i = 0; i < 20; ++i) CHECK(lr_at(warmed, i) == lr_at(plain, i));
 }
+
+TEST_CASE("SWA: from its start epoch the rate is SWALR's (cos) stepped once per epoch", "[train][sched]") {
+  // CosineAnnealingLR(T_max=20) stepped per step, two steps an epoch; at epoch 4
+  // SWALR(swa_lr=0.02, anneal_epochs=A, anneal_strategy="cos") takes over, stepped per epoch.
+  auto s = spec(dlrun::SchedName::kCosine);
+  s.steps_per_epoch = 2;
+  s.swa_start_epoch = 4;
+  s.swa_lr = 0.02;
+  s.swa_anneal_epochs = 3;
+  check(s, {0.1, 0.0993844170297569, 0.09755282581475769, 0.0945503262094184, 0.0904508497187474,
+            0.08535533905932739, 0.07938926261462367, 0.07269952498697735, 0.06545084971874739, 0.06545084971874739,
+            0.05408813728906054, 0.05408813728906054, 0.03136271242968685, 0.03136271242968685, 0.02, 0.02, 0.02,
+            0.02, 0.02, 0.02});
+  s.swa_anneal_epochs = 0;  // swa_lr at once
+  check(s, {0.1, 0.0993844170297569, 0.09755282581475769, 0.0945503262094184, 0.0904508497187474,
+            0.08535533905932739, 0.07938926261462367, 0.07269952498697735, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02,
+            0.02, 0.02, 0.02, 0.02, 0.02});
+}

@@ -1,0 +1,207 @@
+// The live metrics endpoint (openmetrics.h).
+#include "metrics/openmetrics.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/log.h"
+
+namespace dlrun::metrics {
+namespace {
+
+struct Gauge {
+  const char* name;
+  const char* help;
+};
+
+// The "train" record's scalars that become gauges, by their metrics.jsonl names.
+const std::map<std::string, Gauge>& train_gauges() {
+  static const std::map<std::string, Gauge> m = {
+      {"loss", {"dlrun_loss", "training loss of the last logged step (mean over ranks)"}},
+      {"lr", {"dlrun_learning_rate", "learning rate of the last logged step"}},
+      {"samples_per_s", {"dlrun_samples_per_second", "training samples per second over the last log interval"}},
+      {"data_wait_frac", {"dlrun_data_wait_fraction", "share of the last log interval the step loop waited for data"}},
+      {"gpu_util_pct", {"dlrun_gpu_utilization_percent", "GPU utilisation (NVML)"}},
+      {"gpu_mem_used_mb", {"dlrun_gpu_memory_used_megabytes", "GPU memory in use (NVML)"}},
+  };
+  return m;
+}
+
+constexpr double kClientSeconds = 2.0;  // a scraper that sends no request in this time is dropped
+
+}  // namespace
+
+struct Endpoint::State {
+  mutable std::mutex mu;
+  bool logged = false;  // a train record has arrived
+  int64_t step = 0;
+  double epoch = 0;
+  std::map<std::string, double> values;
+  double started = 0;       // the "start" event: training time at risk counts from here
+  double last_commit = 0;   // the last "checkpoint" event (committed to local disk)
+  double last_upload = 0;   // the last "upload" event
+  double price = 0, paid_before_s = 0, process_start = 0;
+  std::thread thread;
+};
+
+Endpoint::Endpoint(const EndpointOptions& o) : o_(o), s_(std::make_unique<State>()) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(o.port));
+  if (::inet_pton(AF_INET, o.address.c_str(), &a.sin_addr) != 1)
+    throw Error(ExitCode::kBadInput, o.where, "log.metrics_address",
+                fmt::format("'{}' is not an IPv4 address", o.address), "127.0.0.1 (this machine only) or 0.0.0.0");
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  DLRUN_CHECK(fd_ >= 0, ExitCode::kRuntime, "log.metrics_port: socket: {}", std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw Error(ExitCode::kBadInput, o.where, "log.metrics_port",
+                fmt::format("cannot listen on {}:{}: {}", o.address, o.port, std::strerror(err)),
+                "choose another port (log.metrics_port=N), or 0 for no endpoint");
+  }
+  if (::pipe2(stop_, O_CLOEXEC) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw Error(ExitCode::kRuntime, fmt::format("log.metrics_port: pipe: {}", std::strerror(err)));
+  }
+  s_->thread = std::thread([this] { serve(); });
+  log::info("metrics endpoint: http://{}:{}/metrics", o.address, port());
+}
+
+Endpoint::~Endpoint() { close(); }
+
+int Endpoint::port() const {
+  sockaddr_in a{};
+  socklen_t n = sizeof a;
+  return ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n) == 0 ? ntohs(a.sin_port) : o_.port;
+}
+
+void Endpoint::set_cost(double price_per_hour, double paid_before_s, double process_start) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->price = price_per_hour;
+  s_->paid_before_s = paid_before_s;
+  s_->process_start = process_start;
+}
+
+void Endpoint::write(const Event& e) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (e.kind == "train") {
+    s_->logged = true;
+    s_->step = e.step;
+    if (e.fields.contains("epoch") && e.fields["epoch"].is_number()) s_->epoch = e.fields["epoch"].get<double>();
+    for (const auto& [k, v] : e.scalars)
+      if (train_gauges().count(k)) s_->values[k] = v;
+  } else if (e.kind == "start") {
+    s_->started = e.time;
+  } else if (e.kind == "checkpoint") {
+    s_->last_commit = e.time;
+  } else if (e.kind == "upload") {
+    s_->last_upload = e.time;
+  }
+}
+
+void Endpoint::close() {
+  if (!s_->thread.joinable()) return;
+  (void)!::write(stop_[1], "x", 1);
+  s_->thread.join();
+  ::close(fd_);
+  ::close(stop_[0]);
+  ::close(stop_[1]);
+}
+
+std::string Endpoint::body(double now) const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  std::string out;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    if (!std::isfinite(v)) return;
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0}{{rank=\"{2}\"}} {3}\n", name, help, o_.rank, v);
+  };
+  if (s_->logged) {
+    gauge("dlrun_step", "optimizer steps done at the last logged step", static_cast<double>(s_->step));
+    gauge("dlrun_epoch", "epoch of the last logged step", s_->epoch);
+    for (const auto& [k, g] : train_gauges())
+      if (auto it = s_->values.find(k); it != s_->values.end()) gauge(g.name, g.help, it->second);
+  }
+  if (s_->last_commit > 0)
+    gauge("dlrun_seconds_since_checkpoint", "seconds since this process last committed a checkpoint",
+          now - s_->last_commit);
+  if (s_->last_upload > 0)
+    gauge("dlrun_seconds_since_upload", "seconds since this process last finished uploading a checkpoint",
+          now - s_->last_upload);
+  // Work at risk: training since the last checkpoint that survives losing the machine (an
+  // uploaded one when checkpoint.remote is set), or since this process began training.
+  const double safe = o_.remote ? s_->last_upload : s_->last_commit;
+  if (s_->started > 0)
+    gauge("dlrun_work_at_risk_seconds", "seconds of training that losing the machine now would cost",
+          now - std::max(safe, s_->started));
+  if (s_->price > 0)
+    gauge("dlrun_cost", "what the run has cost so far (all its processes), in run.price_per_hour's currency",
+          s_->price * (s_->paid_before_s + std::max(0.0, now - s_->process_start)) / 3600.0);
+  return out;
+}
+
+void Endpoint::answer(int c) {
+  std::string req;
+  char buf[2048];
+  const double deadline = mono_now() + kClientSeconds;
+  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 8192) {
+    const double left = deadline - mono_now();
+    if (left <= 0) break;
+    pollfd p{c, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left * 1000) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    const ssize_t n = ::read(c, buf, sizeof buf);
+    if (n <= 0) break;
+    req.append(buf, static_cast<size_t>(n));
+  }
+  const bool ok = req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET /metrics?", 0) == 0;
+  const std::string b = ok ? body(wall_now()) : std::string("dlrun serves GET /metrics only\n");
+  const std::string all = fmt::format(
+      "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\n"
+      "Connection: close\r\n\r\n{}",
+      ok ? "200 OK" : "404 Not Found", b.size(), b);
+  for (size_t off = 0; off < all.size();) {  // a few KB: the socket buffer takes it at once
+    const ssize_t n = ::send(c, all.data() + off, all.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  ::close(c);
+}
+
+// One client at a time, on this thread: a scrape takes microseconds, and a slow client is
+// dropped after kClientSeconds. The training thread only takes the mutex to copy numbers.
+void Endpoint::serve() {
+  while (true) {
+    pollfd p[2] = {{fd_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      log::warn("metrics endpoint: poll: {}; no longer serving", std::strerror(errno));
+      return;
+    }
+    if (p[1].revents) return;
+    if (p[0].revents & POLLIN) {
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) answer(c);
+    }
+  }
+}
+
+}  // namespace dlrun::metrics

@@ -1,0 +1,71 @@
+// Stochastic weight averaging (optim.swa_start_epoch), as PyTorch's torch.optim.swa_utils does
+// it in its documented loop with swa_start = S - 1:
+//
+//   - the learning rate: from the first step of epoch S (0-based), SWALR's cosine annealing
+//     from the schedule's rate at that step to optim.swa_lr over optim.swa_anneal_epochs
+//     epochs, then swa_lr (schedule.h: lr_at);
+//   - the average: at the end of every epoch from S on, AveragedModel.update_parameters with its
+//     default average -- the mean of the weights at those epoch ends, parameters only
+//     (average += (weights - average) / (n + 1), one _foreach_lerp_ call with weight 1/(n + 1);
+//     the first update copies);
+//   - BatchNorm: at the end of the run, update_bn -- every BatchNorm layer's running statistics
+//     reset and recomputed as the cumulative average over one pass of the training set, in
+//     training mode with momentum None. The pass reads the training split as an evaluation
+//     reads data (no augmentation, in order), all of it on every rank, so every rank computes
+//     the same statistics.
+//
+// The average lives in a second model of the same architecture on the same device. Its
+// checkpoint part (parts.cpp: swa.pt, state.json "swa") saves and restores it with its count,
+// so a resumed run's average is bitwise the uninterrupted run's; it is evaluated once, after
+// update_bn, at the end of the run (Evaluations::average), and exported with --weights swa.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "config/options.h"
+#include "data/loader.h"
+#include "models/model.h"
+
+namespace dlrun::train {
+
+class Swa {
+ public:
+  /// `average`: a model built like `model` (same options, device and flags).
+  Swa(const OptimOptions& opts, models::Model& model, std::shared_ptr<models::Model> average);
+
+  /// At the end of epoch `epoch` (0-based), after step `step`: the weights join the average
+  /// when epoch >= optim.swa_start_epoch.
+  void at_epoch_end(int64_t epoch, int64_t step);
+  /// update_bn over `loader` (an evaluation loader over the training split). A no-op before
+  /// the first update, and when the statistics are already those of the current average.
+  /// false: `stop` said so between batches (the statistics are then recomputed next time).
+  bool update_bn(data::Loader& loader, const std::function<bool()>& stop);
+  /// Whether the BatchNorm statistics were recomputed for the current average (what an
+  /// evaluation or export of it needs).
+  bool bn_current() const { return updates_ > 0 && bn_updates_ == updates_; }
+
+  models::Model& model() { return *average_; }
+  int64_t updates() const { return updates_; }
+  /// state.json "swa": the settings, the number of epochs averaged, the last one's step, and
+  /// the count the BatchNorm statistics were recomputed for.
+  nlohmann::json state() const;
+  /// summary.json "swa": state() and the average's params_sha256.
+  nlohmann::json summary() const;
+  /// From state.json "swa" (the tensors are loaded into model() by the caller).
+  void load_state(const nlohmann::json& j);
+
+ private:
+  const OptimOptions& opts_;
+  std::shared_ptr<models::Model> average_;
+  std::vector<torch::Tensor> avg_params_, model_params_;  ///< parameters, in order
+  int64_t updates_ = 0;
+  int64_t last_step_ = -1;
+  int64_t bn_updates_ = 0;  ///< updates_ when update_bn last ran (0: never)
+};
+
+}  // namespace dlrun::train
