@@ -1,6 +1,8 @@
 // parse_json_capped: see json_limits.h.
 #include "base/json_limits.h"
 
+#include "base/error.h"
+
 #include <stdexcept>
 
 namespace dlrun {
@@ -17,6 +19,13 @@ std::optional<int64_t> json_int64(const nlohmann::json& v) {
   if (!v.is_number_integer()) return std::nullopt;
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
   return v.get<int64_t>();
+}
+
+int64_t json_int_or(const nlohmann::json& obj, const char* key, int64_t fallback, const std::string& what) {
+  if (!obj.is_object() || !obj.contains(key)) return fallback;
+  const auto i = json_int64(obj.at(key));
+  DLRUN_CHECK_INPUT(i.has_value(), "{}: {} must be an integer, got {}", what, key, obj.at(key).dump().substr(0, 40));
+  return *i;
 }
 
 std::optional<uint64_t> json_uint64(const nlohmann::json& v) {

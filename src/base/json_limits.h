@@ -22,4 +22,8 @@ nlohmann::json parse_json_capped(const std::string& text, int max_depth);
 std::optional<int64_t> json_int64(const nlohmann::json& v);
 std::optional<uint64_t> json_uint64(const nlohmann::json& v);
 
+/// obj[key] as an integer, or `fallback` when `obj` has no `key`. Anything else there (a float,
+/// a string, a value past int64) is dlrun::Error, exit 2: "`what`: `key` must be an integer".
+int64_t json_int_or(const nlohmann::json& obj, const char* key, int64_t fallback, const std::string& what);
+
 }  // namespace dlrun

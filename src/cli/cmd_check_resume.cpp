@@ -34,6 +34,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/json_limits.h"
 #include "base/log.h"
 #include "checkpoint/tensor_file.h"
 #include "cli/app.h"
@@ -137,7 +138,8 @@ std::map<int64_t, double> losses(const std::string& run) {
     if (q == std::string::npos) break;  // a line still being written
     const auto j = nlohmann::json::parse(text.substr(p, q - p), nullptr, false);
     p = q + 1;
-    if (j.is_object() && !j.contains("event") && j.contains("step") && j.contains("loss") && j["loss"].is_number())
+    if (j.is_object() && !j.contains("event") && json_int64(j.value("step", nlohmann::json())) && j.contains("loss") &&
+        j["loss"].is_number())
       out[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
   return out;

@@ -5,6 +5,8 @@
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_amp_update_scale.h>
 
+#include "base/json_limits.h"
+
 namespace dlrun::train {
 
 // As torch.autocast's __enter__/__exit__: remember the device type's state, set it, count
@@ -68,7 +70,7 @@ void GradScaler::load_state(const nlohmann::json& j) {
   if (!active_ || !j.is_object() || j.empty() || !j.contains("scale")) return;
   scale_.fill_(j.at("scale").get<double>());
   const char* tracker = j.contains("_growth_tracker") ? "_growth_tracker" : "growth_tracker";
-  growth_tracker_.fill_(j.value(tracker, int64_t{0}));
+  growth_tracker_.fill_(json_int_or(j, tracker, 0, "checkpoint state.json \"grad_scaler\""));
 }
 
 }  // namespace dlrun::train

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/json_limits.h"
 #include "train/fingerprint.h"
 
 namespace dlrun::train {
@@ -68,8 +69,9 @@ nlohmann::json Ema::summary() const {
 
 void Ema::load_state(const nlohmann::json& j) {
   try {
-    updates_ = j.at("updates").get<int64_t>();
-    last_step_ = j.value("last_step", int64_t{-1});
+    (void)j.at("updates");  // required
+    updates_ = json_int_or(j, "updates", 0, "checkpoint state.json \"ema\"");
+    last_step_ = json_int_or(j, "last_step", -1, "checkpoint state.json \"ema\"");
     last_decay_ = j.value("last_decay", 0.0);
   } catch (const nlohmann::json::exception& e) {
     fail_input("checkpoint state.json \"ema\" is malformed: {}", e.what());

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/json_limits.h"
 
 namespace dlrun::train {
 namespace {
@@ -54,7 +55,7 @@ std::vector<Segment> read_segments(const std::string& metrics_jsonl, uint64_t of
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;
     const double t = number(j, "time");
-    const auto step = static_cast<int64_t>(number(j, "step"));
+    const int64_t step = json_int64(j.value("step", nlohmann::json())).value_or(0);  // (never a float's conversion)
     const std::string event = j.value("event", "");
     if (event == "start") {
       Segment s;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/json_limits.h"
 #include "base/log.h"
 
 namespace dlrun::train {
@@ -74,11 +75,13 @@ void Monitor::load_state(const nlohmann::json& j) {
       return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
     };
     const auto& b = j.at("best");
-    best_ = {value(b.at("value")), b.at("step").get<int64_t>()};
+    const std::string what = "checkpoint state.json \"monitor\"";
     const auto& e = j.at("early_stop");
-    stop_best_ = {value(e.at("value")), e.at("step").get<int64_t>()};
-    bad_evals_ = e.at("bad_evals").get<int64_t>();
-    stopped_at_ = e.at("stopped_at").get<int64_t>();
+    (void)b.at("step"), (void)e.at("step"), (void)e.at("bad_evals"), (void)e.at("stopped_at");  // required
+    best_ = {value(b.at("value")), json_int_or(b, "step", 0, what)};
+    stop_best_ = {value(e.at("value")), json_int_or(e, "step", 0, what)};
+    bad_evals_ = json_int_or(e, "bad_evals", 0, what);
+    stopped_at_ = json_int_or(e, "stopped_at", 0, what);
   } catch (const nlohmann::json::exception& e) {
     fail_input("cannot resume: state.json's \"monitor\" is malformed ({})", e.what());
   }

@@ -7,6 +7,7 @@
 
 #include "base/build_info.h"
 #include "base/clock.h"
+#include "base/json_limits.h"
 #include "base/fault.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -134,7 +135,7 @@ class RngPart : public ckpt::Part {
     torch::manual_seed(seed);
     log::info("the checkpoint has no RNG state for rank {} (it was written by {} rank(s)): this rank's generators "
               "start a stream of their own (seed {:#x})",
-              rank, snap.state.value("world_size", 1), seed);
+              rank, json_int_or(snap.state, "world_size", 1, "checkpoint state.json"), seed);
   }
 
   const LiveState& l_;
@@ -221,10 +222,12 @@ class TrainStatePart : public ckpt::Part {
   void load(const ckpt::Snapshot& snap) override {
     const auto& j = snap.state;
     TrainState& st = l_.state;
-    st.step = j.at("step").get<int64_t>();
-    st.skipped_steps = j.value("skipped_steps", int64_t{0});
+    const std::string what = "checkpoint state.json";
+    DLRUN_CHECK_INPUT(j.contains("step"), "{}: no step", what);
+    st.step = json_int_or(j, "step", 0, what);
+    st.skipped_steps = json_int_or(j, "skipped_steps", 0, what);
     st.eval_pending = j.value("eval_pending", false);
-    st.steps_lost_total = j.value("steps_lost_total", int64_t{0});
+    st.steps_lost_total = json_int_or(j, "steps_lost_total", 0, what);
     st.resumed_from_step = st.step;
   }
 
@@ -235,19 +238,21 @@ class TrainStatePart : public ckpt::Part {
 void TrainStatePart::check(const ckpt::Snapshot& snap) {
   const auto& j = snap.state;
   const Config& cfg = l_.cfg;
-  if (j.value("total_steps", l_.total_steps) != l_.total_steps)
+  const std::string what = "checkpoint state.json";
+  if (json_int_or(j, "total_steps", l_.total_steps, what) != l_.total_steps)
     log0::warn("resuming with a different schedule length: {} total steps, the checkpoint planned {}", l_.total_steps,
-               j.value("total_steps", int64_t{0}));
-  const int64_t saved_batch = j.value("global_batch_size", cfg.data.batch_size);
+               json_int_or(j, "total_steps", 0, what));
+  const int64_t saved_batch = json_int_or(j, "global_batch_size", cfg.data.batch_size, what);
   if (saved_batch != cfg.data.batch_size)
     log0::warn("resuming with global batch size {} (checkpoint: {}): results will differ from an uninterrupted run",
                cfg.data.batch_size, saved_batch);
   const int world_size = l_.replicas.size();
-  if (j.value("world_size", 1) != world_size)
+  const int64_t saved_world = json_int_or(j, "world_size", 1, what);
+  if (saved_world != world_size)
     log0::warn("resuming on world size {} from world size {}: the sampler re-shards the rest of the epoch from the "
                "global sample cursor (no sample is repeated or skipped), but dropout draws and the order of "
                "floating-point sums differ from an uninterrupted run",
-               world_size, j.value("world_size", 1));
+               world_size, saved_world);
 
   const std::string yaml = config::to_yaml(cfg, false);
   if (snap.config_yaml.empty() || sha256_hex(yaml.data(), yaml.size()) == snap.config_hash) return;
@@ -290,7 +295,10 @@ class LoaderPart : public ckpt::Part {
   }
   void load(const ckpt::Snapshot& snap) override {
     const auto& j = snap.state;
-    data::Position p{j.at("epoch").get<int64_t>(), j.at("cursor").get<int64_t>()};
+    DLRUN_CHECK_INPUT(j.contains("epoch") && j.contains("cursor"), "checkpoint state.json: no data position");
+    const std::string what = "checkpoint state.json";
+    data::Position p{json_int_or(j, "epoch", 0, what), json_int_or(j, "cursor", 0, what)};
+    DLRUN_CHECK_INPUT(p.epoch >= 0 && p.cursor >= 0, "checkpoint state.json: a negative data position");
     const int64_t batch = l_.cfg.data.batch_size;
     if (p.cursor % batch != 0) {
       const int64_t rounded = p.cursor / batch * batch;

@@ -99,6 +99,23 @@ TEST_CASE("a changed config is named key by key when resuming", "[train][resume]
   CHECK_THAT(err, Catch::Contains("run.seed changed") && Catch::Contains("not an exact continuation"));
 }
 
+TEST_CASE("state.json numbers that are not integers are refused by key, never converted", "[train][resume]") {
+  // A float where an integer belongs (4e74) converted to int64 is undefined behaviour; the
+  // manifest's hashes do not help against a file written by hand or by another program.
+  Live a(tiny());
+  for (const char* key : {"step", "skipped_steps", "steps_lost_total", "epoch", "cursor", "world_size", "total_steps"}) {
+    INFO(key);
+    auto snap = a.snapshot();
+    snap.state[key] = 4.0e74;
+    Live b(tiny());
+    dlrun::testing::require_error([&] { b.parts.restore(snap); }, {"checkpoint state.json", key, "must be an integer"});
+  }
+  auto snap = a.snapshot();
+  snap.state["cursor"] = -16;
+  Live c(tiny());
+  dlrun::testing::require_error([&] { c.parts.restore(snap); }, {"negative data position"});
+}
+
 TEST_CASE("a cursor that is not a multiple of the new batch size is rounded down, with a warning", "[train][resume]") {
   Live a(tiny({"data.batch_size=8"}));
   a.loader().seek({0, 24});
