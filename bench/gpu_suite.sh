@@ -21,13 +21,13 @@
 # machine idle for 30 s is given back (the next call gets a fresh one). The suite stops starting
 # parts when less than a part needs is left of DLRUN_GPU_BUDGET_S (default 540 s), and
 # DLRUN_GPU_PARTS picks parts (default all: "build tests sanitize kernels telemetry fast amp
-# memory compare pipeline firsthour ema ckpt throughput"). In the order of what a session needs most:
+# memory compare pipeline firsthour ema swa ckpt throughput"). In the order of what a session needs most:
 #   1. DLRUN_GPU_PARTS="build safety tests sanitize"  the build (all cores), the safety checks
 #                                                  (issue 28) and every GPU test
 #   2. DLRUN_GPU_PARTS="kernels telemetry fast"    fused BatchNorm; records; time to accuracy
 #   3. DLRUN_GPU_PARTS="amp"                       dlrun vs PyTorch on the GPU fast paths
 #   4. DLRUN_GPU_PARTS="memory compare"            activation checkpointing; the harness
-#   5. DLRUN_GPU_PARTS="pipeline firsthour ema ckpt throughput"
+#   5. DLRUN_GPU_PARTS="pipeline firsthour ema swa ckpt throughput"
 # Calls 2.. carry .gpubin (made from call 1's gpu-bin.tgz) with .devdeps.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +35,7 @@ OUT="${OUT:-$ROOT/gpu-out}"                       # what comes back: summary.md 
 RES="${DLRUN_GPU_WORK:-/tmp/dlrun-gpu}"           # everything the parts write
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline firsthour ema ckpt throughput} "
+PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline firsthour ema swa ckpt throughput} "
 BUDGET="${DLRUN_GPU_BUDGET_S:-540}"
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
@@ -360,6 +360,33 @@ limited "$DLRUN" check-resume $T run.device=cuda --steps 24 --interruptions 3 --
 tail -1 "$RES/check-resume-cuda.txt" | sed 's/^/    /' >> "$summary"
 "$DLRUN" export --checkpoint "$W/base-false" --weights ema --format onnx --output "$W/ema.onnx" \
   >> "$RES/suite.log" 2>&1 || fail "onnx export of a cuda run's average"
+pack
+fi
+
+# Issue 31: stochastic weight averaging on CUDA (the epoch-end average, update_bn on the device),
+# resumed exactly (check-resume); the live metrics endpoint on a GPU run, with its NVML gauges.
+if want swa 90; then
+step "SWA on cuda, check-resume; the metrics endpoint's GPU gauges"
+W="$RES/swa"; T=tests/e2e/data/tiny.yaml
+limited "$DLRUN" train $T run.device=cuda optim.swa_start_epoch=1 optim.swa_lr=0.01 optim.swa_anneal_epochs=1 \
+  --run-dir "$W/base" >> "$RES/suite.log" 2>&1 || fail "swa on cuda"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('    swa on cuda: updates', s['swa']['updates'], \
+'bn_updates', s['swa']['bn_updates'], 'eval', s['eval'].get('swa'))" "$W/base/summary.json" >> "$summary" 2>&1 \
+  || fail "swa summary"
+limited "$DLRUN" check-resume $T run.device=cuda optim.swa_start_epoch=1 optim.swa_lr=0.01 --steps 40 \
+  --interruptions 3 --seed 2 > "$RES/check-resume-swa-cuda.txt" 2>&1 || fail "check-resume with swa on cuda"
+tail -1 "$RES/check-resume-swa-cuda.txt" | sed 's/^/    /' >> "$summary"
+PORT=$(( 20000 + RANDOM % 20000 ))
+DLRUN_FAULT=slow_batch:100 limited "$DLRUN" train $T run.device=cuda log.metrics_port=$PORT train.epochs=2 \
+  --run-dir "$W/endpoint" >> "$RES/suite.log" 2>&1 &
+for i in $(seq 1 40); do
+  sleep 0.5
+  python3 -c "import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())" \
+    "http://127.0.0.1:$PORT/metrics" > "$W/scrape.txt" 2>/dev/null && grep -q dlrun_step "$W/scrape.txt" && break
+done
+wait
+grep -E "^dlrun_(step|gpu_utilization_percent|gpu_memory_used_megabytes)" "$W/scrape.txt" | sed 's/^/    /' \
+  >> "$summary" || fail "metrics endpoint on a GPU run (no GPU gauges scraped)"
 pack
 fi
 
