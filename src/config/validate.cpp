@@ -128,6 +128,10 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
                          "averaged",
                          c.optim.swa_start_epoch, c.train.epochs),
              "start it a few epochs before the end (the SWA paper averages the last 25 % of the epochs)");
+  if (c.optim.swa_start_epoch > 0 && !c.checkpoint.at_end)
+    warnings.push_back("optim.swa_start_epoch with checkpoint.at_end: false: the finished average (with its "
+                       "recomputed BatchNorm statistics) is saved in no checkpoint; only summary.json and the swa "
+                       "event report it, and `dlrun export --weights swa` has nothing to export");
   if (c.train.early_stop != EvalMetric::kNone && !evaluates)
     c.refuse("train.early_stop", "early stopping decides at evaluations, and none is scheduled",
              "set train.eval_every_epochs or train.eval_every_steps");

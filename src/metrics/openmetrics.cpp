@@ -32,8 +32,8 @@ const std::map<std::string, Gauge>& train_gauges() {
   static const std::map<std::string, Gauge> m = {
       {"loss", {"dlrun_loss", "training loss of the last logged step (mean over ranks)"}},
       {"lr", {"dlrun_learning_rate", "learning rate of the last logged step"}},
-      {"samples_per_s", {"dlrun_samples_per_second", "training samples per second over the last log interval"}},
-      {"data_wait_frac", {"dlrun_data_wait_fraction", "share of the last log interval the step loop waited for data"}},
+      {"samples_per_s", {"dlrun_samples_per_second", "training samples (all ranks) per second over the last log interval"}},
+      {"data_wait_frac", {"dlrun_data_wait_fraction", "share of the last log interval the slowest rank waited for data"}},
       {"gpu_util_pct", {"dlrun_gpu_utilization_percent", "GPU utilisation (NVML)"}},
       {"gpu_mem_used_mb", {"dlrun_gpu_memory_used_megabytes", "GPU memory in use (NVML)"}},
   };
@@ -51,7 +51,8 @@ struct Endpoint::State {
   double epoch = 0;
   std::map<std::string, double> values;
   double started = 0;       // the "start" event: training time at risk counts from here
-  double last_commit = 0;   // the last "checkpoint" event (committed to local disk)
+  double last_commit = 0;   // the last "checkpoint" event (a save, on local disk)
+  double before_commit = 0; // the one before it, for a "checkpoint_error"
   double last_upload = 0;   // the last "upload" event
   double price = 0, paid_before_s = 0, process_start = 0;
   std::thread thread;
@@ -64,7 +65,7 @@ Endpoint::Endpoint(const EndpointOptions& o) : o_(o), s_(std::make_unique<State>
   if (::inet_pton(AF_INET, o.address.c_str(), &a.sin_addr) != 1)
     throw Error(ExitCode::kBadInput, o.where, "log.metrics_address",
                 fmt::format("'{}' is not an IPv4 address", o.address), "127.0.0.1 (this machine only) or 0.0.0.0");
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);  // accept never blocks the thread
   DLRUN_CHECK(fd_ >= 0, ExitCode::kRuntime, "log.metrics_port: socket: {}", std::strerror(errno));
   const int one = 1;
   ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -80,7 +81,12 @@ Endpoint::Endpoint(const EndpointOptions& o) : o_(o), s_(std::make_unique<State>
     ::close(fd_);
     throw Error(ExitCode::kRuntime, fmt::format("log.metrics_port: pipe: {}", std::strerror(err)));
   }
-  s_->thread = std::thread([this] { serve(); });
+  try {
+    s_->thread = std::thread([this] { serve(); });
+  } catch (...) {
+    ::close(fd_), ::close(stop_[0]), ::close(stop_[1]);
+    throw;
+  }
   log::info("metrics endpoint: http://{}:{}/metrics", o.address, port());
 }
 
@@ -109,8 +115,11 @@ void Endpoint::write(const Event& e) {
       if (train_gauges().count(k)) s_->values[k] = v;
   } else if (e.kind == "start") {
     s_->started = e.time;
-  } else if (e.kind == "checkpoint") {
+  } else if (e.kind == "checkpoint") {  // (an async write is reported when queued ...)
+    s_->before_commit = s_->last_commit;
     s_->last_commit = e.time;
+  } else if (e.kind == "checkpoint_error") {  // (... and one that then fails is taken back)
+    s_->last_commit = s_->before_commit;
   } else if (e.kind == "upload") {
     s_->last_upload = e.time;
   }
@@ -123,6 +132,7 @@ void Endpoint::close() {
   ::close(fd_);
   ::close(stop_[0]);
   ::close(stop_[1]);
+  fd_ = stop_[0] = stop_[1] = -1;
 }
 
 std::string Endpoint::body(double now) const {
@@ -139,7 +149,7 @@ std::string Endpoint::body(double now) const {
       if (auto it = s_->values.find(k); it != s_->values.end()) gauge(g.name, g.help, it->second);
   }
   if (s_->last_commit > 0)
-    gauge("dlrun_seconds_since_checkpoint", "seconds since this process last committed a checkpoint",
+    gauge("dlrun_seconds_since_checkpoint", "seconds since this process last saved a checkpoint",
           now - s_->last_commit);
   if (s_->last_upload > 0)
     gauge("dlrun_seconds_since_upload", "seconds since this process last finished uploading a checkpoint",
@@ -199,7 +209,13 @@ void Endpoint::serve() {
     if (p[1].revents) return;
     if (p[0].revents & POLLIN) {
       const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) answer(c);
+      if (c >= 0) {
+        // The client's socket blocks (answer() polls before reading); it does not inherit O_NONBLOCK.
+        answer(c);
+      } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd q{stop_[0], POLLIN, 0};  // out of descriptors: wait before the queued client is tried again
+        if (::poll(&q, 1, 200) > 0) return;
+      }
     }
   }
 }

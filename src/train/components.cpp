@@ -85,6 +85,13 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     out.total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * out.steps_per_epoch;
     out.schedule = ScheduleSpec{c.sched, c.optim.lr, out.total_steps, out.steps_per_epoch,
                                 c.optim.swa_start_epoch, c.optim.swa_lr, c.optim.swa_anneal_epochs};
+    if (c.optim.swa_start_epoch > 0 && c.optim.swa_start_epoch * out.steps_per_epoch >= out.total_steps)
+      throw Error(ExitCode::kBadInput, c.where("optim.swa_start_epoch"), "optim.swa_start_epoch",
+                  fmt::format("averaging would begin at step {} (epoch {} of {} steps each), but the run ends at step "
+                              "{}: nothing would be averaged",
+                              c.optim.swa_start_epoch * out.steps_per_epoch + 1, c.optim.swa_start_epoch,
+                              out.steps_per_epoch, out.total_steps),
+                  "start it a few epochs before the end (the SWA paper averages the last 25 % of the epochs)");
   }
   if (out.data.train && c.optim.swa_start_epoch > 0) {  // update_bn's pass: every rank reads all of it
     data::LoaderSpec whole = spec;
@@ -92,7 +99,9 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     whole.rank = 0;
     whole.world_size = 1;
     whole.grad_accum = 1;
-    out.bn_loader = std::make_unique<data::Loader>(out.data.train, c.data, whole);
+    out.bn_loader = [train = out.data.train, &opts = c.data, whole] {
+      return std::make_unique<data::Loader>(train, opts, whole);
+    };
   }
   if (out.data.eval) {
     spec.train = false;

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,9 +51,10 @@ struct Components {
   std::unique_ptr<Ema> ema;                              ///< train with train.ema_decay: updates ema_model
   std::shared_ptr<models::Model> swa_model;              ///< train with optim.swa_start_epoch: the average's model
   std::unique_ptr<Swa> swa;                              ///< train with optim.swa_start_epoch: updates swa_model
-  /// train with optim.swa_start_epoch: the training split read as an evaluation reads (no
-  /// augmentation, in order, all of it on every rank), for the average's BatchNorm statistics
-  std::unique_ptr<data::Loader> bn_loader;
+  /// train with optim.swa_start_epoch: makes a loader of the training split read as an
+  /// evaluation reads (no augmentation, in order, all of it on every rank), for the average's
+  /// BatchNorm statistics; made when needed (with data.device_resident a loader holds a copy)
+  std::function<std::unique_ptr<data::Loader>()> bn_loader;
   std::unique_ptr<torch::optim::Optimizer> optimizer;    ///< train and bench
   std::unique_ptr<data::Loader> train_loader;            ///< train
   std::unique_ptr<data::Loader> eval_loader;             ///< train and eval

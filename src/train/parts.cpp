@@ -183,10 +183,14 @@ class SwaPart : public ckpt::Part {
  public:
   explicit SwaPart(const LiveState& l) : l_(l) {}
   void save(ckpt::Snapshot& snap) override {
-    snap.tensor_files["swa"] = ckpt::host_copy(models::state_dict(l_.swa->model()), l_.device.is_cuda());
+    if (l_.swa->updates() > 0)  // (before the start epoch there is nothing to keep but the count)
+      snap.tensor_files["swa"] = ckpt::host_copy(models::state_dict(l_.swa->model()), l_.device.is_cuda());
     snap.state["swa"] = l_.swa->state();
   }
   void load(const ckpt::Snapshot& snap) override {
+    const nlohmann::json st = snap.state.value("swa", nlohmann::json());
+    if (snap.tensor_files.count("swa") == 0 && st.is_object() && json_int_or(st, "updates", -1, "state.json swa") == 0)
+      return;  // saved before averaging began: the average is as built
     if (snap.tensor_files.count("swa") == 0) {  // optim.swa_start_epoch set on a run that had none
       log0::warn("optim.swa_start_epoch: the checkpoint has no weight average (swa.pt); it starts at the next epoch "
                  "end from step {}",

@@ -36,8 +36,11 @@ void Swa::at_epoch_end(int64_t epoch, int64_t step) {
   last_step_ = step;
 }
 
-bool Swa::update_bn(data::Loader& loader, const std::function<bool()>& stop) {
+bool Swa::update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_loader,
+                    const std::function<bool()>& stop) {
   if (updates_ == 0 || bn_current()) return true;
+  const std::unique_ptr<data::Loader> owned = make_loader();
+  data::Loader& loader = *owned;
   torch::NoGradGuard no_grad;
   std::vector<std::pair<torch::nn::BatchNorm2dImpl*, std::optional<double>>> momenta;
   for (const auto& m : average_->modules(/*include_self=*/false))

@@ -41,10 +41,12 @@ class Swa {
   /// At the end of epoch `epoch` (0-based), after step `step`: the weights join the average
   /// when epoch >= optim.swa_start_epoch.
   void at_epoch_end(int64_t epoch, int64_t step);
-  /// update_bn over `loader` (an evaluation loader over the training split). A no-op before
-  /// the first update, and when the statistics are already those of the current average.
-  /// false: `stop` said so between batches (the statistics are then recomputed next time).
-  bool update_bn(data::Loader& loader, const std::function<bool()>& stop);
+  /// update_bn over a loader `make_loader` makes (an evaluation loader over the training
+  /// split). A no-op before the first update, and when the statistics are already those of
+  /// the current average. false: `stop` (asked before each batch; every rank reads as many
+  /// batches, so it may be a collective) said so; the statistics are recomputed next time.
+  bool update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_loader,
+                 const std::function<bool()>& stop);
   /// Whether the BatchNorm statistics were recomputed for the current average (what an
   /// evaluation or export of it needs).
   bool bn_current() const { return updates_ > 0 && bn_updates_ == updates_; }

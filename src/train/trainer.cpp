@@ -181,6 +181,7 @@ int Trainer::run() {
       loader.seek({loader.position().epoch + 1, 0});
       if (auto code = at_boundary(true)) return *code;
     }
+    if (c_.swa && loader.epoch_consumed()) c_.swa->at_epoch_end(epoch(), st_.step);  // resumed at the end, unaveraged
     return finish();
   } catch (const data::StopWhileWaiting& e) {  // a stop request while the loader waited for a shard (one process)
     log0::info("{}", e.message());
@@ -345,8 +346,7 @@ int Trainer::finish() {
   profiler_.finish(st_.step);
   meter_.check_finite();  // also counts the last skipped steps
   const bool swa_stale = c_.swa && !c_.swa->bn_current();  // then the final checkpoint needs its new statistics
-  if (c_.swa && replicas_.any(!c_.swa->update_bn(*c_.bn_loader, [] { return preempt::stop_requested(); })))
-    return stop_and_save();
+  if (c_.swa && !c_.swa->update_bn(c_.bn_loader, [this] { return any_rank_asked_to_stop(); })) return stop_and_save();
   if (final_eval_due(cfg_.train, st_.step, evals_.last_step()) && !run_eval()) return stop_and_save();
   if (!evals_.test(st_.step, epoch())) return stop_and_save();
   if (c_.swa && c_.swa->bn_current() && !evals_.average("swa", c_.swa->model(), st_.step, epoch()))

@@ -7,7 +7,8 @@
 - BatchNorm: swa.pt's running statistics equal update_bn's over the training set (Fashion-MNIST's
   first 256 images, in order, the evaluation batch size) on the averaged weights.
 - Resumed exactly: `dlrun check-resume` with interruptions inside the SWA epochs finds the run
-  identical (swa.pt and its state are among what it compares).
+  identical (swa.pt and its state are among what it compares), and names SWA when the resume
+  leaves the average out; a stop at the very last step still averages that epoch.
 - Evaluated and exported: summary.json, the "swa" event and `dlrun eval` carry the average's
   results, `export --weights swa` writes swa.pt's tensors; exporting an average whose BatchNorm
   statistics are not yet recomputed, --weights swa without SWA, and SWA without swa_lr are exit 2.
@@ -154,6 +155,20 @@ def test_resumed_average_is_the_uninterrupted_one():
         expect(p.returncode == 1 and "SWA" in r["differing_state"] and r["first_difference_step"] is None, r)
 
 
+def test_a_stop_at_the_last_step_still_averages_that_epoch():
+    """A SIGTERM during the last step saves it before the epoch end's update; the resumed run (its
+    loop already done) must still average that epoch before update_bn."""
+    with RunDir() as run:
+        cfg = write_config(run)
+        quick = ["train.eval_at_end=false", "checkpoint.at_epoch_end=false"]
+        train(cfg, run.file("a"), *quick)
+        train(cfg, run.file("b"), *quick, env={"DLRUN_FAULT": f"signal_at_step:{SPE * EPOCHS}"}, check=75)
+        train(cfg, run.file("b"), *quick)
+        a = json.load(open(run.file("a", "summary.json")))["swa"]
+        b = json.load(open(run.file("b", "summary.json")))["swa"]
+        expect(a["updates"] == EPOCHS - START and a == b, f"uninterrupted {a}, stopped at the last step {b}")
+
+
 def test_refusals():
     with RunDir() as run:
         cfg = write_config(run)
@@ -167,4 +182,5 @@ def test_refusals():
 
 
 if __name__ == "__main__":
-    main([test_average_lr_and_batchnorm_are_pytorchs, test_resumed_average_is_the_uninterrupted_one, test_refusals])
+    main([test_average_lr_and_batchnorm_are_pytorchs, test_resumed_average_is_the_uninterrupted_one,
+          test_a_stop_at_the_last_step_still_averages_that_epoch, test_refusals])

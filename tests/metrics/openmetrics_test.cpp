@@ -74,6 +74,9 @@ TEST_CASE("metrics endpoint: checkpoints, work at risk and the cost at scrape ti
   CHECK(b.find("dlrun_seconds_since_checkpoint{rank=\"0\"} 50\n") != std::string::npos);
   CHECK(b.find("dlrun_seconds_since_upload{rank=\"0\"} 30\n") != std::string::npos);
   CHECK(b.find("dlrun_work_at_risk_seconds{rank=\"0\"} 50\n") != std::string::npos);  // safe once on local disk
+  local.write({"checkpoint", 20, 190.0});  // an async write queued, then failed: not a safe point after all
+  local.write({"checkpoint_error", 20, 195.0});
+  CHECK(local.body(200).find("dlrun_seconds_since_checkpoint{rank=\"0\"} 50\n") != std::string::npos);
   local.set_cost(36, 1000, 100);  // 36 an hour: 0.01 a second, for 1000 s before and 100 s now
   CHECK(local.body(200).find("dlrun_cost{rank=\"0\"} 11\n") != std::string::npos);
 
