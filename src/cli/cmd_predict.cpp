@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/json_limits.h"
 #include "base/log.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
@@ -66,8 +67,14 @@ InputSpec input_spec(const Config& cfg, const ckpt::WeightsRead& w) {
   }
   try {
     s.classes = d.at("classes").get<std::vector<std::string>>();
-    s.channels = d.at("channels").get<int64_t>();
-    s.side = d.at("image_size").get<int64_t>();
+    // Integers in range, never a float's conversion: the record may come from a downloaded file.
+    s.channels = json_int_or(d, "channels", 0, w.path + ": its record of the data");
+    s.side = json_int_or(d, "image_size", 0, w.path + ": its record of the data");
+    DLRUN_CHECK_INPUT(d.contains("channels") && d.contains("image_size") && (s.channels == 1 || s.channels == 3) &&
+                          s.side >= 1 && s.side <= 16384,
+                      "{}: its record of the data is malformed (channels {} must be 1 or 3, image_size {} in [1, "
+                      "16384])",
+                      w.path, s.channels, s.side);
     s.mean = d.at("mean").get<std::vector<double>>();
     s.std = d.at("std").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {

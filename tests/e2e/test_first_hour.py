@@ -311,6 +311,19 @@ def test_predict_with_the_class_names_the_run_recorded():
             dlrun("export", "--checkpoint", r.file("run"), "--format", fmt_, "--output", out_file, check=0)
             out = dlrun("predict", TINY, *over, "--checkpoint", out_file, files[0], check=0).stdout
             expect(f"{files[0]}: blue " in out, out[-1500:])
+        # A safetensors file whose record of the data is hostile (a float, an absurd side): exit 2, no crash.
+        from safetensors import safe_open
+        from safetensors.torch import load_file, save_file
+        src = r.file("w.safetensors")
+        with safe_open(src, "pt") as f:
+            meta = dict(f.metadata())
+        for side in (4.5e74, 10 ** 9):
+            d = json.loads(meta["dlrun_dataset"])
+            d["image_size"] = side
+            bad = r.file("bad.safetensors")
+            save_file(load_file(src), bad, metadata={**meta, "dlrun_dataset": json.dumps(d)})
+            p = dlrun("predict", TINY, *over, "--checkpoint", bad, files[0], check=2)
+            expect("image_size" in p.stdout, p.stdout[-800:])
         # A file that is not an image is exit 2 naming it; no image at all is exit 2.
         p = dlrun("predict", TINY, *over, "--checkpoint", r.file("run"), TINY, check=2)
         expect("tiny.yaml" in p.stdout, p.stdout[-800:])
