@@ -6,11 +6,19 @@
 
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/json_limits.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_file.h"
 
 namespace dlrun::ckpt {
+
+bool swa_finished(const nlohmann::json& state) {
+  const nlohmann::json swa = state.is_object() ? state.value("swa", nlohmann::json()) : nlohmann::json();
+  if (!swa.is_object()) return false;
+  const auto updates = json_int64(swa.value("updates", nlohmann::json()));
+  return updates && *updates > 0 && json_int64(swa.value("bn_updates", nlohmann::json())) == updates;
+}
 
 namespace {
 
@@ -71,11 +79,7 @@ WeightsRead read_weights(const std::string& path,
     r.tensors = std::move(snap.tensor_files["model"]);
     if (auto ema = snap.tensor_files.find("ema"); ema != snap.tensor_files.end())
       r.averages.emplace_back("ema", std::move(ema->second));
-    const nlohmann::json swa = snap.state.value("swa", nlohmann::json());
-    if (auto t = snap.tensor_files.find("swa"); t != snap.tensor_files.end() && swa.is_object() &&
-                                                swa.value("updates", nlohmann::json()).is_number_integer() &&
-                                                swa["updates"].get<int64_t>() > 0 &&
-                                                swa["updates"] == swa.value("bn_updates", nlohmann::json()))
+    if (auto t = snap.tensor_files.find("swa"); t != snap.tensor_files.end() && swa_finished(snap.state))
       r.averages.emplace_back("swa", std::move(t->second));
     DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: the checkpoint has no model weights (model.pt)", dir);
     return r;

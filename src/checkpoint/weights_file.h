@@ -29,6 +29,10 @@ struct WeightsRead {
   nlohmann::json dataset;
 };
 
+/// Whether a checkpoint's state.json says its stochastic weight average (swa.pt) is finished:
+/// averaged at least once, with BatchNorm statistics recomputed for the last average.
+bool swa_finished(const nlohmann::json& state);
+
 /// Read the weights `path` names. Directories: one with manifest.json is a checkpoint (every
 /// file checked against it); a run or checkpoints directory gives the checkpoint LATEST names
 /// when it loads, else the newest that does (as `--resume auto`; skipped ones go to `on_skip`).

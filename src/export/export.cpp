@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/tensor_file.h"
+#include "checkpoint/weights_file.h"
 #include "config/loader.h"
 #include "export/format.h"
 #include "models/batchnorm.h"
@@ -100,10 +101,7 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
     state = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, /*allow_exceptions=*/false);
   const nlohmann::json dataset = state.is_object() ? state.value("dataset", nlohmann::json()) : nlohmann::json();
   if (swa) {  // its BatchNorm statistics are recomputed at the run's end (train/swa.h): not before
-    const nlohmann::json st = state.is_object() ? state.value("swa", nlohmann::json()) : nlohmann::json();
-    const bool current = st.is_object() && st.value("updates", nlohmann::json()).is_number_integer() &&
-                         st["updates"] == st.value("bn_updates", nlohmann::json()) && st["updates"].get<int64_t>() > 0;
-    DLRUN_CHECK_INPUT(current,
+    DLRUN_CHECK_INPUT(ckpt::swa_finished(state),
                       "{}/swa.pt: the weight average's BatchNorm statistics are not those of the average yet (they "
                       "are recomputed when the run ends); export the run's final checkpoint",
                       r.source);

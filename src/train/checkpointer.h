@@ -73,6 +73,11 @@ class Checkpointer {
   std::string best() const;
   /// Step `step` is committed or being written.
   bool saved(int64_t step) const { return last_saved_step_ == step; }
+  /// What step `step` holds changed after it was saved (SWA's BatchNorm pass at the end): it
+  /// counts as unsaved again, so final_due() saves it once more (replacing it atomically).
+  void changed_after_save(int64_t step) {
+    if (last_saved_step_ == step) last_saved_step_ = -1;
+  }
 
   /// Take a snapshot with `take` (every rank: its collectives; the leader gets the snapshot)
   /// and write it: `sync` waits for the commit. A periodic save that fails obeys

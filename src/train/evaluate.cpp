@@ -3,6 +3,17 @@
 
 namespace dlrun::train {
 
+bool each_batch(data::Loader& loader, const std::function<bool()>& stop,
+                const std::function<void(const data::Batch&)>& fn) {
+  loader.start_epoch(0, 0);
+  while (true) {
+    if (stop && stop()) return false;
+    const std::optional<data::Batch> b = loader.next();
+    if (!b) return true;
+    fn(*b);
+  }
+}
+
 EvalResult evaluate(models::Model& model, data::Loader& loader, const std::function<void(torch::Tensor&)>& reduce,
                     const std::function<bool()>& stop) {
   const bool was_training = model.is_training();
@@ -10,17 +21,9 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
   torch::NoGradGuard no_grad;
   // Sums kept on the device as [correct1, correct5, loss_sum, count] and read back once.
   torch::Tensor sums;
-  loader.start_epoch(0, 0);
-  bool complete = true;
-  while (true) {
-    if (stop && stop()) {
-      complete = false;
-      break;
-    }
-    auto b = loader.next();
-    if (!b) break;
-    auto logits = model.forward(b->x).to(model.dtype());  // (b, classes), float32 under autocast too
-    auto y = b->y.to(logits.device());
+  const bool complete = each_batch(loader, stop, [&](const data::Batch& b) {
+    auto logits = model.forward(b.x).to(model.dtype());  // (b, classes), float32 under autocast too
+    auto y = b.y.to(logits.device());
     auto loss_sum = torch::nn::functional::cross_entropy(
         logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     const int64_t k = std::min<int64_t>(5, logits.size(1));
@@ -30,7 +33,7 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
                                loss_sum.to(torch::kFloat64),
                                torch::full({}, static_cast<double>(y.size(0)), hit.options().dtype(torch::kFloat64))});
     sums = sums.defined() ? sums + batch : batch;
-  }
+  });
   auto t = sums.defined() ? sums.to(torch::kCPU) : torch::zeros({4}, torch::kFloat64);
   if (reduce) reduce(t);
   const double c1 = t[0].item<double>(), c5 = t[1].item<double>(), loss_sum = t[2].item<double>(),

@@ -17,6 +17,11 @@ struct EvalResult {
   bool complete = true;  ///< false when `stop` ended the pass early (the numbers are partial)
 };
 
+/// One pass of `loader` (epoch 0) with `fn` on each batch; `stop`, when given, is asked before
+/// each batch and true ends the pass early. Returns whether the pass was complete.
+bool each_batch(data::Loader& loader, const std::function<bool()>& stop,
+                const std::function<void(const data::Batch&)>& fn);
+
 /// Evaluate `model` on one pass of `loader` (epoch 0). Restores train mode afterwards.
 /// The sums are returned unreduced across ranks when `reduce` is given: it receives the
 /// tensor [correct1, correct5, loss_sum, count] (float64) to all-reduce in place. `stop`,

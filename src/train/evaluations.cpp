@@ -61,10 +61,10 @@ bool Evaluations::test(int64_t step, int64_t epoch) {
   return true;
 }
 
-bool Evaluations::average(const std::string& name, models::Model& model, int64_t step, int64_t epoch) {
-  if (!cfg_.train.eval_at_end) return true;
+bool Evaluations::average(const std::string& name, models::Model* model, int64_t step, int64_t epoch) {
+  if (!model || !cfg_.train.eval_at_end) return true;
   const std::string split = val_ ? "val" : "eval";
-  const std::optional<EvalResult> r = pass(model, val_ ? *val_ : eval_);
+  const std::optional<EvalResult> r = pass(*model, val_ ? *val_ : eval_);
   if (!r) return false;
   if (last_.is_object()) last_[name] = eval_json(*r, step, split);
   metrics::Event e{name, step};

@@ -37,8 +37,9 @@ class Evaluations {
   bool test(int64_t step, int64_t epoch);
   /// With train.eval_at_end, the evaluation of an average that is only ready at the end (the
   /// stochastic weight average, after update_bn) on the periodic split: an event of kind
-  /// `name` and the result under last()[name]. false: a stop request cut it short.
-  bool average(const std::string& name, models::Model& model, int64_t step, int64_t epoch);
+  /// `name` and the result under last()[name]; a null `model` (none, or not finished) is
+  /// nothing to evaluate. false: a stop request cut it short.
+  bool average(const std::string& name, models::Model* model, int64_t step, int64_t epoch);
   /// What the last periodic evaluation decided, once (the next call returns nothing new).
   Monitor::Verdict take_verdict();
 

@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/json_limits.h"
 #include "base/log.h"
+#include "train/evaluate.h"
 #include "train/fingerprint.h"
 
 namespace dlrun::train {
@@ -36,9 +38,9 @@ void Swa::at_epoch_end(int64_t epoch, int64_t step) {
   last_step_ = step;
 }
 
-bool Swa::update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_loader,
-                    const std::function<bool()>& stop) {
-  if (updates_ == 0 || bn_current()) return true;
+std::optional<bool> Swa::update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_loader,
+                                   const std::function<bool()>& stop) {
+  if (updates_ == 0 || bn_current()) return false;
   const std::unique_ptr<data::Loader> owned = make_loader();
   data::Loader& loader = *owned;
   torch::NoGradGuard no_grad;
@@ -55,21 +57,14 @@ bool Swa::update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_l
     average_->train();
     loader.start_epoch(0, 0);
     int64_t batches = 0;
-    bool complete = true;
-    while (true) {
-      if (stop && stop()) {
-        complete = false;
-        break;
-      }
-      auto b = loader.next();
-      if (!b) break;
-      average_->forward(b->x);
+    const bool complete = each_batch(loader, stop, [&](const data::Batch& b) {
+      average_->forward(b.x);
       ++batches;
-    }
+    });
     average_->eval();
     average_->use_fused_conv_bn_relu(fused);
     for (auto& [bn, momentum] : momenta) bn->options.momentum(momentum);
-    if (!complete) return false;
+    if (!complete) return std::nullopt;
     log0::info("SWA: BatchNorm statistics of the average of {} epoch(s) recomputed over {} training batch(es)",
                updates_, batches);
   }
@@ -89,17 +84,11 @@ nlohmann::json Swa::summary() const {
 }
 
 void Swa::load_state(const nlohmann::json& j) {
-  auto count = [&](const char* key, int64_t fallback) {
-    if (!j.contains(key)) return fallback;
-    const auto& v = j.at(key);
-    DLRUN_CHECK_INPUT(v.is_number_integer(), "checkpoint state.json \"swa\": {} must be an integer, got {}", key,
-                      v.dump().substr(0, 40));
-    return v.get<int64_t>();
-  };
-  DLRUN_CHECK_INPUT(j.is_object() && j.contains("updates"), "checkpoint state.json \"swa\" is malformed: no updates");
-  updates_ = count("updates", 0);
-  last_step_ = count("last_step", -1);
-  bn_updates_ = count("bn_updates", 0);
+  const std::string what = "checkpoint state.json \"swa\"";
+  DLRUN_CHECK_INPUT(j.is_object() && j.contains("updates"), "{} is malformed: no updates", what);
+  updates_ = json_int_or(j, "updates", 0, what);
+  last_step_ = json_int_or(j, "last_step", -1, what);
+  bn_updates_ = json_int_or(j, "bn_updates", 0, what);
   DLRUN_CHECK_INPUT(updates_ >= 0 && bn_updates_ >= 0 && bn_updates_ <= updates_,
                     "checkpoint state.json \"swa\": counts out of range (updates {}, bn_updates {})", updates_,
                     bn_updates_);

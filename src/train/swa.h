@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/options.h"
@@ -43,13 +44,16 @@ class Swa {
   void at_epoch_end(int64_t epoch, int64_t step);
   /// update_bn over a loader `make_loader` makes (an evaluation loader over the training
   /// split). A no-op before the first update, and when the statistics are already those of
-  /// the current average. false: `stop` (asked before each batch; every rank reads as many
-  /// batches, so it may be a collective) said so; the statistics are recomputed next time.
-  bool update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_loader,
-                 const std::function<bool()>& stop);
+  /// the current average. Returns whether it recomputed them; nullopt: `stop` (asked before
+  /// each batch; every rank reads as many batches, so it may be a collective) ended the pass,
+  /// and the statistics are recomputed next time.
+  std::optional<bool> update_bn(const std::function<std::unique_ptr<data::Loader>()>& make_loader,
+                                const std::function<bool()>& stop);
   /// Whether the BatchNorm statistics were recomputed for the current average (what an
   /// evaluation or export of it needs).
   bool bn_current() const { return updates_ > 0 && bn_updates_ == updates_; }
+  /// The average when it is finished (bn_current()), else null: what an evaluation takes.
+  models::Model* finished() { return bn_current() ? average_.get() : nullptr; }
 
   models::Model& model() { return *average_; }
   int64_t updates() const { return updates_; }

@@ -212,8 +212,8 @@ void Trainer::begin() {
   report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
   if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
   report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
-  if (c_.endpoint) c_.endpoint->set_cost(account_.price(), account_.paid_before_s(), process_exec_wall());
-  if (c_.endpoint) report_.add(std::move(c_.endpoint));
+  if (c_.endpoint) c_.endpoint->set_cost(account_.price(), account_.paid_before_s(), process_exec_wall()),
+                   report_.add(std::move(c_.endpoint));
   meter_.watch_gpu();
   ckpt_.open(std::exchange(plan_.fetched, std::nullopt), plan_.upload_resumed);  // the download's bytes freed here
   metrics::Event e{"start", st_.step};
@@ -345,14 +345,13 @@ int Trainer::stop_and_save() {
 int Trainer::finish() {
   profiler_.finish(st_.step);
   meter_.check_finite();  // also counts the last skipped steps
-  const bool swa_stale = c_.swa && !c_.swa->bn_current();  // then the final checkpoint needs its new statistics
-  if (c_.swa && !c_.swa->update_bn(c_.bn_loader, [this] { return any_rank_asked_to_stop(); })) return stop_and_save();
+  const auto bn = c_.swa ? c_.swa->update_bn(c_.bn_loader, [this] { return any_rank_asked_to_stop(); }) : false;
+  if (!bn) return stop_and_save();
+  if (*bn) ckpt_.changed_after_save(st_.step);  // the average's new statistics: the final save writes them
   if (final_eval_due(cfg_.train, st_.step, evals_.last_step()) && !run_eval()) return stop_and_save();
   if (!evals_.test(st_.step, epoch())) return stop_and_save();
-  if (c_.swa && c_.swa->bn_current() && !evals_.average("swa", c_.swa->model(), st_.step, epoch()))
-    return stop_and_save();
-  if (ckpt_.final_due(st_.step) || (swa_stale && c_.swa->bn_current() && cfg_.checkpoint.at_end))
-    save(SaveReason::kEnd, /*sync=*/true);  // (a step saved before update_bn is saved again, atomically)
+  if (c_.swa && !evals_.average("swa", c_.swa->finished(), st_.step, epoch())) return stop_and_save();
+  if (ckpt_.final_due(st_.step)) save(SaveReason::kEnd, /*sync=*/true);
   if (!leader()) return 0;
   ckpt_.finish(st_.step);
   meter_.read_last_loss();
