@@ -144,7 +144,9 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
   const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const auto param_type = dtype == at::kDouble ? at::kDouble : at::kFloat;
   auto act = [&](const at::Tensor& t) { return t.to(device, dtype).contiguous(format); };
-  auto vec = [&](const at::Tensor& t) { return t.to(device, param_type); };
+  // Always a copy: on the CPU, to() would hand back rm0 itself, the fused and the reference update
+  // would then both land in one tensor, and the running statistics would be compared with themselves.
+  auto vec = [&](const at::Tensor& t) { return t.to(device, param_type, /*non_blocking=*/false, /*copy=*/true); };
   const auto x = act(at::randn(shape, gen) * 3 + 0.5);
   const auto residual = act(at::randn(shape, gen) * 0.5);
   const auto grad_out = act(at::randn(shape, gen));

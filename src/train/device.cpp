@@ -61,7 +61,10 @@ bool wants_fused_kernels(const Config& cfg, const torch::Device& device) {
     case FusedKernels::kOff: return false;
     case FusedKernels::kAuto: break;
   }
-  return device.is_cuda();
+  // auto: CUDA in NCHW only. Measured on an H200 (docs/benchmarks.md "GPU", 2026-11-26), ResNet-50
+  // bf16 batch 256 trains 1.24x faster fused in NCHW but 0.91x as fast in channels_last, where
+  // cuDNN's own BatchNorm is quicker than dlrun's kernels; on the CPU ATen's BatchNorm is faster.
+  return device.is_cuda() && !cfg.model.channels_last;
 }
 }  // namespace
 

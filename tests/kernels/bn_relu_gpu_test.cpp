@@ -60,7 +60,9 @@ TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtype
             };
             auto forward = [&](const torch::Device& d) {
               torch::NoGradGuard no_grad;
-              auto rm = rm0.to(d), rv = rv0.to(d);
+              // Copies on every device: rm0.to(kCPU) would be rm0 itself, and the CPU's update of the
+              // running statistics would then be the CUDA run's starting point.
+              auto rm = rm0.to(d, /*non_blocking=*/false, /*copy=*/true), rv = rv0.to(d, false, true);
               if (d.is_cuda()) poison_cuda_memory(x_cpu.numel() * 16 + (1 << 20));
               auto r = add ? kernels::bn_add_relu(x_cpu.to(d), res_cpu.to(d), w_cpu.to(d), b_cpu.to(d), rm, rv,
                                                   training, 0.1, 1e-5)

