@@ -16,6 +16,7 @@ namespace {
 bool known(const std::string& name) {
   return name == "abort_at_step" || name == "signal_at_step" || name == "ckpt" || name == "signal_during" ||
          name == "upload" || name == "slow_batch" || name == "disk_error" || name == "nonfinite_loss_at_step" ||
+         name == "oom_at_step" || name == "oom_above" ||
          name == "fused_mismatch" || name == "forget_on_resume";
 }
 
@@ -59,6 +60,15 @@ bool forget_on_resume(const std::string& part) {
 bool nonfinite_loss(int64_t step) {
   const Spec s = current();
   return s.name == "nonfinite_loss_at_step" && !s.arg.empty() && std::strtoll(s.arg.c_str(), nullptr, 10) == step;
+}
+
+bool out_of_memory(int64_t step, int attempt, int64_t samples) {
+  const Spec s = current();
+  if (s.arg.empty()) return false;
+  const long long n = std::strtoll(s.arg.c_str(), nullptr, 10);
+  if (s.name == "oom_at_step") return attempt == 0 && n == step;
+  if (s.name == "oom_above") return samples > n;
+  return false;
 }
 
 void at_checkpoint_point(const char* point) {

@@ -17,6 +17,11 @@
 //   DLRUN_FAULT=nonfinite_loss_at_step:K  step K's loss is +inf on this rank, its gradients
 //                                  untouched (a loss that overflows where the gradients do not)
 //
+//   DLRUN_FAULT=oom_at_step:K     the first attempt of step K runs out of device memory (after its
+//                                  first micro-batch's forward), as c10::OutOfMemoryError
+//   DLRUN_FAULT=oom_above:N        every micro-batch of more than N samples runs out of device
+//                                  memory (a card that holds N); oom_above:0, every one
+//
 //   DLRUN_FAULT=fused_mismatch     the fused-kernel self-check sees the fused operators' output
 //                                  off by 10 % (a kernel defect on this GPU; src/kernels/self_check.h)
 //
@@ -58,6 +63,10 @@ bool forget_on_resume(const std::string& part);
 
 /// True when DLRUN_FAULT is `nonfinite_loss_at_step:<step>`.
 bool nonfinite_loss(int64_t step);
+
+/// Whether a micro-batch of `samples` in attempt `attempt` (0: the first) of step `step` runs out
+/// of memory: DLRUN_FAULT=oom_at_step:step with attempt 0, or oom_above:N with samples > N.
+bool out_of_memory(int64_t step, int attempt, int64_t samples);
 
 /// Sleep MS milliseconds when DLRUN_FAULT is `slow_batch:<MS>` (the trainer calls it as it
 /// takes each training batch, inside the time it counts as waiting for data).

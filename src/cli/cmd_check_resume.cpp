@@ -5,7 +5,8 @@
 // --nproc > 1 (a kill takes the whole process group, as losing the machine does) -- then
 // compares every step's logged loss and the final params_sha256. On a difference it names the
 // first step that differs and which state differs in the last checkpoint both runs wrote
-// before it (weights, optimizer, scaler, RNG, data position, train state, verdicts, EMA, SWA).
+// before it (weights, optimizer, scaler, micro-batch split, RNG, data position, train state,
+// verdicts, EMA, SWA).
 // Exit 0 only when the two runs are identical; 1 when they differ (or a run failed), 2 for a
 // bad config or flag. Both runs save every step (checkpoint.every_steps=1, all kept) in a
 // work directory of their own, removed afterwards unless --keep or a difference.
@@ -215,6 +216,7 @@ std::vector<std::string> differing_state(const std::string& a, const std::string
     return true;
   };
   note("scaler", same_keys({"grad_scaler"}));
+  if (sa.contains("micro_batch") || sb.contains("micro_batch")) note("micro-batch split", same_keys({"micro_batch"}));
   note("data position", same_keys({"epoch", "cursor"}));
   note("train state", same_keys({"step", "skipped_steps", "eval_pending"}));
   if (sa.contains("monitor") || sb.contains("monitor")) note("verdicts", same_keys({"monitor"}));

@@ -36,6 +36,7 @@ enum class NonfinitePolicy { kStop, kSkip };
 enum class S3Addressing { kAuto, kPath, kVirtual };
 enum class SaveErrorPolicy { kContinue, kStop };
 enum class FusedKernels { kAuto, kOn, kOff };
+enum class MicroBatch { kOff, kAuto };
 enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
@@ -64,6 +65,7 @@ template <> struct EnumNames<EvalMetric> {
 };
 // model.fused_conv_bn_relu: the YAML booleans are two of its values.
 template <> struct EnumNames<FusedKernels> { static constexpr std::array<const char*, 3> names{"auto", "true", "false"}; };
+template <> struct EnumNames<MicroBatch> { static constexpr std::array<const char*, 2> names{"off", "auto"}; };
 
 /// Float keys that also accept `auto` hold it as NaN.
 inline bool is_auto(double v) { return v != v; }
@@ -197,6 +199,9 @@ struct TrainOptions {
   int64_t epochs = 1;
   int64_t max_steps = 0;
   int64_t grad_accum = 1;
+  /// auto: a step that runs out of device memory is redone with each micro-batch split in two
+  /// (again until it fits), and the split is kept (train/step.h)
+  MicroBatch micro_batch = MicroBatch::kOff;
   double clip_grad_norm = 0.0;
   double label_smoothing = 0.0;
   int64_t eval_every_epochs = 1;

@@ -123,8 +123,9 @@ std::vector<Section> describe(Config& c) {
          "every conv-BN-ReLU of convnet; every hidden layer of mlp) or stages (every ResNet stage)"),
       En("fused_conv_bn_relu", o.fused_conv_bn_relu,
          "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
-         "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu (dlrun's fused BatchNorm kernels): auto (on CUDA; the "
-         "modules on the CPU, where ATen's BatchNorm is faster), true (also on the CPU), false"),
+         "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu (dlrun's fused BatchNorm kernels): auto (on CUDA in "
+         "NCHW; the modules in channels_last, where cuDNN's BatchNorm is faster, and on the CPU, where ATen's is), "
+         "true (everywhere), false"),
       Snull("init", o.init,
             "start a fresh run from these weights: a checkpoint or run directory, a dlrun export, a safetensors "
             "file or a torch.save state dict (e.g. torchvision's); the head is re-initialised when num_classes "
@@ -221,6 +222,10 @@ std::vector<Section> describe(Config& c) {
       I("epochs", o.epochs, 1, 1e6, "epochs to train (ignored when max_steps > 0)"),
       I("max_steps", o.max_steps, 0, 1e12, "optimizer steps to train (0: use epochs)"),
       I("grad_accum", o.grad_accum, 1, 4096, "micro-batches per optimizer step"),
+      En("micro_batch", o.micro_batch,
+         "auto: a step that runs out of device memory is redone on the same samples with each micro-batch split "
+         "in two, again until it fits (down to one sample), and the split is kept, checkpointed and resumed; off: "
+         "an out-of-memory error ends the run (exit 1)"),
       F("clip_grad_norm", o.clip_grad_norm, 0, 1e9, "clip the global gradient norm to this (0: off)"),
       F("label_smoothing", o.label_smoothing, 0, 0.99, "cross-entropy label smoothing"),
       I("eval_every_epochs", o.eval_every_epochs, 0, 1e6, "evaluate every N epochs (0: off)"),

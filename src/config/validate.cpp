@@ -115,6 +115,11 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.checkpoint.keep_best != EvalMetric::kNone && !evaluates)
     c.refuse("checkpoint.keep_best", "the best checkpoint is chosen at evaluations, and none is scheduled",
              "set train.eval_every_epochs or train.eval_every_steps");
+  if (c.train.micro_batch == MicroBatch::kAuto && c.dist.sync_bn)
+    c.refuse("train.micro_batch",
+             "auto cannot be combined with dist.sync_bn: synchronised BatchNorm exchanges statistics inside the "
+             "forward and backward, where a rank that runs out of memory would leave the others waiting",
+             "choose one: train.micro_batch: off, or dist.sync_bn: false");
   if (c.train.ema_decay >= 1)
     c.refuse("train.ema_decay", fmt::format("{} leaves the average where it started; the decay must be below 1",
                                             c.train.ema_decay),

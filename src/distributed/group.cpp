@@ -539,4 +539,16 @@ torch::Tensor GradSync::any_rank(const torch::Tensor& flag) {
   return t.gt(0);
 }
 
+void GradSync::average(const std::vector<torch::Tensor>& grads) {
+  // One tensor at a time, in place: no copy of all the gradients at once, in a step that has
+  // just run out of memory (a contiguous copy only for a tensor that is not).
+  const double n = state_->group->size();
+  for (const auto& g : grads) {
+    torch::Tensor t = g.is_contiguous() ? g : g.contiguous();
+    state_->group->all_reduce(t, Reduce::kSum);
+    t.div_(n);
+    if (!t.is_same(g)) g.copy_(t);
+  }
+}
+
 }  // namespace dlrun::dist

@@ -107,6 +107,10 @@ class GradSync {
   /// all-reduce MAX (with NCCL queued on the device like the gradients'; with gloo and a CUDA
   /// model a copy to the host and back, as gloo's gradients are).
   torch::Tensor any_rank(const torch::Tensor& flag);
+  /// The mean over ranks of `grads`, now, in place: one all-reduce per tensor. For a
+  /// step whose backward ran without prepare() (train.micro_batch: auto), after every rank has
+  /// agreed that its backward succeeded.
+  void average(const std::vector<torch::Tensor>& grads);
 
  private:
   struct State;

@@ -44,11 +44,11 @@ CheckpointCost measure_checkpoint_cost(const CheckpointCostOptions& o) {
   // One step so the optimizer has its momentum buffers (the state a real checkpoint holds).
   for (auto& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
   optim->step();
-  GradScaler scaler(cfg.amp, false);
+  StepRunner runner(cfg.train, cfg.amp, *model, *optim, c.placement.device);  // its loss scaler
   TrainState st;
   Replicas replicas(nullptr, cfg, c.placement.device);
   Optimizers optimizers(cfg.optim, *optim, *model);
-  CheckpointParts parts({cfg, *model, optimizers, scaler, st, *c.train_loader, replicas, 1000, c.placement.device});
+  CheckpointParts parts({cfg, *model, optimizers, runner, st, *c.train_loader, replicas, 1000, c.placement.device});
   std::string dir = o.dir;
   if (dir.empty()) {  // a fresh private directory (mkdtemp: mode 0700, a name nobody could have prepared)
     std::string tmpl = (fs::temp_directory_path() / "dlrun-bench-ckpt-XXXXXX").string();

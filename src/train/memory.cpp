@@ -138,6 +138,23 @@ double StepProbe::step(const data::Batch& b) {
   return mono_now() - t0;
 }
 
+bool is_out_of_memory(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string what = e.what_without_backtrace();
+  for (const char* sign : {"out of memory", "unable to find an engine", "ALLOC_FAILED", "not enough memory"})
+    if (what.find(sign) != std::string::npos) return true;
+  return false;
+}
+
+void release_after_out_of_memory(torch::optim::Optimizer& optim, const torch::Device& device) {
+  optim.zero_grad(true);
+#ifdef DLRUN_TORCH_HAS_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
 #ifdef DLRUN_TORCH_HAS_CUDA
 bool StepProbe::fits(int64_t n, int64_t side) {
   try {
@@ -145,18 +162,9 @@ bool StepProbe::fits(int64_t n, int64_t side) {
     return true;
   } catch (const c10::Error& e) {
     if (!is_out_of_memory(e)) throw;
-    optim_->zero_grad(true);
-    c10::cuda::CUDACachingAllocator::emptyCache();
+    release_after_out_of_memory(*optim_, device_);
     return false;
   }
-}
-
-bool is_out_of_memory(const c10::Error& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
-  const std::string what = e.what_without_backtrace();
-  for (const char* sign : {"out of memory", "unable to find an engine", "ALLOC_FAILED"})
-    if (what.find(sign) != std::string::npos) return true;
-  return false;
 }
 
 int64_t largest_batch(StepProbe& probe, int64_t start, int64_t side) {

@@ -1,9 +1,10 @@
 // What a training step needs in memory, found by running one: the peak of bytes held by tensors
 // while a step (forward, loss, backward, SGD update) of synthetic images runs, and its time; on
 // CUDA also the largest batch whose step fits, searched by running steps until one runs out of
-// memory. `dlrun bench memory` reports these; automatic micro-batching on out-of-memory is to
-// search with the same pieces (StepProbe, is_out_of_memory, largest_batch), which is why they
-// live with the training code rather than in the command.
+// memory. `dlrun bench memory` reports these. The largest-batch search and train.micro_batch:
+// auto (the step runner's out-of-memory recovery) share what tells and undoes an out-of-memory
+// error (is_out_of_memory, release_after_out_of_memory), which is why they live with the
+// training code rather than in the command.
 #pragma once
 
 #include <torch/torch.h>
@@ -81,13 +82,19 @@ class StepProbe {
   std::unique_ptr<StepRunner> runner_;
 };
 
-#ifdef DLRUN_TORCH_HAS_CUDA
 /// Whether `e` says the device ran out of memory. The caching allocator throws
-/// c10::OutOfMemoryError, but near the limit cuDNN and cuBLAS fail on their own workspace
-/// allocations with plain errors ("unable to find an engine", CUBLAS_STATUS_ALLOC_FAILED,
-/// "CUDA error: out of memory").
+/// c10::OutOfMemoryError (as does DLRUN_FAULT=oom_at_step), but near the limit cuDNN and cuBLAS
+/// fail on their own workspace allocations with plain errors ("unable to find an engine",
+/// CUBLAS_STATUS_ALLOC_FAILED, "CUDA error: out of memory"); the CPU allocator says "not enough
+/// memory". train.micro_batch: auto and the largest-batch search below both ask it.
 bool is_out_of_memory(const c10::Error& e);
 
+/// After an out-of-memory error in a step: the gradients dropped and (CUDA) the caching
+/// allocator's free blocks given back, so that the next try starts from what the weights and the
+/// optimizer state hold.
+void release_after_out_of_memory(torch::optim::Optimizer& optim, const torch::Device& device);
+
+#ifdef DLRUN_TORCH_HAS_CUDA
 /// The largest batch of `side` x `side` images whose step fits on the GPU: doubling from
 /// `start` (up to 2^20) while steps fit, then bisection between the last batch that fitted (0
 /// when none did) and the first that did not, down to a granularity of 8 (or 1 below 64).

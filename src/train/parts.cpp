@@ -97,9 +97,38 @@ class OptimizersPart : public ckpt::Part {
 class ScalerPart : public ckpt::Part {
  public:
   explicit ScalerPart(const LiveState& l) : l_(l) {}
-  void save(ckpt::Snapshot& snap) override { snap.state["grad_scaler"] = l_.scaler.state(); }
+  void save(ckpt::Snapshot& snap) override { snap.state["grad_scaler"] = l_.runner.scaler().state(); }
   void load(const ckpt::Snapshot& snap) override {
-    l_.scaler.load_state(snap.state.value("grad_scaler", nlohmann::json()));
+    l_.runner.scaler().load_state(snap.state.value("grad_scaler", nlohmann::json()));
+  }
+
+ private:
+  const LiveState& l_;
+};
+
+/// train.micro_batch: auto's split of each micro-batch (state.json "micro_batch": {"split": N}),
+/// written under auto only, kept on resume under auto (train/step.h).
+class MicroBatchPart : public ckpt::Part {
+ public:
+  explicit MicroBatchPart(const LiveState& l) : l_(l) {}
+  void save(ckpt::Snapshot& snap) override {
+    if (l_.cfg.train.micro_batch == MicroBatch::kAuto) snap.state["micro_batch"] = {{"split", l_.runner.split()}};
+  }
+  void load(const ckpt::Snapshot& snap) override {
+    const auto it = snap.state.find("micro_batch");
+    if (it == snap.state.end()) return;
+    const std::string what = "checkpoint state.json \"micro_batch\"";
+    DLRUN_CHECK_INPUT(it->is_object(), "{}: not an object", what);
+    const int64_t split = json_int_or(*it, "split", 1, what);
+    DLRUN_CHECK_INPUT(split >= 1, "{}: split {} is not a positive count", what, split);
+    if (l_.cfg.train.micro_batch == MicroBatch::kAuto) {
+      l_.runner.set_split(split);
+      if (split > 1) log0::info("train.micro_batch: auto: each micro-batch is split into {} pieces, as when the checkpoint was written", split);
+    } else if (split > 1) {
+      log0::warn("the checkpoint's steps split each micro-batch into {} pieces (train.micro_batch: auto); "
+                 "train.micro_batch is off now, so steps run whole and may run out of memory again",
+                 split);
+    }
   }
 
  private:
@@ -322,6 +351,7 @@ CheckpointParts::CheckpointParts(const LiveState& live) : live_(live) {
   parts_.emplace_back("weights", std::make_unique<ModelPart>(live_));
   parts_.emplace_back("optimizer", std::make_unique<OptimizersPart>(live_));
   parts_.emplace_back("scaler", std::make_unique<ScalerPart>(live_));
+  parts_.emplace_back("micro_batch", std::make_unique<MicroBatchPart>(live_));
   parts_.emplace_back("rng", std::make_unique<RngPart>(live_));
   parts_.emplace_back("train_state", std::make_unique<TrainStatePart>(live_));
   parts_.emplace_back("data_position", std::make_unique<LoaderPart>(live_));

@@ -23,6 +23,7 @@
 #include "train/monitor.h"
 #include "train/optimizers.h"
 #include "train/replicas.h"
+#include "train/step.h"
 #include "train/swa.h"
 
 namespace dlrun::train {
@@ -32,7 +33,7 @@ struct LiveState {
   const Config& cfg;
   models::Model& model;
   Optimizers& optimizers;
-  GradScaler& scaler;
+  StepRunner& runner;  ///< its loss scaler (state.json "grad_scaler") and micro-batch split ("micro_batch")
   TrainState& state;
   data::Loader& loader;
   Replicas& replicas;
@@ -67,7 +68,7 @@ class CheckpointParts {
   LiveState live_;  ///< references to the live objects, which outlive this
   nlohmann::json init_;
   /// Each part with its name, which DLRUN_FAULT=forget_on_resume takes: weights, optimizer,
-  /// scaler, rng, train_state, data_position, verdicts, ema, swa.
+  /// scaler, micro_batch, rng, train_state, data_position, verdicts, ema, swa.
   std::vector<std::pair<std::string, std::unique_ptr<ckpt::Part>>> parts_;
 };
 

@@ -1,11 +1,18 @@
 // The step runner (see step.h).
 #include "train/step.h"
 
+#include <fmt/ranges.h>
+
+#include <limits>
+
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/log.h"
 #include "distributed/group.h"
+#include "train/memory.h"
 #include "train/optim.h"
+#include "train/rng.h"
 
 #include <ATen/record_function.h>
 
@@ -18,7 +25,6 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <limits>
 #include <optional>
 #endif
 
@@ -33,6 +39,8 @@ std::string cuda_graph_obstacle(const Config& cfg, const torch::Device& device, 
     return "the run has a process group, whose gradient all-reduce runs from autograd hooks outside any graph "
            "(capture with DDP is not implemented)";
   if (cfg.train.grad_accum > 1) return "train.grad_accum > 1 (a captured step holds one micro-batch)";
+  if (cfg.train.micro_batch == MicroBatch::kAuto)
+    return "train.micro_batch: auto (a captured step's memory is fixed when it is captured, and cannot be split)";
   if (cfg.model.activation_checkpointing != ActivationCheckpointing::kNone)
     return "model.activation_checkpointing saves and restores RNG states on the host, which a capture cannot";
   if (cfg.model.dtype != ModelDtype::kFloat32) return "model.dtype is not float32";
@@ -105,36 +113,127 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr, int
   return graph_ ? run_graphed(micro) : body(micro);
 }
 
+void StepRunner::set_split(int64_t split) { split_ = std::max<int64_t>(1, split); }
+
 StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
+  if (train_.micro_batch == MicroBatch::kAuto) return body_splitting(micro);
   // Phases are timed (step_timer.h) and named for the profiler's trace (profile.*); neither
   // costs anything when off. A step being captured into a CUDA graph is not timed.
   timer_.start();
   optim_.zero_grad(true);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
-  auto loss_sum = torch::zeros({}, f64);
-  const auto n = static_cast<double>(micro.size());
+  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   if (before_step_) before_step_();
+  accumulate(micro, loss_sum, 0);
+  return update(loss_sum, micro.size());
+}
+
+void StepRunner::accumulate(const std::vector<data::Batch>& micro, torch::Tensor& loss_sum, int attempt) {
+  const auto n = static_cast<double>(micro.size());
+  const bool auto_split = train_.micro_batch == MicroBatch::kAuto;
   for (size_t i = 0; i < micro.size(); ++i) {
     const auto& b = micro[i];
-    torch::Tensor loss;
-    {
-      RECORD_USER_SCOPE("dlrun::forward");
-      AutocastScope ac(autocast_, autocast_dtype_, device_.type());
-      auto logits = model_.forward(b.x);  // (b, classes)
-      loss = torch::nn::functional::cross_entropy(
-          logits.to(model_.dtype()), b.y,  // float32 under autocast too
-          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(train_.label_smoothing));
+    const int64_t size = b.x.size(0);
+    const int64_t k = std::min(split_, std::max<int64_t>(size, 1));
+    const std::vector<torch::Tensor> xs = k > 1 ? b.x.tensor_split(k) : std::vector<torch::Tensor>{b.x};
+    const std::vector<torch::Tensor> ys = k > 1 ? b.y.tensor_split(k) : std::vector<torch::Tensor>{b.y};
+    for (size_t j = 0; j < xs.size(); ++j) {
+      const int64_t piece = xs[j].size(0);
+      torch::Tensor loss;
+      {
+        RECORD_USER_SCOPE("dlrun::forward");
+        AutocastScope ac(autocast_, autocast_dtype_, device_.type());
+        auto logits = model_.forward(xs[j]);  // (b, classes)
+        loss = torch::nn::functional::cross_entropy(
+            logits.to(model_.dtype()), ys[j],  // float32 under autocast too
+            torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(train_.label_smoothing));
+      }
+      if (fault::out_of_memory(step_, attempt, piece))
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "DLRUN_FAULT: step ", step_, " ran out of memory (", piece,
+                         " samples in a micro-batch)");
+      // A piece counts by its share of its micro-batch: the loss of a micro-batch cut into k equal
+      // pieces is the mean of theirs (a halving is exact), and each piece's gradient is divided
+      // by n * k, as train.grad_accum n * k would divide it.
+      const double pieces = static_cast<double>(size) / static_cast<double>(piece);  // k when equal
+      loss_sum += k > 1 ? loss.detach().to(torch::kFloat64) / pieces : loss.detach().to(torch::kFloat64);
+      auto scaled = scaler_.scale(k > 1 ? loss / (n * pieces) : loss / n);
+      timer_.end_of(Phase::kForward);
+      {
+        RECORD_USER_SCOPE("dlrun::backward");
+        // This backward all-reduces (under auto_split the average comes after every rank's backward).
+        if (sync_ && !auto_split && i + 1 == micro.size() && j + 1 == xs.size()) sync_->prepare(scaled);
+        scaled.backward();
+      }
+      timer_.end_of(Phase::kBackward);
     }
-    loss_sum += loss.detach().to(torch::kFloat64);
-    auto scaled = scaler_.scale(loss / n);
-    timer_.end_of(Phase::kForward);
-    {
-      RECORD_USER_SCOPE("dlrun::backward");
-      if (sync_ && i + 1 == micro.size()) sync_->prepare(scaled);  // this backward all-reduces
-      scaled.backward();
-    }
-    timer_.end_of(Phase::kBackward);
   }
+}
+
+StepResult StepRunner::body_splitting(const std::vector<data::Batch>& micro) {
+  // What a failed attempt changes besides the gradients, put back before the redo: the
+  // BatchNorm buffers its forward updated and the RNG its dropout drew from.
+  std::vector<torch::Tensor> buffers, kept;
+  for (const auto& t : model_.buffers()) buffers.push_back(t), kept.push_back(t.detach().clone());
+  const auto rng = rng_states(device_);
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const auto& b : micro) smallest = std::min(smallest, b.x.size(0));
+  split_ = std::min(split_, std::max<int64_t>(smallest, 1));
+  std::vector<int64_t> tried;
+  double first_error = 0;
+  for (int attempt = 0;; ++attempt) {
+    timer_.start();
+    optim_.zero_grad(true);
+    auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    if (before_step_) before_step_();
+    bool oom = false;
+    std::string what;
+    try {
+      accumulate(micro, loss_sum, attempt);
+    } catch (const c10::Error& e) {
+      if (!is_out_of_memory(e)) throw;
+      if (tried.empty()) first_error = mono_now();
+      oom = true;
+      what = e.what_without_backtrace();
+      what = what.substr(0, what.find('\n'));
+    }
+    // Every rank learns whether any ran out: then all cut further (the finest split any needed).
+    if (sync_) oom = sync_->any_rank(torch::full({}, oom ? 1 : 0, torch::TensorOptions().device(device_))).item<bool>();
+    if (!oom) {
+      if (!tried.empty())
+        log0::info("train.micro_batch: step {} fits with each micro-batch split into {} ({:.2f} s from the "
+                   "out-of-memory error to the end of its backward); the split is kept",
+                   step_, split_, mono_now() - first_error);
+      if (sync_) {
+        std::vector<torch::Tensor> grads;
+        for (const auto& p : params_)
+          if (p.grad().defined()) grads.push_back(p.grad());
+        sync_->average(grads);
+      }
+      return update(loss_sum, micro.size());
+    }
+    if (tried.empty() && first_error == 0) first_error = mono_now();  // another rank's error
+    tried.push_back(split_);
+    loss_sum = torch::Tensor();
+    release_after_out_of_memory(optim_, device_);
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(kept[i]);
+    }
+    set_rng_states(rng, device_);
+    if (what.empty()) what = "another rank ran out of memory";
+    DLRUN_CHECK(split_ < smallest, ExitCode::kRuntime,
+                "step {} runs out of device memory ({}) even with one sample per micro-batch piece: tried splitting "
+                "each micro-batch of {} samples into {} (train.micro_batch: auto); lower data.batch_size or use a "
+                "larger device",
+                step_, what, smallest, fmt::join(tried, ", "));
+    split_ = std::min(split_ * 2, smallest);
+    log0::warn("train.micro_batch: step {} ran out of device memory ({}); redoing it on the same samples with each "
+               "micro-batch of {} split into {}",
+               step_, what, smallest, split_);
+  }
+}
+
+StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
+  const auto n = static_cast<double>(micro_batches);
   RECORD_USER_SCOPE("dlrun::optimizer");
 
   // Unscale (by 1 without fp16 scaling) and look for inf/NaN in one pass over the gradients.

@@ -8,6 +8,17 @@
 // fused optimizers take the flag, the loss scaler updates from it. The learning rate is set
 // from the host.
 //
+// train.micro_batch: auto (out-of-memory recovery): a step whose forward or backward runs out of
+// device memory is redone on the same samples with each micro-batch cut into twice as many
+// pieces, again until it fits; a piece's loss counts by its share of the micro-batch, so a step
+// cut in two computes what train.grad_accum x 2 would (bitwise in float64 for a world of one).
+// The BatchNorm buffers and the RNG are put back before the redo, so the failed attempt leaves
+// no trace. With a process group every rank agrees after each step's backward whether any rank
+// ran out (then all cut further: the finest split any rank needed), and the gradients are
+// averaged then, after the backward, instead of during it. The split is kept for the rest of
+// the run and checkpointed (train/parts.cpp). A step that does not fit with one sample per piece
+// is exit 1, naming the splits tried.
+//
 // train.cuda_graphs: after kGraphWarmupSteps eager steps the whole step (forward, loss,
 // backward, unscale, clip, optimizer and scaler update) is captured into one CUDA graph and
 // replayed from then on, the batch copied into static input buffers and the learning rate read
@@ -74,10 +85,22 @@ class StepRunner {
   PhaseTimes take_phase_times() { return timer_.take(); }
   GradScaler& scaler() { return scaler_; }
   const GradScaler& scaler() const { return scaler_; }
+  /// train.micro_batch: auto: the pieces each micro-batch is cut into (1: whole).
+  int64_t split() const { return split_; }
+  /// A checkpoint's split (train.micro_batch: auto). A micro-batch is never cut finer than into
+  /// single samples: the split is clamped to its size at the next step.
+  void set_split(int64_t split);
 
  private:
   void clip(const std::vector<torch::Tensor>& grads) const;
   StepResult body(const std::vector<data::Batch>& micro);
+  /// The forward and backward passes of a step into the gradients, each micro-batch in split_
+  /// pieces; adds the loss (a mean of the micro-batches') to `loss_sum`. attempt: 0 for the first.
+  void accumulate(const std::vector<data::Batch>& micro, torch::Tensor& loss_sum, int attempt);
+  /// body() under train.micro_batch: auto: redone with a finer split while a rank runs out of memory.
+  StepResult body_splitting(const std::vector<data::Batch>& micro);
+  /// After the backward: unscale, the non-finite check, clipping, the optimizer and scaler updates.
+  StepResult update(torch::Tensor& loss_sum, size_t micro_batches);
   StepResult run_graphed(const std::vector<data::Batch>& micro);
   struct Graph;
   std::unique_ptr<Graph> graph_;  ///< null: eager
@@ -92,6 +115,7 @@ class StepRunner {
   std::vector<torch::Tensor> params_;  ///< trainable parameters
   dist::GradSync* sync_ = nullptr;
   int64_t step_ = 0;  ///< the step run() is making (fault injection)
+  int64_t split_ = 1;  ///< train.micro_batch: auto: pieces per micro-batch
   std::function<void()> before_step_;
   StepTimer timer_;
 };

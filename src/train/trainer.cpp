@@ -68,7 +68,7 @@ class Trainer {
         account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
         evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.ema_model.get()),
-        parts_({cfg_, *c_.model, optimizers_, runner_.scaler(), st_, *c_.train_loader, replicas_, c_.total_steps,
+        parts_({cfg_, *c_.model, optimizers_, runner_, st_, *c_.train_loader, replicas_, c_.total_steps,
                 c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info), c_.ema.get(),
                 c_.swa.get()}) {
     if (cfg_.train.cuda_graphs) {

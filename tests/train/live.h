@@ -1,5 +1,5 @@
 // A live run's objects for the resume and snapshot tests: the components of a config (model,
-// optimizer, loaders), a loss scaler, the train state, a world of one, and the checkpoint parts
+// optimizer, loaders), a step runner (its loss scaler and micro-batch split), the train state, a world of one, and the checkpoint parts
 // over them — what the trainer holds, without the loop.
 #pragma once
 
@@ -14,7 +14,7 @@ namespace dlrun::testing {
 struct Live {
   Config cfg;
   train::Components c;
-  train::GradScaler scaler;
+  train::StepRunner runner;
   train::TrainState st;
   train::Replicas replicas;
   train::Optimizers optimizers;
@@ -22,10 +22,10 @@ struct Live {
   explicit Live(Config config, const torch::Device& device = torch::kCPU)
       : cfg(std::move(config)),
         c(train::build_components(cfg, train::Placement{device, 0, 1}, train::Purpose::kTrain)),
-        scaler(cfg.amp, false, device),
+        runner(cfg.train, cfg.amp, *c.model, *c.optimizer, device),
         replicas(nullptr, cfg, device),
         optimizers(cfg.optim, *c.optimizer, *c.model),
-        parts({cfg, *c.model, optimizers, scaler, st, *c.train_loader, replicas, c.total_steps, device}) {}
+        parts({cfg, *c.model, optimizers, runner, st, *c.train_loader, replicas, c.total_steps, device}) {}
   models::Model& model() { return *c.model; }
   torch::optim::Optimizer& optim() { return *c.optimizer; }
   data::Loader& loader() { return *c.train_loader; }

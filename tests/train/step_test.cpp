@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "models/model.h"
 #include "support/options.h"
+#include "train/memory.h"
 #include "train/optim.h"
 #include "train/step.h"
 
@@ -276,8 +277,74 @@ TEST_CASE("train.cuda_graphs: what keeps a run from being captured is named", "[
   Config f64 = c;
   f64.model.dtype = ModelDtype::kFloat64;
   REQUIRE_THAT(train::cuda_graph_obstacle(f64, cuda, false), Catch::Contains("model.dtype"));
+  Config split = c;
+  split.train.micro_batch = MicroBatch::kAuto;
+  REQUIRE_THAT(train::cuda_graph_obstacle(split, cuda, false), Catch::Contains("train.micro_batch: auto"));
 #endif
   // use_cuda_graphs() on a CPU runner is refused (exit 2), not ignored
   Rig r{TrainOptions{}};
   REQUIRE_THROWS_AS(r.runner.use_cuda_graphs(), Error);
+}
+
+namespace {
+/// DLRUN_FAULT set for one scope.
+struct FaultScope {
+  explicit FaultScope(const char* value) { ::setenv("DLRUN_FAULT", value, 1); }
+  ~FaultScope() { ::unsetenv("DLRUN_FAULT"); }
+};
+}  // namespace
+
+TEST_CASE("train.micro_batch: auto redoes a step that ran out of memory in finer pieces, as accumulation would",
+          "[train][step][oom]") {
+  ModelOptions m = mlp();
+  m.dtype = ModelDtype::kFloat64;
+  auto f64 = [](data::Batch b) { return data::Batch{b.x.to(torch::kFloat64), b.y}; };
+  auto rig = [&](MicroBatch mode) {
+    TrainOptions t;
+    t.micro_batch = mode;
+    auto model = models::build(m, 3, 4);
+    auto optim = train::build_optimizer(sgd(), *model);
+    auto runner = std::make_unique<train::StepRunner>(t, AmpOptions{}, *model, *optim, torch::kCPU);
+    return std::make_tuple(model, std::move(optim), std::move(runner));
+  };
+  auto [split_model, split_optim, split] = rig(MicroBatch::kAuto);
+  auto [accum_model, accum_optim, accum] = rig(MicroBatch::kOff);
+  for (int step = 1; step <= 2; ++step) {
+    torch::Tensor a;
+    {
+      FaultScope fault("oom_above:2");  // a device that holds 2 samples: 8 -> 4 -> 2 per piece
+      a = split->run({f64(batch(8))}, 0.1, step).loss;
+    }
+    CHECK(split->split() == 4);
+    const auto b = accum->run({f64(batch(2, 0)), f64(batch(2, 2)), f64(batch(2, 4)), f64(batch(2, 6))}, 0.1, step).loss;
+    CHECK(a.item<double>() == b.item<double>());  // bitwise, in float64
+    CHECK(same(params_of(*split_model), params_of(*accum_model)));
+  }
+  // Kept for later steps and for a checkpoint's value; never finer than single samples.
+  split->set_split(64);
+  split->run({f64(batch(8))}, 0.1, 3);
+  CHECK(split->split() == 8);
+
+  // Without auto, the error goes on (exit 1 at the top); nothing fits: exit 1 naming the splits.
+  auto [m2, o2, off] = rig(MicroBatch::kOff);
+  {
+    FaultScope fault("oom_at_step:1");
+    try {
+      off->run({f64(batch(8))}, 0.1, 1);
+      FAIL("no out-of-memory error");
+    } catch (const c10::Error& e) {
+      CHECK(train::is_out_of_memory(e));
+    }
+  }
+  auto [m3, o3, never] = rig(MicroBatch::kAuto);
+  {
+    FaultScope fault("oom_above:0");
+    try {
+      never->run({f64(batch(8))}, 0.1, 1);
+      FAIL("a step that never fits returned");
+    } catch (const Error& e) {
+      CHECK(e.code() == ExitCode::kRuntime);
+      CHECK_THAT(std::string(e.what()), Catch::Contains("each micro-batch of 8 samples into 1, 2, 4, 8"));
+    }
+  }
 }
