@@ -119,12 +119,25 @@ StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
   if (train_.micro_batch == MicroBatch::kAuto) return body_splitting(micro);
   // Phases are timed (step_timer.h) and named for the profiler's trace (profile.*); neither
   // costs anything when off. A step being captured into a CUDA graph is not timed.
+  auto loss_sum = begin_attempt();
+  accumulate(micro, loss_sum, 0);
+  return update(loss_sum, micro.size());
+}
+
+torch::Tensor StepRunner::begin_attempt() {
   timer_.start();
   optim_.zero_grad(true);
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   if (before_step_) before_step_();
-  accumulate(micro, loss_sum, 0);
-  return update(loss_sum, micro.size());
+  return loss_sum;
+}
+
+std::vector<torch::Tensor> StepRunner::grads() const {
+  std::vector<torch::Tensor> out;
+  out.reserve(params_.size());
+  for (const auto& p : params_)
+    if (p.grad().defined()) out.push_back(p.grad());
+  return out;
 }
 
 void StepRunner::accumulate(const std::vector<data::Batch>& micro, torch::Tensor& loss_sum, int attempt) {
@@ -180,10 +193,7 @@ StepResult StepRunner::body_splitting(const std::vector<data::Batch>& micro) {
   std::vector<int64_t> tried;
   double first_error = 0;
   for (int attempt = 0;; ++attempt) {
-    timer_.start();
-    optim_.zero_grad(true);
-    auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-    if (before_step_) before_step_();
+    auto loss_sum = begin_attempt();
     bool oom = false;
     std::string what;
     try {
@@ -202,12 +212,7 @@ StepResult StepRunner::body_splitting(const std::vector<data::Batch>& micro) {
         log0::info("train.micro_batch: step {} fits with each micro-batch split into {} ({:.2f} s from the "
                    "out-of-memory error to the end of its backward); the split is kept",
                    step_, split_, mono_now() - first_error);
-      if (sync_) {
-        std::vector<torch::Tensor> grads;
-        for (const auto& p : params_)
-          if (p.grad().defined()) grads.push_back(p.grad());
-        sync_->average(grads);
-      }
+      if (sync_) sync_->average(grads());
       return update(loss_sum, micro.size());
     }
     if (tried.empty() && first_error == 0) first_error = mono_now();  // another rank's error
@@ -237,10 +242,7 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
   RECORD_USER_SCOPE("dlrun::optimizer");
 
   // Unscale (by 1 without fp16 scaling) and look for inf/NaN in one pass over the gradients.
-  std::vector<torch::Tensor> grads;
-  grads.reserve(params_.size());
-  for (const auto& p : params_)
-    if (p.grad().defined()) grads.push_back(p.grad());
+  const std::vector<torch::Tensor> grads = this->grads();
   const auto found_inf = scaler_.unscale_(grads);  // float32 0-dim: 1 = a gradient is inf/NaN
   if (fault::nonfinite_loss(step_)) loss_sum += std::numeric_limits<double>::infinity();
   auto loss_bad = loss_sum.isfinite().logical_not();

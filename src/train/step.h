@@ -94,6 +94,10 @@ class StepRunner {
  private:
   void clip(const std::vector<torch::Tensor>& grads) const;
   StepResult body(const std::vector<data::Batch>& micro);
+  /// The start of a try at a step: timing, gradients cleared, before_step; the loss sum to fill.
+  torch::Tensor begin_attempt();
+  /// The trainable parameters' gradients that are defined.
+  std::vector<torch::Tensor> grads() const;
   /// The forward and backward passes of a step into the gradients, each micro-batch in split_
   /// pieces; adds the loss (a mean of the micro-batches') to `loss_sum`. attempt: 0 for the first.
   void accumulate(const std::vector<data::Batch>& micro, torch::Tensor& loss_sum, int attempt);
