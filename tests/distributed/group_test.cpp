@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -21,6 +22,13 @@
 namespace {
 
 using dlrun::dist::Group;
+
+// c10d's flight recorder, one per process, notes each group's first collective in a std::map
+// before it takes its lock (torch 2.11, FlightRecorder::recordWithResetEnabled). Two groups in
+// one process starting collectives at once corrupted that map: a rare SIGSEGV in std::map's
+// insert under the sync BatchNorm and GradSync cases. A dlrun process holds one gloo group, so
+// only these threads-as-ranks meet it; the recorder is off here, set before any group makes it.
+const bool kFlightRecorderOff = setenv("TORCH_FR_BUFFER_SIZE", "0", 1) == 0;
 
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
