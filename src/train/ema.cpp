@@ -35,15 +35,47 @@ double Ema::decay_at(const TrainOptions& o, int64_t step) {
   return std::max(std::min(warm, o.ema_decay), 0.0);
 }
 
-void Ema::after_step(int64_t step) {
-  if (step % opts_.ema_every_steps != 0) return;
+void Ema::before_step(int64_t step) {
+  due_ = step % opts_.ema_every_steps == 0;
+  if (due_) {
+    last_decay_ = decay_at(opts_, step);
+    weight_ = 1.0 - last_decay_;
+    ++updates_;
+    last_step_ = step;
+  }
+  if (weights_.empty()) return;
   torch::NoGradGuard no_grad;
-  const double d = decay_at(opts_, step);
-  torch::_foreach_lerp_(avg_float_, model_float_, 1.0 - d);
-  for (size_t i = 0; i < avg_other_.size(); ++i) avg_other_[i].copy_(model_other_[i]);
-  ++updates_;
-  last_step_ = step;
-  last_decay_ = d;
+  for (auto& w : distinct_weights_) w.fill_(due_ ? weight_ : 0.0);
+  if (due_factor_.defined()) due_factor_.fill_(due_ ? 1 : 0);
+}
+
+void Ema::update() {
+  torch::NoGradGuard no_grad;
+  if (weights_.empty()) {  // eager: the host knows whether the step is due
+    if (!due_) return;
+    torch::_foreach_lerp_(avg_float_, model_float_, weight_);
+    for (size_t i = 0; i < avg_other_.size(); ++i) avg_other_[i].copy_(model_other_[i]);
+    return;
+  }
+  // The same lerp with a device weight (ATen's per-tensor route: its fused one needs weights
+  // shaped like the tensors); integer buffers move by their difference times 0 or 1.
+  torch::_foreach_lerp_(avg_float_, model_float_, weights_);
+  if (avg_other_.empty()) return;
+  auto diff = torch::_foreach_sub(model_other_, avg_other_);
+  torch::_foreach_mul_(diff, due_factor_);
+  torch::_foreach_add_(avg_other_, diff);
+}
+
+void Ema::use_device_weights() {
+  if (!weights_.empty() || avg_float_.empty()) return;
+  for (const auto& t : avg_float_) {
+    auto same = std::find_if(distinct_weights_.begin(), distinct_weights_.end(),
+                             [&](const torch::Tensor& w) { return w.scalar_type() == t.scalar_type(); });
+    if (same == distinct_weights_.end())
+      same = distinct_weights_.insert(distinct_weights_.end(), torch::zeros({}, t.options()));
+    weights_.push_back(*same);
+  }
+  if (!avg_other_.empty()) due_factor_ = torch::zeros({}, avg_other_.front().options().dtype(torch::kLong));
 }
 
 void Ema::restart() {

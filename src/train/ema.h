@@ -11,6 +11,13 @@
 // _foreach_lerp_ call per update over all the floating tensors, on the model's device; nothing
 // is read back to the host.
 //
+// The update is part of the step: the step runner (train/step.h) decides it on the host before
+// the step's device work (before_step) and applies it after the optimizer (update). Under
+// train.cuda_graphs the update is captured into the step's graph with the rest: its weight is
+// then read from a device scalar that before_step fills -- 1 - d_t when due, 0 when not, so the
+// captured update runs at every step and leaves the average as it is (bitwise, for finite
+// weights) between due steps -- and integer buffers are copied by a device-side 0/1 factor.
+//
 // The average lives in a second model of the same architecture, on the same device, in eval
 // mode: Evaluations evaluates it beside the weights, and its checkpoint part (parts.cpp,
 // ema.pt and state.json "ema") saves and restores it with its counter, so a resumed run's
@@ -37,8 +44,15 @@ class Ema {
   /// timm's get_decay for optimizer step `step` (1-based).
   static double decay_at(const TrainOptions& opts, int64_t step);
 
-  /// After optimizer step `step`: update the average when the step is due.
-  void after_step(int64_t step);
+  /// Before optimizer step `step` (host, before any of the step's device work): whether the
+  /// update after it is due, with its decay; counts it. With device weights, fills them.
+  void before_step(int64_t step);
+  /// After the optimizer (device work only): the update before_step() decided. Eager, it is
+  /// skipped when not due; with device weights it always runs, with weight 0 when not due.
+  void update();
+  /// train.cuda_graphs: the update's weight read from device scalars (one per floating dtype,
+  /// their addresses fixed from now on), so that a captured update follows before_step().
+  void use_device_weights();
   /// The average becomes a copy of the model's weights (a fresh start, or a checkpoint
   /// without an average), its counter zero.
   void restart();
@@ -60,6 +74,12 @@ class Ema {
   int64_t updates_ = 0;
   int64_t last_step_ = -1;
   double last_decay_ = 0;
+  bool due_ = false;     ///< the current step updates the average
+  double weight_ = 0;    ///< its lerp weight, 1 - d_t
+  /// use_device_weights(): one 0-dim weight per avg_float_ tensor (shared by dtype), the
+  /// distinct ones, and the integer buffers' 0/1 factor
+  std::vector<torch::Tensor> weights_, distinct_weights_;
+  torch::Tensor due_factor_;
 };
 
 }  // namespace dlrun::train

@@ -10,6 +10,7 @@
 #include "base/fault.h"
 #include "base/log.h"
 #include "distributed/group.h"
+#include "train/ema.h"
 #include "train/memory.h"
 #include "train/optim.h"
 #include "train/rng.h"
@@ -73,11 +74,12 @@ bool StepRunner::graph_captured() const { return graph_ && graph_->captured; }
 void StepRunner::use_cuda_graphs() {
   DLRUN_CHECK_INPUT(device_.is_cuda(), "train.cuda_graphs needs a CUDA device, not {}", device_.str());
   use_device_lr(optim_, device_);
+  if (ema_) ema_->use_device_weights();
   graph_ = std::make_unique<Graph>();
 }
 
 StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models::Model& model,
-                       torch::optim::Optimizer& optim, const torch::Device& device)
+                       torch::optim::Optimizer& optim, const torch::Device& device, Ema* ema)
     : train_(train),
       model_(model),
       optim_(optim),
@@ -85,6 +87,7 @@ StepRunner::StepRunner(const TrainOptions& train, const AmpOptions& amp, models:
       autocast_(amp.enabled),
       autocast_dtype_(amp.dtype == AmpDtype::kBf16 ? torch::kBFloat16 : torch::kHalf),
       scaler_(amp, autocast_ && autocast_dtype_ == torch::kHalf, device),
+      ema_(ema),
       timer_(device) {
   DLRUN_CHECK_INPUT(!autocast_ || device.is_cuda() || autocast_dtype_ == torch::kBFloat16,
                     "amp.dtype: fp16 autocast needs a CUDA device; on {} use amp.dtype: bf16", device.str());
@@ -110,6 +113,7 @@ void StepRunner::clip(const std::vector<torch::Tensor>& grads) const {
 StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr, int64_t step) {
   step_ = step;
   set_lr(optim_, lr);
+  if (ema_) ema_->before_step(step);
   return graph_ ? run_graphed(micro) : body(micro);
 }
 
@@ -268,6 +272,7 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
     skip = r.nonfinite.to(torch::kFloat32);
   optimizer_step(optim_, skip);
   scaler_.update(found_inf);
+  if (ema_) ema_->update();
   if (skip.defined()) r.skipped = skip.gt(0);
   timer_.end_of(Phase::kOptimizer);
   return r;

@@ -19,10 +19,14 @@
 // the run and checkpointed (train/parts.cpp). A step that does not fit with one sample per piece
 // is exit 1, naming the splits tried.
 //
+// train.ema_decay: the weights' moving average is updated at the end of the step, after the
+// optimizer (train/ema.h), decided on the host before the step's device work.
+//
 // train.cuda_graphs: after kGraphWarmupSteps eager steps the whole step (forward, loss,
-// backward, unscale, clip, optimizer and scaler update) is captured into one CUDA graph and
-// replayed from then on, the batch copied into static input buffers and the learning rate read
-// from a device tensor (use_device_lr). A batch of another shape (the last, ragged one of an
+// backward, unscale, clip, optimizer, scaler and moving-average updates) is captured into one
+// CUDA graph and replayed from then on, the batch copied into static input buffers and the
+// learning rate and the average's weight read from device tensors (use_device_lr,
+// Ema::use_device_weights). A batch of another shape (the last, ragged one of an
 // epoch) runs eagerly; a capture that fails falls back to eager with its reason.
 #pragma once
 
@@ -44,6 +48,8 @@ class GradSync;
 
 namespace dlrun::train {
 
+class Ema;
+
 /// Why train.cuda_graphs cannot capture the step of a run with `cfg` on `device`, or "" when it
 /// can. `distributed`: the run has a process group (its all-reduce runs outside any graph).
 std::string cuda_graph_obstacle(const Config& cfg, const torch::Device& device, bool distributed);
@@ -62,16 +68,18 @@ struct StepResult {
 
 class StepRunner {
  public:
+  /// `ema`: the weights' moving average, updated by every step, or null.
   StepRunner(const TrainOptions& train, const AmpOptions& amp, models::Model& model, torch::optim::Optimizer& optim,
-             const torch::Device& device);
+             const torch::Device& device, Ema* ema = nullptr);
   ~StepRunner();
   /// Capture and replay the step from the (kGraphWarmupSteps+1)-th run() on (train.cuda_graphs;
-  /// only where cuda_graph_obstacle() is ""). Moves the learning rate to the device.
+  /// only where cuda_graph_obstacle() is ""). Moves the learning rate and the moving average's
+  /// weight to the device.
   void use_cuda_graphs();
   /// Whether run() replays a captured graph now.
   bool graph_captured() const;
-  /// One optimizer step (the `step`-th of the run: fault injection only) over `micro` (train.grad_accum micro-batches) at
-  /// learning rate `lr`.
+  /// One optimizer step (the `step`-th of the run: fault injection and the moving average's
+  /// schedule) over `micro` (train.grad_accum micro-batches) at learning rate `lr`.
   StepResult run(const std::vector<data::Batch>& micro, double lr, int64_t step = 0);
   /// Multi-process: the gradients of each step are averaged across ranks by `sync` during
   /// the backward of its last micro-batch (the earlier ones accumulate locally: DDP's
@@ -118,6 +126,7 @@ class StepRunner {
   GradScaler scaler_;
   std::vector<torch::Tensor> params_;  ///< trainable parameters
   dist::GradSync* sync_ = nullptr;
+  Ema* ema_ = nullptr;
   int64_t step_ = 0;  ///< the step run() is making (fault injection)
   int64_t split_ = 1;  ///< train.micro_batch: auto: pieces per micro-batch
   std::function<void()> before_step_;

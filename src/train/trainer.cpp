@@ -59,7 +59,7 @@ class Trainer {
       : cfg_(cfg),
         dir_(std::move(dir)),
         c_(build_components(cfg_, placement, Purpose::kTrain)),
-        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device),
+        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device, c_.ema.get()),
         profiler_(cfg_.profile, c_.placement.device,
                   cfg_.profile.path.empty() ? dir_.path() + "/profile" : cfg_.profile.path, c_.placement.rank),
         replicas_(group, cfg_, c_.placement.device),
@@ -245,8 +245,7 @@ std::optional<data::Batch> Trainer::next_batch() {
 void Trainer::step(const std::vector<data::Batch>& micro) {
   const double lr = lr_at(c_.schedule, st_.step);
   meter_.record(runner_.run(micro, lr, st_.step + 1), st_.step + 1, lr);
-  st_.step += 1;
-  if (c_.ema) c_.ema->after_step(st_.step);
+  st_.step += 1;  // the step's moving-average update came with it (StepRunner, train/ema.h)
 }
 
 std::optional<int> Trainer::at_boundary(bool epoch_end) {

@@ -11,6 +11,7 @@
 #include "train/optim.h"
 #include "config/loader.h"
 #include "train/live.h"
+#include "train/ema.h"
 #include "train/step.h"
 
 using namespace dlrun;
@@ -118,7 +119,9 @@ TEST_CASE("a snapshot of a CUDA model is a host copy in pinned memory", "[gpu][t
 // atomic adds. Hence deterministic cuDNN without autotuning, and 12x12 images: the convnet's two
 // 2x2 max pools then leave 3x3, which its 3x3 adaptive average pool passes through, so that no
 // pooling backward adds two contributions into one input. Two eager runs must agree first.
-TEST_CASE("CUDA graphs: replayed steps train as eager steps do, a ragged batch runs eagerly", "[gpu][train][graphs]") {
+TEST_CASE("CUDA graphs: replayed steps train as eager steps do, the moving average updated inside them; a ragged "
+          "batch runs eagerly",
+          "[gpu][train][graphs]") {
   if (no_cuda()) return;
   const torch::Device cuda(torch::kCUDA, 0);
   auto& ctx = at::globalContext();
@@ -140,18 +143,25 @@ TEST_CASE("CUDA graphs: replayed steps train as eager steps do, a ragged batch r
         amp.enabled = fp16;
         TrainOptions t;
         t.clip_grad_norm = 1.0;
-        train::StepRunner runner(t, amp, *model, *optim, cuda);
+        t.ema_decay = 0.9;  // updated at steps 2, 4 and 6: the last two only in replays of the graph
+        t.ema_every_steps = 2;
+        auto average = models::build(convnet(), 1, kSide);
+        average->to(cuda);
+        train::Ema ema(t, *model, average);
+        train::StepRunner runner(t, amp, *model, *optim, cuda, &ema);
         if (graphs) runner.use_cuda_graphs();
         auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
         std::vector<double> losses;
         for (int s = 0; s < train::kGraphWarmupSteps + 4; ++s) {
           const int64_t n = s == train::kGraphWarmupSteps + 3 ? 7 : 16;  // the last batch is ragged
           data::Batch b{torch::randn({n, 1, kSide, kSide}, gen).to(cuda), torch::randint(0, 10, {n}, gen).to(cuda)};
-          losses.push_back(runner.run({b}, 0.01 * (1.0 + s)).loss.item<double>());
+          losses.push_back(runner.run({b}, 0.01 * (1.0 + s), s + 1).loss.item<double>());
         }
         if (graphs) CHECK(runner.graph_captured());
+        CHECK(ema.updates() == 3);
         std::vector<torch::Tensor> params;
         for (const auto& p : model->parameters()) params.push_back(p.detach().cpu());
+        for (const auto& [name, value] : models::state_dict(*average)) params.push_back(value.detach().cpu());
         return std::pair{losses, params};
       };
       INFO(name_of(name) << (fp16 ? " fp16" : " fp32"));

@@ -1,12 +1,13 @@
 // One optimizer step (StepRunner): what it returns stays on the device, accumulation splits a
 // batch exactly, non-finite steps are flagged (stop) or skipped (skip), clipping bounds the
-// gradient norm.
+// gradient norm, the moving average updated inside the step as a CUDA graph would capture it.
 #include <ATen/autocast_mode.h>
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
 #include "models/model.h"
 #include "support/options.h"
+#include "train/ema.h"
 #include "train/memory.h"
 #include "train/optim.h"
 #include "train/step.h"
@@ -347,4 +348,65 @@ TEST_CASE("train.micro_batch: auto redoes a step that ran out of memory in finer
       CHECK_THAT(std::string(e.what()), Catch::Contains("each micro-batch of 8 samples into 1, 2, 4, 8"));
     }
   }
+}
+
+TEST_CASE("the moving average updates inside the step; with device weights (a CUDA graph's form) bit for bit as eagerly",
+          "[train][step][ema]") {
+  // A convnet with BatchNorm (floating running statistics and an integer num_batches_tracked),
+  // updated every 3rd step after a copy phase, with warmup: due and not-due steps, decays
+  // below and above 0.5.
+  TrainOptions t;
+  t.ema_decay = 0.99;
+  t.ema_every_steps = 3;
+  t.ema_start_step = 2;
+  t.ema_warmup = true;
+  ModelOptions m;
+  m.name = "convnet";
+  m.width = 4;
+  m.num_classes = 3;
+  struct Run {
+    std::shared_ptr<models::Model> model, average;
+    std::unique_ptr<torch::optim::Optimizer> optim;
+    std::unique_ptr<train::Ema> ema;
+    std::unique_ptr<train::StepRunner> runner;
+  };
+  auto make = [&](bool device_weights) {
+    Run r;
+    r.model = models::build(m, 3, 4);
+    r.average = models::build(m, 4, 4);  // other weights: the Ema copies the model's
+    r.optim = train::build_optimizer(sgd(), *r.model);
+    r.ema = std::make_unique<train::Ema>(t, *r.model, r.average);
+    r.runner = std::make_unique<train::StepRunner>(t, AmpOptions{}, *r.model, *r.optim, torch::kCPU, r.ema.get());
+    if (device_weights) r.ema->use_device_weights();  // what use_cuda_graphs() does on CUDA
+    return r;
+  };
+  auto eager = make(false), device = make(true);
+  auto tensors = [](models::Model& model) {
+    std::vector<torch::Tensor> out;
+    for (const auto& [name, value] : models::state_dict(model)) out.push_back(value.detach().clone());
+    return out;
+  };
+  std::vector<torch::Tensor> before_step;
+  for (int64_t step = 1; step <= 11; ++step) {
+    before_step = tensors(*eager.average);
+    eager.runner->run({batch(8)}, 0.1, step);
+    device.runner->run({batch(8)}, 0.1, step);
+    INFO("step " << step);
+    CHECK(same(tensors(*eager.average), tensors(*device.average)));
+    // The step updated the average exactly when due (the copy phase and every 3rd step).
+    CHECK(same(before_step, tensors(*eager.average)) == (step % 3 != 0));
+  }
+  CHECK(eager.ema->updates() == 3);
+  CHECK(device.ema->updates() == 3);
+  CHECK(eager.ema->state() == device.ema->state());
+  bool integer_buffers = false;
+  // The integer buffer followed the model's at the last due step (9), not at 10 or 11.
+  const auto avg = models::state_dict(*device.average), model = models::state_dict(*device.model);
+  for (size_t i = 0; i < avg.size(); ++i)
+    if (!avg[i].second.is_floating_point()) {
+      integer_buffers = true;
+      CHECK(avg[i].second.item<int64_t>() == 9);
+      CHECK(model[i].second.item<int64_t>() == 11);
+    }
+  CHECK(integer_buffers);
 }
