@@ -2,10 +2,8 @@
 #include "metrics/openmetrics.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,7 +12,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -40,8 +37,6 @@ const std::map<std::string, Gauge>& train_gauges() {
   return m;
 }
 
-constexpr double kClientSeconds = 2.0;  // a scraper that sends no request in this time is dropped
-
 }  // namespace
 
 struct Endpoint::State {
@@ -55,7 +50,6 @@ struct Endpoint::State {
   double before_commit = 0; // the one before it, for a "checkpoint_error"
   double last_upload = 0;   // the last "upload" event
   double price = 0, paid_before_s = 0, process_start = 0;
-  std::thread thread;
 };
 
 Endpoint::Endpoint(const EndpointOptions& o) : o_(o), s_(std::make_unique<State>()) {
@@ -69,22 +63,20 @@ Endpoint::Endpoint(const EndpointOptions& o) : o_(o), s_(std::make_unique<State>
   DLRUN_CHECK(fd_ >= 0, ExitCode::kRuntime, "log.metrics_port: socket: {}", std::strerror(errno));
   const int one = 1;
   ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 64) != 0) {
     const int err = errno;
     ::close(fd_);
     throw Error(ExitCode::kBadInput, o.where, "log.metrics_port",
                 fmt::format("cannot listen on {}:{}: {}", o.address, o.port, std::strerror(err)),
                 "choose another port (log.metrics_port=N), or 0 for no endpoint");
   }
-  if (::pipe2(stop_, O_CLOEXEC) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    throw Error(ExitCode::kRuntime, fmt::format("log.metrics_port: pipe: {}", std::strerror(err)));
-  }
-  try {
-    s_->thread = std::thread([this] { serve(); });
+  ScrapeServerOptions so;
+  so.max_clients = o.max_clients;
+  so.client_timeout_s = o.client_timeout_s;
+  try {  // the training thread only takes the mutex to copy numbers; scrapes are served there
+    server_ = std::make_unique<ScrapeServer>(fd_, [this] { return body(wall_now()); }, so);
   } catch (...) {
-    ::close(fd_), ::close(stop_[0]), ::close(stop_[1]);
+    ::close(fd_);
     throw;
   }
   log::info("metrics endpoint: http://{}:{}/metrics", o.address, port());
@@ -126,13 +118,11 @@ void Endpoint::write(const Event& e) {
 }
 
 void Endpoint::close() {
-  if (!s_->thread.joinable()) return;
-  (void)!::write(stop_[1], "x", 1);
-  s_->thread.join();
+  if (!server_) return;
+  server_->stop();
+  server_.reset();
   ::close(fd_);
-  ::close(stop_[0]);
-  ::close(stop_[1]);
-  fd_ = stop_[0] = stop_[1] = -1;
+  fd_ = -1;
 }
 
 std::string Endpoint::body(double now) const {
@@ -164,60 +154,6 @@ std::string Endpoint::body(double now) const {
     gauge("dlrun_cost", "what the run has cost so far (all its processes), in run.price_per_hour's currency",
           s_->price * (s_->paid_before_s + std::max(0.0, now - s_->process_start)) / 3600.0);
   return out;
-}
-
-void Endpoint::answer(int c) {
-  std::string req;
-  char buf[2048];
-  const double deadline = mono_now() + kClientSeconds;
-  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 8192) {
-    const double left = deadline - mono_now();
-    if (left <= 0) break;
-    pollfd p{c, POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(left * 1000) + 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    const ssize_t n = ::read(c, buf, sizeof buf);
-    if (n <= 0) break;
-    req.append(buf, static_cast<size_t>(n));
-  }
-  const bool ok = req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET /metrics?", 0) == 0;
-  const std::string b = ok ? body(wall_now()) : std::string("dlrun serves GET /metrics only\n");
-  const std::string all = fmt::format(
-      "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\n"
-      "Connection: close\r\n\r\n{}",
-      ok ? "200 OK" : "404 Not Found", b.size(), b);
-  for (size_t off = 0; off < all.size();) {  // a few KB: the socket buffer takes it at once
-    const ssize_t n = ::send(c, all.data() + off, all.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
-  ::close(c);
-}
-
-// One client at a time, on this thread: a scrape takes microseconds, and a slow client is
-// dropped after kClientSeconds. The training thread only takes the mutex to copy numbers.
-void Endpoint::serve() {
-  while (true) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      log::warn("metrics endpoint: poll: {}; no longer serving", std::strerror(errno));
-      return;
-    }
-    if (p[1].revents) return;
-    if (p[0].revents & POLLIN) {
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) {
-        // The client's socket blocks (answer() polls before reading); it does not inherit O_NONBLOCK.
-        answer(c);
-      } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        pollfd q{stop_[0], POLLIN, 0};  // out of descriptors: wait before the queued client is tried again
-        if (::poll(&q, 1, 200) > 0) return;
-      }
-    }
-  }
 }
 
 }  // namespace dlrun::metrics

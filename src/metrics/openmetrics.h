@@ -4,12 +4,14 @@
 // VictoriaMetrics, Grafana Agent and the OpenTelemetry collector scrape). The values are those
 // of the last metrics.jsonl "train" line, so a scrape and the file agree for the same step; the
 // "seconds since" gauges and the cost are computed when scraped. docs/training.md "Live metrics".
+// The HTTP side, many scrapers at once with none waiting for another, is scrape_server.h.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "base/error.h"
+#include "metrics/scrape_server.h"
 #include "metrics/sink.h"
 
 namespace dlrun::metrics {
@@ -20,6 +22,8 @@ struct EndpointOptions {
   int rank = 0;         ///< the label every sample carries
   bool remote = false;  ///< checkpoint.remote is set: work is safe once uploaded, not once on local disk
   SourceLoc where;      ///< of log.metrics_port, for the error when the port is taken
+  size_t max_clients = 64;        ///< scrapers served at once (scrape_server.h)
+  double client_timeout_s = 2.0;  ///< a scraper's whole exchange; past it, it is dropped
 };
 
 class Endpoint final : public Sink {
@@ -46,13 +50,11 @@ class Endpoint final : public Sink {
 
  private:
   struct State;
-  void serve();
-  void answer(int client);
 
   EndpointOptions o_;
   int fd_ = -1;
-  int stop_[2] = {-1, -1};
   std::unique_ptr<State> s_;
+  std::unique_ptr<ScrapeServer> server_;  ///< after s_: stopped before the state it reads goes
 };
 
 }  // namespace dlrun::metrics

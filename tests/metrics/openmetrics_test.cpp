@@ -1,13 +1,18 @@
 // The live metrics endpoint: the gauges a scrape gets from the reported events, over real HTTP
-// on 127.0.0.1, and the refusals a user meets (a port in use, an address that is not IPv4).
+// on 127.0.0.1; the refusals a user meets (a port in use, an address that is not IPv4); many
+// scrapers at once, none held back by a slow or idle one, and the bound on open clients.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/http.h"
@@ -22,6 +27,55 @@ metrics::Event train_event(int64_t step, double loss) {
   e.scalars = {{"loss", loss}, {"loss_avg", 9.0}, {"lr", 0.05}, {"samples_per_s", 1234.5}, {"data_wait_frac", 0.125}};
   e.fields = {{"epoch", 2}};
   return e;
+}
+
+/// A client connection by hand, to 127.0.0.1: the test decides when it speaks, and what.
+class Conn {
+ public:
+  explicit Conn(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~Conn() { ::close(fd_); }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  void send(const std::string& text) {
+    REQUIRE(::send(fd_, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size()));
+  }
+  /// Everything the server sends until it closes the connection ("" when it closed it without
+  /// a word), or nullopt when it has not closed it within `seconds`.
+  std::optional<std::string> until_closed(double seconds) {
+    std::string got;
+    const double deadline = mono_now() + seconds;
+    while (mono_now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return got;  // closed (or reset, as a drop with unread bytes is)
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return std::nullopt;
+  }
+  /// The server has said nothing on this connection and not closed it, at this moment.
+  bool waiting() {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+
+ private:
+  int fd_;
+};
+
+const char kScrape[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\n\r\n";
+
+bool answered(const std::optional<std::string>& reply, int64_t step) {
+  return reply && reply->rfind("HTTP/1.1 200 OK\r\n", 0) == 0 &&
+         reply->find("dlrun_step{rank=\"0\"} " + std::to_string(step) + "\n") != std::string::npos;
 }
 
 http::Response scrape(int port, const std::string& path = "/metrics") {
@@ -115,22 +169,61 @@ TEST_CASE("metrics endpoint: a port in use and an address that is not IPv4 are r
   }
 }
 
-TEST_CASE("metrics endpoint: a client that sends nothing is dropped and the next scrape is answered",
+// Timing-free: the proof is the order. A server that served one client at a time would first
+// drop the idle client (after its 2 s deadline) and only then read the other's request.
+TEST_CASE("metrics endpoint: a client that sends nothing holds no other scrape back, and is dropped",
           "[metrics][endpoint]") {
-  if (!http::available()) return;
   metrics::Endpoint ep(metrics::EndpointOptions{});
   ep.write(train_event(7, 1.5));
-  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(ep.port()));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  REQUIRE(::connect(silent, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  http::Request r;  // queued behind the silent client for up to 2 s
-  r.url = "http://127.0.0.1:" + std::to_string(ep.port()) + "/metrics";
-  r.timeout_ms = 30000;
-  const http::Response resp = http::perform(r);
-  ::close(silent);
-  REQUIRE(resp.status == 200);
-  CHECK(resp.body.find("dlrun_step{rank=\"0\"} 7\n") != std::string::npos);
+  Conn idle(ep.port());
+  Conn scraper(ep.port());
+  scraper.send(kScrape);
+  CHECK(answered(scraper.until_closed(30), 7));
+  CHECK(idle.waiting());  // answered while the idle client was still open, not after it was dropped
+  CHECK(idle.until_closed(30) == std::string());  // dropped at its deadline, unanswered
+}
+
+// Each client sends half its request, then, newest first, the rest: each answer must come while
+// every older client still waits with half a request. One client at a time would answer none of
+// them before the oldest's deadline (2 s each, in turn).
+TEST_CASE("metrics endpoint: many clients at once, each answered when its own request is whole",
+          "[metrics][endpoint]") {
+  metrics::Endpoint ep(metrics::EndpointOptions{});
+  ep.write(train_event(11, 0.5));
+  std::vector<std::unique_ptr<Conn>> clients;
+  const std::string request = kScrape;
+  for (int i = 0; i < 12; ++i) {
+    clients.push_back(std::make_unique<Conn>(ep.port()));
+    clients.back()->send(request.substr(0, 9));
+  }
+  for (size_t i = clients.size(); i-- > 0;) {
+    clients[i]->send(request.substr(9));
+    INFO("client " << i << " (0: the oldest)");
+    CHECK(answered(clients[i]->until_closed(10), 11));
+    if (i > 0) CHECK(clients[0]->waiting());
+  }
+}
+
+TEST_CASE("metrics endpoint: past the bound on open clients the oldest idle one is dropped; close() ends the rest",
+          "[metrics][endpoint]") {
+  metrics::EndpointOptions o;
+  o.max_clients = 3;
+  o.client_timeout_s = 600;  // no client reaches its deadline here: a drop is the bound's
+  metrics::Endpoint ep(o);
+  ep.write(train_event(5, 0.25));
+  Conn a(ep.port()), b(ep.port()), c(ep.port());
+  Conn d(ep.port());  // the fourth: the oldest, a, goes
+  CHECK(a.until_closed(30) == std::string());
+  CHECK(b.waiting());
+  CHECK(c.waiting());
+  CHECK(d.waiting());
+  Conn e(ep.port());  // b goes; the new client is served
+  e.send(kScrape);
+  CHECK(answered(e.until_closed(30), 5));
+  CHECK(b.until_closed(30) == std::string());
+  c.send(kScrape);  // a client kept past the bound is served too
+  CHECK(answered(c.until_closed(30), 5));
+  CHECK(d.waiting());
+  ep.close();  // promptly, with a client still open
+  CHECK(d.until_closed(30) == std::string());
 }
