@@ -10,12 +10,12 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/log.h"
+#include "run/metrics_log.h"
 
 namespace dlrun::train {
 
@@ -74,13 +74,10 @@ std::string RunDir::set_aside_previous_run() const {
 }
 
 int64_t RunDir::furthest_logged_step() const {
-  std::ifstream in(metrics_jsonl());
   int64_t furthest = -1;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer())
-      furthest = std::max<int64_t>(furthest, j["step"].get<int64_t>());
-  }
+  MetricsLog(metrics_jsonl()).drain([&furthest](const MetricsRecord& r) {  // events count too
+    if (const auto step = r.step()) furthest = std::max(furthest, *step);
+  });
   return furthest;
 }
 

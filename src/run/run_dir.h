@@ -45,7 +45,8 @@ class RunDir {
   /// the run directory becomes <dir>.aside-<UTC time>); nothing is deleted. Returns the
   /// directory they went to.
   std::string set_aside_previous_run() const;
-  /// The highest step recorded in metrics.jsonl, or -1 when there is none.
+  /// The highest integer step of any record in metrics.jsonl (events too), or -1 when there is
+  /// none. A last line that lacks only its newline counts (metrics_log.h, drain).
   int64_t furthest_logged_step() const;
   /// Write config.yaml (atomically) for a segment that starts at `step`: `header` (a comment
   /// line naming the versions) then `yaml`. When config.yaml already holds a different config

@@ -85,6 +85,8 @@ TEST_CASE("furthest_logged_step reads metrics.jsonl", "[train][run_dir]") {
   CHECK(d.furthest_logged_step() == -1);
   t.write("metrics.jsonl", "{\"event\":\"start\",\"step\":0}\n{\"step\":7,\"loss\":1}\nnot json\n{\"step\":5}\n{\"step\":9");
   CHECK(d.furthest_logged_step() == 7);  // the torn last line of a kill -9 is ignored
+  t.write("metrics.jsonl", "{\"step\":7}\n{\"step\":1e9}\n{\"event\":\"checkpoint\",\"step\":8}\n{\"step\":9}");
+  CHECK(d.furthest_logged_step() == 9);  // events count, a float never; a last line lacking only its newline counts
 }
 
 TEST_CASE("each segment's config is kept when it changes", "[train][run_dir]") {
