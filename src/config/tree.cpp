@@ -244,4 +244,21 @@ std::shared_ptr<Tree> merge(const std::shared_ptr<Tree>& base, const std::shared
   return out;
 }
 
+void fail_at(const SourceLoc& loc, const std::string& key, const std::string& message, const std::string& hint) {
+  throw Error(ExitCode::kBadInput, loc, key, message, hint);
+}
+
+std::string describe_value(const Tree& t) {
+  switch (t.type) {
+    case Tree::Type::kNull: return "null";
+    case Tree::Type::kScalar:  // a value pasted by mistake may be megabytes long: show its start
+      if (t.scalar.size() > 80)
+        return fmt::format("'{}...' ({} characters)", t.scalar.substr(0, 40), t.scalar.size());
+      return "'" + t.scalar + "'";
+    case Tree::Type::kMap: return "a mapping";
+    case Tree::Type::kList: return "a list";
+  }
+  return "?";
+}
+
 }  // namespace dlrun::config

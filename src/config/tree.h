@@ -3,7 +3,7 @@
 // yaml-cpp's nodes lose the file name once merged across `base:` files, so the loader
 // converts each file into this tree first: scalars, ordered maps and lists, each with its
 // SourceLoc. Inheritance merges trees; overrides write into the tree; binding to the typed
-// options (loader.cpp) reads it and reports errors at the value's own location.
+// options (bind.cpp) reads it and reports errors at the value's own location.
 #pragma once
 
 #include <memory>
@@ -45,5 +45,13 @@ std::shared_ptr<Tree> parse_yaml_file(const std::string& path);
 /// Deep merge: maps merge key by key, a null `over` leaves a map `base` as it is, and
 /// everything else in `over` replaces `base`.
 std::shared_ptr<Tree> merge(const std::shared_ptr<Tree>& base, const std::shared_ptr<Tree>& over);
+
+/// Throws the config error at `loc`: dlrun::Error, exit 2, naming the dotted `key`.
+[[noreturn]] void fail_at(const SourceLoc& loc, const std::string& key, const std::string& message,
+                          const std::string& hint = {});
+
+/// A value as an error message quotes it: 'text' (the start of a long one), null, a mapping,
+/// a list.
+std::string describe_value(const Tree& t);
 
 }  // namespace dlrun::config
