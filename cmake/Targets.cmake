@@ -8,7 +8,10 @@
 #                  than an archive, because the linker drops archive members nobody calls by
 #                  name, and a registration is called by nobody: dlrun_link() links these
 #                  objects into each executable directly.
-#   dlrun_core     LibTorch-based library: models, data, checkpoints, training.
+#   dlrun_core     LibTorch-based library: models, data, checkpoints, distribution, export.
+#   dlrun_train_step, dlrun_train_averaging, dlrun_train_observe, dlrun_train_state, dlrun_train
+#                  the training code, one target per folder of src/train/ (the step; the
+#                  weights' averages; observing the run; the checkpointed state; the loop).
 #   dlrun_cli      the command line; CLI11 is its private dependency.
 #   dlrun          the executable: src/main.cpp.
 #
@@ -17,7 +20,8 @@
 # include runs downhill only; tools/check_layers.py checks it, as the test lint:layers):
 #   base < remote < config < metrics, preempt, run, world     (dlrun_base)
 #   < kernels                                                 (dlrun_kernels)
-#   < data, models < checkpoint < distributed < export, train (dlrun_core)
+#   < data, models < checkpoint < distributed < export        (dlrun_core)
+#   < train/step < train/averaging < train/observe < train/state < train  (dlrun_train_*)
 #   < cli                                                     (dlrun_cli)
 set(_src ${CMAKE_SOURCE_DIR}/src)
 set(DLRUN_BASE_FOLDERS base remote config metrics preempt run world)
@@ -32,9 +36,16 @@ if(NOT DLRUN_TORCH_HAS_CUDA)  # the operator kernels use ATen's CUDA side; the d
   list(FILTER DLRUN_CUDA_SOURCES EXCLUDE REGEX "/src/kernels/bn_relu")
 endif()
 file(GLOB_RECURSE DLRUN_CLI_SOURCES CONFIGURE_DEPENDS ${_src}/cli/*.cpp)
+# The training code: one target per folder of src/train/, lowest first (each links the one below).
+set(DLRUN_TRAIN_FOLDERS step averaging observe state)
+foreach(_folder ${DLRUN_TRAIN_FOLDERS})
+  file(GLOB DLRUN_TRAIN_${_folder}_SOURCES CONFIGURE_DEPENDS ${_src}/train/${_folder}/*.cpp)
+endforeach()
+file(GLOB DLRUN_TRAIN_SOURCES CONFIGURE_DEPENDS ${_src}/train/*.cpp)
 file(GLOB_RECURSE DLRUN_CORE_SOURCES CONFIGURE_DEPENDS ${_src}/*.cpp)
+file(GLOB_RECURSE _train_all CONFIGURE_DEPENDS ${_src}/train/*.cpp)
 list(REMOVE_ITEM DLRUN_CORE_SOURCES ${DLRUN_BASE_SOURCES} ${DLRUN_KERNEL_SOURCES} ${DLRUN_CLI_SOURCES}
-     ${_src}/main.cpp)
+     ${_train_all} ${_src}/main.cpp)
 
 set(DLRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 
@@ -123,9 +134,22 @@ if(DLRUN_WITH_CUDA)
     --expt-relaxed-constexpr>)
 endif()
 
-# Link what an executable needs to run dlrun code: the core library and the kernel objects.
+set(_below dlrun_core)
+foreach(_folder ${DLRUN_TRAIN_FOLDERS})
+  add_library(dlrun_train_${_folder} STATIC ${DLRUN_TRAIN_${_folder}_SOURCES})
+  target_link_libraries(dlrun_train_${_folder} PUBLIC ${_below})
+  target_compile_options(dlrun_train_${_folder} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARNINGS}>)
+  target_precompile_headers(dlrun_train_${_folder} REUSE_FROM dlrun_core)
+  set(_below dlrun_train_${_folder})
+endforeach()
+add_library(dlrun_train STATIC ${DLRUN_TRAIN_SOURCES})
+target_link_libraries(dlrun_train PUBLIC ${_below})
+target_compile_options(dlrun_train PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARNINGS}>)
+target_precompile_headers(dlrun_train REUSE_FROM dlrun_core)
+
+# Link what an executable needs to run dlrun code: the libraries and the kernel objects.
 function(dlrun_link target)
-  target_link_libraries(${target} PRIVATE dlrun_core dlrun_kernels)
+  target_link_libraries(${target} PRIVATE dlrun_train dlrun_kernels)
   # torch's libraries and the wheel's CUDA runtime found without LD_LIBRARY_PATH (they live in
   # the venv), and nothing else: CMake would add the directory of every library linked by path
   # (the toolkit's among them), so the RUNPATH is set outright.
@@ -133,7 +157,7 @@ function(dlrun_link target)
 endfunction()
 
 add_library(dlrun_cli STATIC ${DLRUN_CLI_SOURCES})
-target_link_libraries(dlrun_cli PUBLIC dlrun_core PRIVATE CLI11::CLI11)
+target_link_libraries(dlrun_cli PUBLIC dlrun_train PRIVATE CLI11::CLI11)
 target_compile_options(dlrun_cli PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRUN_WARNINGS}>)
 target_precompile_headers(dlrun_cli REUSE_FROM dlrun_core)
 

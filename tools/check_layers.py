@@ -2,9 +2,11 @@
 """Includes run downhill only (docs/design.md, "House rules").
 
 Every folder of src/ has a layer; a file may include headers of its own folder and of folders
-on lower layers, never of a folder on its own or a higher layer. Prints each arrow that runs
-the wrong way (file:line, the include, both layers) and exits 1 if there is one; a folder
-missing from LAYERS is an error too, so a new folder has to be placed.
+on lower layers, never of a folder on its own or a higher layer. A folder's sub-folders that
+are listed (train/step, ...) are folders of their own; a file belongs to the deepest listed
+folder that holds it. Prints each arrow that runs the wrong way (file:line, the include, both
+layers) and exits 1 if there is one; a folder missing from LAYERS is an error too, so a new
+folder has to be placed.
 
     tools/check_layers.py [SRC_DIR]      (default: src/ beside this script's parent)
 """
@@ -22,10 +24,23 @@ LAYERS = [
     ["data", "models"],
     ["checkpoint"],
     ["distributed"],
-    ["export", "train"],
+    ["export", "train/step"],
+    ["train/averaging"],
+    ["train/observe"],
+    ["train/state"],
+    ["train"],
     ["cli"],
 ]
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"')
+INCLUDE = re.compile(r'^\s*#\s*include\s+"((?:[a-z_]+/)+)[^"/]+"')
+
+
+def folder_of(parts, layer):
+    """The deepest listed folder among the leading path components `parts`, or the first one."""
+    for n in range(len(parts), 0, -1):
+        name = "/".join(parts[:n])
+        if name in layer:
+            return name
+    return parts[0]
 
 
 def main() -> int:
@@ -38,15 +53,17 @@ def main() -> int:
         rel = path.relative_to(src)
         if len(rel.parts) == 1:  # src/main.cpp: the top, may include anything
             continue
-        here = rel.parts[0]
+        here = folder_of(list(rel.parts[:-1]), layer)
         if here not in layer:
             problems.append(f"{rel}: folder src/{here}/ has no layer in tools/check_layers.py")
             continue
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             m = INCLUDE.match(line)
-            if not m or m.group(1) == here:
+            if not m:
                 continue
-            there = m.group(1)
+            there = folder_of(m.group(1).rstrip("/").split("/"), layer)
+            if there == here:
+                continue
             if there not in layer:
                 problems.append(f"{rel}:{n}: includes {there}/, a folder with no layer")
             elif layer[there] >= layer[here]:

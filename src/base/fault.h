@@ -26,7 +26,7 @@
 //                                  off by 10 % (a kernel defect on this GPU; src/kernels/self_check.h)
 //
 //   DLRUN_FAULT=forget_on_resume:PART  a resume leaves that checkpoint part unloaded (rng,
-//                                  optimizer, ema, ...: src/train/parts.cpp names them), so the
+//                                  optimizer, ema, ...: src/train/state/parts.cpp names them), so the
 //                                  resumed run drifts from an uninterrupted one (what
 //                                  `dlrun check-resume` must find and name)
 //

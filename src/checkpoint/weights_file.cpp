@@ -7,18 +7,12 @@
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/json_limits.h"
+#include "checkpoint/averages.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_file.h"
 
 namespace dlrun::ckpt {
-
-bool swa_finished(const nlohmann::json& state) {
-  const nlohmann::json swa = state.is_object() ? state.value("swa", nlohmann::json()) : nlohmann::json();
-  if (!swa.is_object()) return false;
-  const auto updates = json_int64(swa.value("updates", nlohmann::json()));
-  return updates && *updates > 0 && json_int64(swa.value("bn_updates", nlohmann::json())) == updates;
-}
 
 namespace {
 
@@ -77,10 +71,10 @@ WeightsRead read_weights(const std::string& path,
     r.step = snap.step;
     r.dataset = snap.state.value("dataset", nlohmann::json());
     r.tensors = std::move(snap.tensor_files["model"]);
-    if (auto ema = snap.tensor_files.find("ema"); ema != snap.tensor_files.end())
-      r.averages.emplace_back("ema", std::move(ema->second));
-    if (auto t = snap.tensor_files.find("swa"); t != snap.tensor_files.end() && swa_finished(snap.state))
-      r.averages.emplace_back("swa", std::move(t->second));
+    std::vector<std::string> stems;
+    for (const auto& [stem, tensors] : snap.tensor_files) stems.push_back(stem);
+    for (const auto& a : averages_in(snap.state, stems))
+      if (a.ready) r.averages.push_back({a.name, a.what, std::move(snap.tensor_files[a.name])});
     DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: the checkpoint has no model weights (model.pt)", dir);
     return r;
   }

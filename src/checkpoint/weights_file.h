@@ -20,18 +20,18 @@ struct WeightsRead {
   std::string kind;   ///< "checkpoint", "safetensors file" or "torch file"
   int64_t step = -1;  ///< a checkpoint's step (-1 for a file)
   TensorDict tensors;
-  /// A checkpoint's averages of the weights, each with its name: "ema" (ema.pt, train.ema_decay)
-  /// and "swa" (swa.pt, optim.swa_start_epoch; only once its BatchNorm statistics are its own).
-  std::vector<std::pair<std::string, TensorDict>> averages;
+  /// A checkpoint's averages of the weights that are ready (averages.h), each with its name
+  /// (<name>.pt) and what it is ("moving average").
+  struct Average {
+    std::string name, what;
+    TensorDict tensors;
+  };
+  std::vector<Average> averages;
   std::map<std::string, std::string> metadata;  ///< a safetensors file's __metadata__
   /// What the run recorded of its data (class names, input side, normalization): a checkpoint's
   /// state.json "dataset", or a safetensors export's "dlrun_dataset"; null when unknown.
   nlohmann::json dataset;
 };
-
-/// Whether a checkpoint's state.json says its stochastic weight average (swa.pt) is finished:
-/// averaged at least once, with BatchNorm statistics recomputed for the last average.
-bool swa_finished(const nlohmann::json& state);
 
 /// Read the weights `path` names. Directories: one with manifest.json is a checkpoint (every
 /// file checked against it); a run or checkpoints directory gives the checkpoint LATEST names

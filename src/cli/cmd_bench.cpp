@@ -13,7 +13,7 @@
 // allocator; oneDNN's own scratch buffers are not tensors and not counted), the median step
 // time after it, and with --max-batch (CUDA) the largest batch that fits.
 //
-// The measurements are training code (train/checkpoint_cost.h, train/memory.h); this file
+// The measurements are training code (train/checkpoint_cost.h, train/step/memory.h); this file
 // parses the flags, calls them and prints.
 #include <CLI/CLI.hpp>
 
@@ -33,7 +33,7 @@
 #include "cli/config_args.h"
 #include "config/options.h"
 #include "train/checkpoint_cost.h"
-#include "train/memory.h"
+#include "train/step/memory.h"
 
 namespace dlrun::cli {
 namespace {

@@ -16,7 +16,7 @@
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "train/components.h"
-#include "train/device.h"
+#include "train/step/device.h"
 
 namespace dlrun::cli {
 namespace {

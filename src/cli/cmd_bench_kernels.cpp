@@ -35,9 +35,9 @@
 #include "kernels/ops.h"
 #include "models/model.h"
 #include "models/shapes.h"
-#include "train/device.h"
-#include "train/optim.h"
-#include "train/step.h"
+#include "train/step/device.h"
+#include "train/step/optim.h"
+#include "train/step/step.h"
 
 namespace dlrun::cli {
 namespace {

@@ -16,7 +16,7 @@
 #include "cli/weights_arg.h"
 #include "models/weights.h"
 #include "train/components.h"
-#include "train/evaluate.h"
+#include "train/observe/evaluate.h"
 
 namespace dlrun::cli {
 namespace {
@@ -62,13 +62,12 @@ void run_eval(const EvalCmdOptions& o) {
                       {"fold_batchnorm", o.fold_batchnorm}, {"folded_export", report.folded}};
   if (w.step >= 0) j["step"] = w.step;
   std::string ema_line;
-  for (const auto& [name, tensors] : w.averages) {  // a checkpoint's averages (ema.pt, swa.pt): evaluated the same way
-    models::load_weights(*c.model, tensors, w.path + "/" + name + ".pt", lo);
+  for (const auto& a : w.averages) {  // a checkpoint's averages (ema.pt, swa.pt): evaluated the same way
+    models::load_weights(*c.model, a.tensors, w.path + "/" + a.name + ".pt", lo);
     const auto e = train::evaluate(*c.model, *c.eval_loader);
-    j[name] = {{"accuracy", e.accuracy}, {"top5", e.top5}, {"loss", e.loss}, {"samples", e.samples}};
-    ema_line += fmt::format("\n{}/{}.pt ({}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", w.path, name,
-                            name == "ema" ? "moving average" : "stochastic weight average", e.accuracy, e.top5,
-                            e.loss);
+    j[a.name] = {{"accuracy", e.accuracy}, {"top5", e.top5}, {"loss", e.loss}, {"samples", e.samples}};
+    ema_line += fmt::format("\n{}/{}.pt ({}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", w.path, a.name, a.what,
+                            e.accuracy, e.top5, e.loss);
   }
   if (o.json) std::printf("%s\n", j.dump().c_str());
   else

@@ -19,6 +19,7 @@
 #include "cli/remote_args.h"
 #include "export/export.h"
 #include "remote/s3.h"
+#include "train/averaging/averages.h"
 
 namespace dlrun::cli {
 namespace {
@@ -29,7 +30,9 @@ struct ExportOptions {
   RemoteArgs remote;
 };
 
-void run_export(const ExportOptions& o) {
+void run_export(ExportOptions o) {
+  for (const train::AverageKind& k : train::average_kinds())
+    if (o.to.weights == k.name) o.to.weights_setting = k.setting;
   exporting::Source from;
   from.path = o.checkpoint;
   std::unique_ptr<ckpt::RemoteStore> store;
@@ -63,10 +66,17 @@ void setup_export(CLI::App& app) {
                 "fold every BatchNorm that follows a convolution into it (weights w*s, a bias per convolution, "
                 "no BatchNorm entries): for inference runtimes; same eval outputs within float rounding. "
                 "onnx: Conv nodes with biases instead of Conv + BatchNormalization");
-  cmd->add_option("--weights", o->to.weights,
-                  "raw: the trained weights (model.pt); ema: their moving average (ema.pt, train.ema_decay); swa: their "
-                  "stochastic weight average (swa.pt, optim.swa_start_epoch)")
-      ->check(CLI::IsMember(exporting::weights_names()))
+  std::string weights_help = "raw: the trained weights (model.pt)", names = "raw";
+  for (const train::AverageKind& k : train::average_kinds()) {
+    weights_help += fmt::format("; {0}: their {1} ({0}.pt, {2})", k.name, k.what, k.setting);
+    names += std::string(", ") + k.name;
+  }
+  cmd->add_option("--weights", o->to.weights, weights_help)
+      ->check([names](const std::string& w) {
+        for (const train::AverageKind& k : train::average_kinds())
+          if (w == k.name) return std::string();
+        return w == "raw" ? std::string() : fmt::format("--weights {}: one of {}", w, names);
+      })
       ->capture_default_str();
   cmd->add_option("--image-size", o->to.image_size,
                   "onnx: the side of the input images (default: what the run recorded, or data.image_size)")

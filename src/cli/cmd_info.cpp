@@ -13,7 +13,7 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "kernels/device_query.h"
-#include "train/device.h"
+#include "train/step/device.h"
 
 namespace dlrun::cli {
 namespace {

@@ -23,7 +23,7 @@
 #include "data/transforms.h"
 #include "models/weights.h"
 #include "train/components.h"
-#include "train/device.h"
+#include "train/step/device.h"
 
 namespace fs = std::filesystem;
 

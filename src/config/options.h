@@ -177,7 +177,7 @@ struct OptimOptions {
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
   bool no_decay_norm_bias = false;
-  int64_t swa_start_epoch = 0;     ///< stochastic weight averaging from this epoch (0: off), train/swa.h
+  int64_t swa_start_epoch = 0;     ///< stochastic weight averaging from this epoch (0: off), train/averaging/swa.h
   double swa_lr = 0.0;             ///< SWALR's target learning rate (needed with swa_start_epoch)
   int64_t swa_anneal_epochs = 10;  ///< SWALR: epochs of cosine annealing from the schedule's rate to swa_lr
 };
@@ -200,7 +200,7 @@ struct TrainOptions {
   int64_t max_steps = 0;
   int64_t grad_accum = 1;
   /// auto: a step that runs out of device memory is redone with each micro-batch split in two
-  /// (again until it fits), and the split is kept (train/step.h)
+  /// (again until it fits), and the split is kept (train/step/step.h)
   MicroBatch micro_batch = MicroBatch::kOff;
   double clip_grad_norm = 0.0;
   double label_smoothing = 0.0;
@@ -214,7 +214,7 @@ struct TrainOptions {
   EvalMetric early_stop = EvalMetric::kNone;  ///< end the run when this metric stops improving
   int64_t early_stop_patience = 5;            ///< evaluations without improvement before stopping
   double early_stop_min_delta = 0.0;          ///< what counts as an improvement
-  double ema_decay = 0.0;       ///< an exponential moving average of the weights (0: off), train/ema.h
+  double ema_decay = 0.0;       ///< an exponential moving average of the weights (0: off), train/averaging/ema.h
   int64_t ema_every_steps = 1;  ///< update the average every N optimizer steps
   int64_t ema_start_step = 0;   ///< through this step the average copies the weights (timm's update_after_step)
   bool ema_warmup = false;      ///< timm's warmup: decay at update t = min(ema_decay, 1 - (1 + t)^(-2/3))

@@ -311,4 +311,15 @@ std::optional<Batch> Loader::next() {
   return b;
 }
 
+bool each_batch(Loader& loader, const std::function<bool()>& stop,
+                const std::function<void(const Batch&)>& fn) {
+  loader.start_epoch(0, 0);
+  while (true) {
+    if (stop && stop()) return false;
+    const std::optional<Batch> b = loader.next();
+    if (!b) return true;
+    fn(*b);
+  }
+}
+
 }  // namespace dlrun::data

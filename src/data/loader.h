@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -37,7 +38,7 @@ struct LoaderSpec {
 };
 
 /// Where the loader stands in the data: a checkpoint carries it (the loader's checkpoint part,
-/// train/parts.h) and a resume seeks back to it.
+/// train/state/parts.h) and a resume seeks back to it.
 struct Position {
   int64_t epoch = 0;   ///< the epoch in progress
   int64_t cursor = 0;  ///< samples of it consumed by all ranks: a multiple of the global batch
@@ -74,5 +75,10 @@ class Loader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// One pass of `loader` (epoch 0) with `fn` on each batch; `stop`, when given, is asked before
+/// each batch and true ends the pass early. Returns whether the pass was complete.
+bool each_batch(Loader& loader, const std::function<bool()>& stop,
+                const std::function<void(const Batch&)>& fn);
 
 }  // namespace dlrun::data

@@ -1,12 +1,15 @@
 // Exporting a checkpoint's model weights (see export.h).
 #include "export/export.h"
 
+#include <fmt/ranges.h>
+
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoint/averages.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/tensor_file.h"
 #include "checkpoint/weights_file.h"
@@ -72,8 +75,6 @@ ckpt::FileSet checked_files(const Source& from, std::string* where) {
 
 }  // namespace
 
-std::vector<std::string> weights_names() { return {"raw", "ema", "swa"}; }
-
 ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   const Format* format = find_format(o.format);
   if (format == nullptr) {
@@ -87,25 +88,30 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   r.step = m.value("step", int64_t{-1});
   const int64_t epoch = m.value("epoch", int64_t{-1});
   ckpt::TensorDict tensors;
-  const bool ema = o.weights == "ema", swa = o.weights == "swa";
-  DLRUN_CHECK_INPUT(ema || swa || o.weights == "raw", "--weights {}: raw, ema or swa", o.weights);
-  const std::string file = ema ? "ema.pt" : swa ? "swa.pt" : ckpt::kModelFile;
-  if (const std::vector<char>* bytes = set.find(file)) tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + file);
-  DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no {}{}", r.source, file,
-                    ema   ? " (its run kept no moving average: train.ema_decay was 0)"
-                    : swa ? " (its run kept no weight average: optim.swa_start_epoch was 0)"
-                          : "");
-  r.unfolded = tensors.size();
   nlohmann::json state;  // (state.json was checked against the manifest; an older one has no "dataset")
   if (const std::vector<char>* bytes = set.find(ckpt::kStateFile))
     state = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, /*allow_exceptions=*/false);
-  const nlohmann::json dataset = state.is_object() ? state.value("dataset", nlohmann::json()) : nlohmann::json();
-  if (swa) {  // its BatchNorm statistics are recomputed at the run's end (train/swa.h): not before
-    DLRUN_CHECK_INPUT(ckpt::swa_finished(state),
-                      "{}/swa.pt: the weight average's BatchNorm statistics are not those of the average yet (they "
-                      "are recomputed when the run ends); export the run's final checkpoint",
-                      r.source);
+  const std::string file = o.weights == "raw" ? ckpt::kModelFile : o.weights + ".pt";
+  if (o.weights != "raw") {  // an average: one the checkpoint says it holds, and ready
+    std::vector<std::string> stems, held;
+    for (const auto& [name, bytes] : set.files)
+      if (name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0) stems.push_back(name.substr(0, name.size() - 3));
+    std::optional<ckpt::AverageInCheckpoint> average;
+    for (auto& a : ckpt::averages_in(state, stems)) {
+      held.push_back(a.name);
+      if (a.name == o.weights) average = a;
+    }
+    DLRUN_CHECK_INPUT(average.has_value(), "{}: the checkpoint has no {}: its run kept no such average{}; --weights "
+                      "takes raw{}{}",
+                      r.source, file, o.weights_setting.empty() ? "" : " (" + o.weights_setting + " keeps one)",
+                      held.empty() ? "" : ", ", fmt::format("{}", fmt::join(held, ", ")));
+    DLRUN_CHECK_INPUT(average->ready, "{}/{}: the {} is not ready to export: {}", r.source, file, average->what,
+                      average->pending);
   }
+  if (const std::vector<char>* bytes = set.find(file)) tensors = ckpt::tensors_from_bytes(*bytes, r.source + "/" + file);
+  DLRUN_CHECK_INPUT(!tensors.empty(), "{}: the checkpoint has no {}", r.source, file);
+  r.unfolded = tensors.size();
+  const nlohmann::json dataset = state.is_object() ? state.value("dataset", nlohmann::json()) : nlohmann::json();
   Weights w{tensors, m, r.step, epoch, o.fold_batchnorm, dataset, o.weights};
   std::optional<Config> cfg;
   std::shared_ptr<models::Model> model;

@@ -32,7 +32,12 @@ struct ExportOptions {
   std::string output;                  ///< the file to write
   bool fold_batchnorm = false;         ///< write models::folded_state_dict (onnx: Conv nodes without BatchNormalization)
   int64_t image_size = 0;              ///< onnx: the input's side; 0: the run's record, or data.image_size
-  std::string weights = "raw";         ///< raw (model.pt), ema (ema.pt: train.ema_decay) or swa (swa.pt: optim.swa_start_epoch)
+  /// raw (model.pt), or the name of an average the checkpoint holds (<name>.pt: "ema", "swa";
+  /// checkpoint/averages.h)
+  std::string weights = "raw";
+  /// For the message when the checkpoint has no average `weights`: the config key that keeps
+  /// one ("train.ema_decay"), from the command line's list of averages; "" when unknown.
+  std::string weights_setting;
 };
 
 /// What was written.
@@ -48,9 +53,6 @@ struct ExportResult {
 /// not verify, has no model.pt (or, to fold, no config.yaml), a remote prefix without LATEST and
 /// an unknown format are dlrun::Error, exit 2; nothing is written then.
 ExportResult export_checkpoint(const Source& from, const ExportOptions& o);
-
-/// What --weights takes: raw, ema, swa.
-std::vector<std::string> weights_names();
 
 /// The format names, in the order `dlrun export --format` lists them.
 std::vector<std::string> format_names();

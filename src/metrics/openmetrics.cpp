@@ -49,7 +49,7 @@ struct Endpoint::State {
   double last_commit = 0;   // the last "checkpoint" event (a save, on local disk)
   double before_commit = 0; // the one before it, for a "checkpoint_error"
   double last_upload = 0;   // the last "upload" event
-  double price = 0, paid_before_s = 0, process_start = 0;
+  std::function<double(double)> cost;  // the run's cost at a wall time, or null
 };
 
 Endpoint::Endpoint(const EndpointOptions& o) : o_(o), s_(std::make_unique<State>()) {
@@ -90,11 +90,9 @@ int Endpoint::port() const {
   return ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n) == 0 ? ntohs(a.sin_port) : o_.port;
 }
 
-void Endpoint::set_cost(double price_per_hour, double paid_before_s, double process_start) {
+void Endpoint::set_cost(std::function<double(double wall_time)> cost) {
   std::lock_guard<std::mutex> lock(s_->mu);
-  s_->price = price_per_hour;
-  s_->paid_before_s = paid_before_s;
-  s_->process_start = process_start;
+  s_->cost = std::move(cost);
 }
 
 void Endpoint::write(const Event& e) {
@@ -150,9 +148,9 @@ std::string Endpoint::body(double now) const {
   if (s_->started > 0)
     gauge("dlrun_work_at_risk_seconds", "seconds of training that losing the machine now would cost",
           now - std::max(safe, s_->started));
-  if (s_->price > 0)
+  if (s_->cost)
     gauge("dlrun_cost", "what the run has cost so far (all its processes), in run.price_per_hour's currency",
-          s_->price * (s_->paid_before_s + std::max(0.0, now - s_->process_start)) / 3600.0);
+          s_->cost(now));
   return out;
 }
 

@@ -7,6 +7,7 @@
 // The HTTP side, many scrapers at once with none waiting for another, is scrape_server.h.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,9 +36,10 @@ class Endpoint final : public Sink {
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
 
-  /// The cost gauge: run.price_per_hour, the paid seconds of the run's earlier processes and
-  /// this process's start (wall clock). Without a call (or price 0) there is no cost gauge.
-  void set_cost(double price_per_hour, double paid_before_s, double process_start);
+  /// The cost gauge: `cost` gives what the run has cost at a wall time (the run's account,
+  /// train/observe/goodput.h, computes it; called from the serving thread, so it must be safe
+  /// there). Without a call (or a null `cost`) there is no cost gauge.
+  void set_cost(std::function<double(double wall_time)> cost);
 
   void write(const Event& e) override;
   void close() override;

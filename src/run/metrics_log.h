@@ -1,6 +1,6 @@
 // metrics.jsonl read back: the one reader of the run's own record. A resume asks how far the
 // interrupted process got (RunDir::furthest_logged_step), the wall-clock account splits the file
-// into the processes that wrote it (train/goodput.h), and check-resume reads each step's loss
+// into the processes that wrote it (train/observe/goodput.h), and check-resume reads each step's loss
 // and follows a running segment's steps as they are written. They all read it the same way
 // here: from a byte offset on, a complete line at a time (a line still being written waits for
 // its newline), lines that are not JSON objects skipped, a float never taken for a step. No

@@ -1,7 +1,7 @@
 // The state the parts of the training loop share (Marian's TrainingState): where training
 // stands and what it has cost so far. Plain data, no LibTorch: the trainer advances it, the
 // step meter counts skipped steps into it, and a checkpoint part carries it across
-// interruptions (train/parts.h). Where the data stands is the loader's (data::Position).
+// interruptions (train/state/parts.h). Where the data stands is the loader's (data::Position).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +12,9 @@ namespace dlrun::train {
 
 struct TrainState {
   int64_t step = 0;                ///< optimizer steps done
+  /// The step the run ends at: the schedule's length, or where train.early_stop ended it (the
+  /// schedule itself keeps its length: the learning rate does not change with it).
+  int64_t last_step = 0;
   int64_t skipped_steps = 0;       ///< steps whose update was skipped (non-finite, fp16 overflow)
   int64_t steps_lost_total = 0;    ///< steps computed but lost to interruptions (at least)
   int64_t steps_lost_last = 0;     ///< lost by the interruption this process resumed from

@@ -11,16 +11,17 @@
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "checkpoint/checkpoint.h"
-#include "config/validate.h"
 #include "config/options.h"
+#include "config/validate.h"
+#include "distributed/replicas.h"
 #include "models/model.h"
 #include "run/state.h"
-#include "train/amp.h"
 #include "train/components.h"
-#include "train/device.h"
-#include "train/optimizers.h"
-#include "train/parts.h"
-#include "train/replicas.h"
+#include "train/state/parts.h"
+#include "train/step/device.h"
+#include "train/step/micro_batch.h"
+#include "train/step/optimizers.h"
+#include "train/step/precision.h"
 
 namespace fs = std::filesystem;
 
@@ -44,11 +45,13 @@ CheckpointCost measure_checkpoint_cost(const CheckpointCostOptions& o) {
   // One step so the optimizer has its momentum buffers (the state a real checkpoint holds).
   for (auto& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
   optim->step();
-  StepRunner runner(cfg.train, cfg.amp, *model, *optim, c.placement.device);  // its loss scaler
+  Precision precision(cfg.amp, cfg.train.nonfinite, c.placement.device);  // the step's parts a checkpoint holds
+  MicroBatchSplit micro_batches(cfg.train.micro_batch);
   TrainState st;
-  Replicas replicas(nullptr, cfg, c.placement.device);
+  dist::Replicas replicas(nullptr, cfg, c.placement.device);
   Optimizers optimizers(cfg.optim, *optim, *model);
-  CheckpointParts parts({cfg, *model, optimizers, runner, st, *c.train_loader, replicas, 1000, c.placement.device});
+  CheckpointParts parts({cfg, *model, optimizers, precision.scaler(), micro_batches, st,
+                         *c.train_loader, replicas, 1000, c.placement.device});
   std::string dir = o.dir;
   if (dir.empty()) {  // a fresh private directory (mkdtemp: mode 0700, a name nobody could have prepared)
     std::string tmpl = (fs::temp_directory_path() / "dlrun-bench-ckpt-XXXXXX").string();

@@ -5,12 +5,11 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "checkpoint/weights_file.h"
 #include "config/validate.h"
 #include "data/subset.h"
-#include "models/weights.h"
 #include "preempt/preempt.h"
-#include "train/optim.h"
+#include "train/state/init_weights.h"
+#include "train/step/optim.h"
 
 namespace dlrun::train {
 
@@ -60,17 +59,6 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
 Components build_components(const Config& c, const Placement& placement, Purpose purpose) {
   Components out;
   out.placement = placement;
-  if (purpose == Purpose::kTrain && c.log.metrics_port > 0 && (placement.rank == 0 || c.log.metrics_every_rank)) {
-    metrics::EndpointOptions e;
-    e.address = c.log.metrics_address;
-    e.port = static_cast<int>(c.log.metrics_port) + (c.log.metrics_every_rank ? placement.local_rank : 0);
-    e.rank = placement.rank;
-    e.remote = !c.checkpoint.remote.empty();
-    e.where = c.where("log.metrics_port");
-    DLRUN_CHECK_INPUT(e.port <= 65535, "log.metrics_port {} + local rank {} is past port 65535", c.log.metrics_port,
-                      placement.local_rank);
-    out.endpoint = std::make_unique<metrics::Endpoint>(e);
-  }
   out.data = open_datasets(c, purpose);
 
   data::LoaderSpec spec;
@@ -93,13 +81,13 @@ Components build_components(const Config& c, const Placement& placement, Purpose
                               out.steps_per_epoch, out.total_steps),
                   "start it a few epochs before the end (the SWA paper averages the last 25 % of the epochs)");
   }
-  if (out.data.train && c.optim.swa_start_epoch > 0) {  // update_bn's pass: every rank reads all of it
+  if (out.data.train) {  // what an average reads at the end (update_bn): every rank reads all of it
     data::LoaderSpec whole = spec;
     whole.train = false;
     whole.rank = 0;
     whole.world_size = 1;
     whole.grad_accum = 1;
-    out.bn_loader = [train = out.data.train, &opts = c.data, whole] {
+    out.train_as_eval = [train = out.data.train, &opts = c.data, whole] {
       return std::make_unique<data::Loader>(train, opts, whole);
     };
   }
@@ -115,19 +103,14 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   // A self-check that finds the fused kernels wrong: true fails the run (exit 1), auto falls back.
   kernels::set_on_mismatch(c.model.fused_conv_bn_relu == FusedKernels::kOn ? kernels::OnMismatch::kFail
                                                                             : kernels::OnMismatch::kFallBack);
-  if (purpose == Purpose::kTrain && c.train.ema_decay > 0) {  // built as the model is (same weights, device, flags)
-    out.ema_model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
-    out.ema_model->to(placement.device);
-    out.ema_model->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
-    out.ema_model->eval();
-    out.ema = std::make_unique<Ema>(c.train, *out.model, out.ema_model);
-  }
-  if (purpose == Purpose::kTrain && c.optim.swa_start_epoch > 0) {
-    out.swa_model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
-    out.swa_model->to(placement.device);
-    out.swa_model->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
-    out.swa = std::make_unique<Swa>(c.optim, *out.model, out.swa_model);
-  }
+  if (purpose == Purpose::kTrain)  // each average in a model built as the model is (same weights, device, flags)
+    out.averages = build_averages(c, *out.model, [&] {
+      auto copy = models::build(c.model, c.run.seed, input_side(c, out.data.info));
+      copy->to(placement.device);
+      copy->use_fused_conv_bn_relu(out.model->fused_conv_bn_relu());
+      copy->eval();
+      return copy;
+    });
   if (purpose == Purpose::kEval) {
     out.model->eval();
   } else {
@@ -148,31 +131,6 @@ nlohmann::json dataset_record(const Config& c, const data::DatasetInfo& info) {
   const auto& std = c.data.std.empty() ? info.std : c.data.std;
   return {{"name", c.data.name}, {"classes", info.class_names}, {"channels", info.channels},
           {"image_size", input_side(c, info)}, {"mean", mean}, {"std", std}};
-}
-
-nlohmann::json load_init_weights(const Config& c, models::Model& model) {
-  if (c.model.init.empty()) return nullptr;
-  ckpt::WeightsRead w;
-  models::LoadReport r;
-  try {
-    w = ckpt::read_weights(c.model.init);
-    models::LoadOptions o;
-    o.strict = c.model.init_strict;
-    o.reinit_head_on_mismatch = true;
-    o.in_channels = c.model.in_channels;
-    r = models::load_weights(model, w.tensors, w.path, o);
-  } catch (const Error& e) {
-    if (e.code() != ExitCode::kBadInput) throw;
-    c.refuse("model.init", e.message(), e.hint());
-  }
-  log0::info("model.init: {} ({}{}): {}", w.path, w.kind, w.step >= 0 ? fmt::format(", step {}", w.step) : "",
-             r.summary());
-  if (!r.reinitialised.empty())
-    log0::info("model.init: the classification head ({}) is re-initialised: the file's has another number of "
-               "classes than model.num_classes={}",
-               fmt::join(r.reinitialised, ", "), c.model.num_classes);
-  return {{"path", w.path}, {"kind", w.kind}, {"loaded", r.loaded.size()}, {"missing", r.missing},
-          {"unexpected", r.unexpected}, {"reinitialised", r.reinitialised}};
 }
 
 void preflight(const Config& cfg) {

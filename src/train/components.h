@@ -13,12 +13,10 @@
 #include "config/options.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "metrics/openmetrics.h"
 #include "models/model.h"
-#include "train/device.h"
-#include "train/ema.h"
-#include "train/schedule.h"
-#include "train/swa.h"
+#include "train/averaging/averages.h"
+#include "train/step/device.h"
+#include "train/step/schedule.h"
 
 namespace dlrun::train {
 
@@ -47,25 +45,19 @@ struct Components {
   Placement placement;
   Datasets data;
   std::shared_ptr<models::Model> model;                  ///< on placement.device
-  std::shared_ptr<models::Model> ema_model;              ///< train with train.ema_decay: the average's model (train/ema.h)
-  std::unique_ptr<Ema> ema;                              ///< train with train.ema_decay: updates ema_model
-  std::shared_ptr<models::Model> swa_model;              ///< train with optim.swa_start_epoch: the average's model
-  std::unique_ptr<Swa> swa;                              ///< train with optim.swa_start_epoch: updates swa_model
-  /// train with optim.swa_start_epoch: makes a loader of the training split read as an
-  /// evaluation reads (no augmentation, in order, all of it on every rank), for the average's
-  /// BatchNorm statistics; made when needed (with data.device_resident a loader holds a copy)
-  std::function<std::unique_ptr<data::Loader>()> bn_loader;
+  /// train: the weights' averages the config asks for (train/averaging/averages.h)
+  Averages averages;
+  /// train: makes a loader of the training split read as an evaluation reads (no augmentation,
+  /// in order, all of it on every rank), for what an average needs at the end (SWA's BatchNorm
+  /// statistics); made when asked (with data.device_resident a loader holds a copy)
+  LoaderMaker train_as_eval;
   std::unique_ptr<torch::optim::Optimizer> optimizer;    ///< train and bench
   std::unique_ptr<data::Loader> train_loader;            ///< train
   std::unique_ptr<data::Loader> eval_loader;             ///< train and eval
   std::unique_ptr<data::Loader> val_loader;              ///< train, with a validation split
   int64_t steps_per_epoch = 0;                           ///< train
-  int64_t total_steps = 0;                               ///< train
+  int64_t total_steps = 0;                               ///< train: the schedule's length (never changed)
   ScheduleSpec schedule;                                 ///< train
-  /// train with log.metrics_port: the live endpoint, listening from here (a port in use fails
-  /// the start before the run directory is touched); rank 0's, or each rank's with
-  /// log.metrics_every_rank. The trainer hands it to its reporter.
-  std::unique_ptr<metrics::Endpoint> endpoint;
 };
 
 /// Build the components `purpose` needs, in the order that fails cheapest first: data files
@@ -76,12 +68,6 @@ Components build_components(const Config& cfg, const Placement& placement, Purpo
 /// machine without it (state.json "dataset"): the dataset, its class names, channels, the
 /// input side and the normalization.
 nlohmann::json dataset_record(const Config& cfg, const data::DatasetInfo& info);
-
-/// model.init: load the weights it names into `model` (a fresh run's; a resumed run has its
-/// checkpoint's), as model.init_strict says, the head left as initialised when num_classes
-/// differs, and log what was loaded, missing and unexpected. Returns summary.json's "init"
-/// (null without model.init). A file that cannot be read or does not fit: exit 2 at model.init.
-nlohmann::json load_init_weights(const Config& cfg, models::Model& model);
 
 /// The checks `dlrun train` makes before it allocates anything, for `dlrun config validate`:
 /// the device exists, the dataset opens and fits the model (channels, classes, at least one

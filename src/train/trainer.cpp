@@ -27,22 +27,23 @@
 #include "config/loader.h"
 #include "data/shard_store.h"
 #include "distributed/group.h"
+#include "distributed/replicas.h"
 #include "metrics/sink.h"
+#include "models/fingerprint.h"
 #include "preempt/preempt.h"
 #include "run/run_dir.h"
 #include "run/triggers.h"
-#include "train/checkpointer.h"
 #include "train/components.h"
-#include "train/evaluations.h"
-#include "train/fingerprint.h"
-#include "train/goodput.h"
-#include "train/parts.h"
-#include "train/profiler.h"
-#include "train/replicas.h"
-#include "train/resume.h"
-#include "train/step.h"
-#include "train/step_meter.h"
-#include "train/summary.h"
+#include "train/observe/evaluations.h"
+#include "train/observe/goodput.h"
+#include "train/observe/outputs.h"
+#include "train/observe/profiler.h"
+#include "train/observe/step_meter.h"
+#include "train/observe/summary.h"
+#include "train/state/checkpointer.h"
+#include "train/state/parts.h"
+#include "train/state/resume.h"
+#include "train/step/step.h"
 
 namespace dlrun::train {
 namespace {
@@ -58,8 +59,9 @@ class Trainer {
   Trainer(const Config& cfg, RunDir dir, const Placement& placement, dist::Group* group)
       : cfg_(cfg),
         dir_(std::move(dir)),
+        endpoint_(open_endpoint(cfg_, placement)),  // a port in use is refused before the data is read
         c_(build_components(cfg_, placement, Purpose::kTrain)),
-        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device, c_.ema.get()),
+        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device, c_.averages.hooks()),
         profiler_(cfg_.profile, c_.placement.device,
                   cfg_.profile.path.empty() ? dir_.path() + "/profile" : cfg_.profile.path, c_.placement.rank),
         replicas_(group, cfg_, c_.placement.device),
@@ -67,10 +69,11 @@ class Trainer {
         meter_(cfg_, c_.placement.device, runner_, st_, report_, replicas_.leader()),
         account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
-        evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.ema_model.get()),
-        parts_({cfg_, *c_.model, optimizers_, runner_, st_, *c_.train_loader, replicas_, c_.total_steps,
-                c_.placement.device, &evals_.monitor(), dataset_record(cfg_, c_.data.info), c_.ema.get(),
-                c_.swa.get()}) {
+        evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.averages.all()),
+        parts_({cfg_, *c_.model, optimizers_, runner_.precision().scaler(), runner_.micro_batches(), st_,
+                *c_.train_loader, replicas_, c_.total_steps, c_.placement.device, &evals_.monitor(),
+                dataset_record(cfg_, c_.data.info), c_.averages.all()}) {
+    st_.last_step = c_.total_steps;
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
       if (why.empty()) runner_.use_cuda_graphs();
@@ -95,14 +98,14 @@ class Trainer {
       const data::Position at = c_.train_loader->position();
       log0::info("resumed from {} at step {} (epoch {}, sample {})", ckpt_.resumed_from(), st_.step, at.epoch,
                  at.cursor);
-      if (evals_.monitor().stopped()) c_.total_steps = st_.step;  // ended by train.early_stop: only the end is left
+      if (evals_.monitor().stopped()) st_.last_step = st_.step;  // ended by train.early_stop: only the end is left
     } else if (replicas_.leader()) {
       parts_.start_fresh();  // model.init: a fresh run only (the others get rank 0's weights)
     } else if (replicas_.distributed()) {
       torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(replicas_.rank()));  // own dropout draws per rank
     }
-    replicas_.replicate(*c_.model, runner_);
-    if (c_.ema && ckpt_.resumed_from().empty()) c_.ema->restart();  // a fresh start: the weights every rank has
+    runner_.distribute(replicas_.replicate(*c_.model));
+    if (ckpt_.resumed_from().empty()) c_.averages.restart();  // a fresh start: the weights every rank has
     plan_ = std::move(plan);
   }
 
@@ -138,10 +141,11 @@ class Trainer {
 
   const Config& cfg_;
   RunDir dir_;
+  std::unique_ptr<metrics::Endpoint> endpoint_;  ///< log.metrics_port's, until begin() hands it to the reporter
   Components c_;
   StepRunner runner_;
   StepProfiler profiler_;
-  Replicas replicas_;
+  dist::Replicas replicas_;
   Optimizers optimizers_;
   TrainState st_;
   metrics::Reporter report_;  ///< sinks on the leader only
@@ -160,7 +164,7 @@ int Trainer::run() {
     if (st_.eval_pending && !run_eval()) return stop_and_save();  // the evaluation an interruption cut off
     act_on_verdict();  // (its best is the checkpoint resumed from)
     data::Loader& loader = *c_.train_loader;
-    while (st_.step < c_.total_steps) {
+    while (st_.step < st_.last_step) {
       std::vector<data::Batch> micro;
       bool epoch_done = true;  // false: the run ended in the middle of the epoch
       while (std::optional<data::Batch> b = next_batch()) {
@@ -171,17 +175,17 @@ int Trainer::run() {
         profiler_.after_step(st_.step);
         micro.clear();
         if (auto code = at_boundary(false)) return *code;
-        if (st_.step >= c_.total_steps) {
+        if (st_.step >= st_.last_step) {
           epoch_done = loader.epoch_consumed();
           break;
         }
       }
       if (!epoch_done) break;
-      if (c_.swa) c_.swa->at_epoch_end(loader.position().epoch, st_.step);  // before the epoch end's checkpoint
+      c_.averages.at_epoch_end(loader.position().epoch, st_.step);  // before the epoch end's checkpoint
       loader.seek({loader.position().epoch + 1, 0});
       if (auto code = at_boundary(true)) return *code;
     }
-    if (c_.swa && loader.epoch_consumed()) c_.swa->at_epoch_end(epoch(), st_.step);  // resumed at the end, unaveraged
+    if (loader.epoch_consumed()) c_.averages.at_epoch_end(epoch(), st_.step);  // resumed at the end, unaveraged
     return finish();
   } catch (const data::StopWhileWaiting& e) {  // a stop request while the loader waited for a shard (one process)
     log0::info("{}", e.message());
@@ -194,10 +198,10 @@ int Trainer::run() {
 void Trainer::begin() {
   start_mono_ = mono_now();
   meter_.begin(start_mono_);
-  profiler_.plan(st_.step, c_.total_steps);
+  profiler_.plan(st_.step, st_.last_step);
   ckpt_.start();
   if (!leader()) {
-    if (c_.endpoint) meter_.watch_gpu(), report_.add(std::move(c_.endpoint));  // log.metrics_every_rank: its own
+    if (endpoint_) meter_.watch_gpu(), report_.add(std::move(endpoint_));  // log.metrics_every_rank: its own
     return;
   }
   if (plan_.set_aside) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
@@ -209,15 +213,11 @@ void Trainer::begin() {
       dir_.write_config("resolved by " + build::version_line(), config::to_yaml(cfg_, false), st_.step);
   if (!kept.empty()) log0::info("the config changed since the last segment; the previous one is kept as {}", kept);
   account_.begin();  // the earlier processes' records, before this one's
-  report_.add(metrics::jsonl_sink(dir_.metrics_jsonl()));
-  if (cfg_.log.tensorboard) report_.add(metrics::tensorboard_sink(dir_.path()));
-  report_.add(metrics::progress_sink(cfg_.log, c_.total_steps));
-  if (c_.endpoint) c_.endpoint->set_cost(account_.price(), account_.paid_before_s(), process_exec_wall()),
-                   report_.add(std::move(c_.endpoint));
+  add_run_sinks(report_, cfg_, dir_, st_.last_step, std::move(endpoint_), account_.live_cost());
   meter_.watch_gpu();
   ckpt_.open(std::exchange(plan_.fetched, std::nullopt), plan_.upload_resumed);  // the download's bytes freed here
   metrics::Event e{"start", st_.step};
-  e.fields = {{"epoch", epoch()}, {"total_steps", c_.total_steps}, {"world_size", c_.placement.world_size},
+  e.fields = {{"epoch", epoch()}, {"total_steps", st_.last_step}, {"world_size", c_.placement.world_size},
               {"resumed_from", ckpt_.resumed_from()}, {"steps_lost", st_.steps_lost_last},
               {"config_kept", kept}, {"version", build::version_line()}, {"process_start_time", process_exec_wall()}};
   report_.report(std::move(e));
@@ -245,11 +245,11 @@ std::optional<data::Batch> Trainer::next_batch() {
 void Trainer::step(const std::vector<data::Batch>& micro) {
   const double lr = lr_at(c_.schedule, st_.step);
   meter_.record(runner_.run(micro, lr, st_.step + 1), st_.step + 1, lr);
-  st_.step += 1;  // the step's moving-average update came with it (StepRunner, train/ema.h)
+  st_.step += 1;  // the averages' updates inside the step came with it (StepHook)
 }
 
 std::optional<int> Trainer::at_boundary(bool epoch_end) {
-  const Boundary b{st_.step, epoch(), c_.total_steps, epoch_end};
+  const Boundary b{st_.step, epoch(), st_.last_step, epoch_end};
   ckpt_.report_uploads();
   if (leader() && !ckpt_.resumed_from().empty() && st_.step == ckpt_.resumed_step() + 1)
     if (auto e = account_.resume_event(st_.step, ckpt_.resumed_step())) report_.report(std::move(*e));
@@ -274,7 +274,7 @@ std::optional<int> Trainer::at_boundary(bool epoch_end) {
 // ends here (train.early_stop); this step's checkpoint is the best (true: it must be saved).
 bool Trainer::act_on_verdict() {
   const Monitor::Verdict v = evals_.take_verdict();
-  if (v.stop) c_.total_steps = st_.step;
+  if (v.stop) st_.last_step = st_.step;
   if (v.best) ckpt_.keep_as_best(st_.step);
   return v.best;
 }
@@ -344,12 +344,12 @@ int Trainer::stop_and_save() {
 int Trainer::finish() {
   profiler_.finish(st_.step);
   meter_.check_finite();  // also counts the last skipped steps
-  const auto bn = c_.swa ? c_.swa->update_bn(c_.bn_loader, [this] { return any_rank_asked_to_stop(); }) : false;
-  if (!bn) return stop_and_save();
-  if (*bn) ckpt_.changed_after_save(st_.step);  // the average's new statistics: the final save writes them
+  const auto changed = c_.averages.finish(c_.train_as_eval, [this] { return any_rank_asked_to_stop(); });
+  if (!changed) return stop_and_save();
+  if (*changed) ckpt_.changed_after_save(st_.step);  // an average's new state: the final save writes it
   if (final_eval_due(cfg_.train, st_.step, evals_.last_step()) && !run_eval()) return stop_and_save();
   if (!evals_.test(st_.step, epoch())) return stop_and_save();
-  if (c_.swa && !evals_.average("swa", c_.swa->finished(), st_.step, epoch())) return stop_and_save();
+  if (!evals_.at_end(st_.step, epoch())) return stop_and_save();
   if (ckpt_.final_due(st_.step)) save(SaveReason::kEnd, /*sync=*/true);
   if (!leader()) return 0;
   ckpt_.finish(st_.step);
@@ -372,7 +372,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.wall_time_s = mono_now() - start_mono_;
   in.params_sha256 = nullptr;
   try {
-    in.params_sha256 = params_sha256(*c_.model);
+    in.params_sha256 = models::params_sha256(*c_.model);
   } catch (const std::exception& e) {
     log::warn("params_sha256 could not be computed: {}", e.what());
   }
@@ -382,8 +382,7 @@ nlohmann::json Trainer::summary(const std::string& status) {
   in.eval = evals_.last();
   in.test = evals_.test_result();
   in.init = parts_.init_report();
-  if (c_.ema) in.ema = c_.ema->summary();
-  if (c_.swa) in.swa = c_.swa->summary();
+  in.averages = c_.averages.summary();
   in.best = evals_.monitor().best_summary(ckpt_.best());
   in.early_stop = evals_.monitor().early_stop_summary();
   in.checkpointer = ckpt_.summary();

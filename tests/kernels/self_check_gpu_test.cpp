@@ -9,7 +9,7 @@
 #include "kernels/device_query.h"
 #include "kernels/self_check.h"
 #include "support/gpu.h"
-#include "train/device.h"
+#include "train/step/device.h"
 
 using namespace dlrun;
 using dlrun::testing::no_cuda;

@@ -131,7 +131,7 @@ TEST_CASE("metrics endpoint: checkpoints, work at risk and the cost at scrape ti
   local.write({"checkpoint", 20, 190.0});  // an async write queued, then failed: not a safe point after all
   local.write({"checkpoint_error", 20, 195.0});
   CHECK(local.body(200).find("dlrun_seconds_since_checkpoint{rank=\"0\"} 50\n") != std::string::npos);
-  local.set_cost(36, 1000, 100);  // 36 an hour: 0.01 a second, for 1000 s before and 100 s now
+  local.set_cost([](double now) { return 0.01 * (1000 + now - 100); });  // the run's account says what it cost
   CHECK(local.body(200).find("dlrun_cost{rank=\"0\"} 11\n") != std::string::npos);
 
   o.remote = true;  // with checkpoint.remote, work is safe once uploaded

@@ -18,7 +18,7 @@
 
 #include "kernels/ops.h"
 #include "models/model.h"
-#include "train/amp.h"
+#include "train/step/amp.h"
 
 using namespace dlrun;
 using dlrun::testing::no_cuda;

@@ -15,7 +15,7 @@
 #include "models/batchnorm.h"
 #include "models/model.h"
 #include "models/recompute.h"
-#include "train/amp.h"
+#include "train/step/amp.h"
 
 using namespace dlrun;
 

@@ -6,9 +6,9 @@
 #include "models/model.h"
 #include "models/recompute.h"
 #include "support/options.h"
-#include "train/amp.h"
-#include "train/optim.h"
-#include "train/step.h"
+#include "train/step/amp.h"
+#include "train/step/optim.h"
+#include "train/step/step.h"
 
 using namespace dlrun;
 

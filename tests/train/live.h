@@ -7,7 +7,8 @@
 
 #include "config/loader.h"
 #include "train/components.h"
-#include "train/parts.h"
+#include "train/state/parts.h"
+#include "train/step/step.h"
 
 namespace dlrun::testing {
 
@@ -16,7 +17,7 @@ struct Live {
   train::Components c;
   train::StepRunner runner;
   train::TrainState st;
-  train::Replicas replicas;
+  dist::Replicas replicas;
   train::Optimizers optimizers;
   train::CheckpointParts parts;
   explicit Live(Config config, const torch::Device& device = torch::kCPU)
@@ -25,7 +26,8 @@ struct Live {
         runner(cfg.train, cfg.amp, *c.model, *c.optimizer, device),
         replicas(nullptr, cfg, device),
         optimizers(cfg.optim, *c.optimizer, *c.model),
-        parts({cfg, *c.model, optimizers, runner, st, *c.train_loader, replicas, c.total_steps, device}) {}
+        parts({cfg, *c.model, optimizers, runner.precision().scaler(), runner.micro_batches(), st, *c.train_loader,
+               replicas, c.total_steps, device}) {}
   models::Model& model() { return *c.model; }
   torch::optim::Optimizer& optim() { return *c.optimizer; }
   data::Loader& loader() { return *c.train_loader; }
