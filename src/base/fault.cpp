@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include "base/env.h"
+
 namespace dlrun::fault {
 namespace {
 
@@ -29,24 +31,23 @@ bool known(const std::string& name) {
 }  // namespace
 
 Spec current() {
-  const char* v = std::getenv("DLRUN_FAULT");
-  if (v == nullptr || *v == '\0') return {};
+  const std::string s = env("DLRUN_FAULT");
+  if (s.empty()) return {};
   // DLRUN_FAULT_RANK=R: only the process whose RANK is R (torchrun's variable) is hit.
-  if (const char* only = std::getenv("DLRUN_FAULT_RANK"); only && *only) {
-    const char* rank = std::getenv("RANK");
-    if (std::string(only) != (rank && *rank ? rank : "0")) return {};
+  if (const std::string only = env("DLRUN_FAULT_RANK"); !only.empty()) {
+    const std::string rank = env("RANK");
+    if (only != (rank.empty() ? "0" : rank)) return {};
   }
   // DLRUN_FAULT_RESTART=N: only in the N-th restart of the group (TORCHELASTIC_RESTART_COUNT).
-  if (const char* only = std::getenv("DLRUN_FAULT_RESTART"); only && *only) {
-    const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    if (std::string(only) != (count && *count ? count : "0")) return {};
+  if (const std::string only = env("DLRUN_FAULT_RESTART"); !only.empty()) {
+    const std::string count = env("TORCHELASTIC_RESTART_COUNT");
+    if (only != (count.empty() ? "0" : count)) return {};
   }
-  std::string s(v);
   const auto colon = s.find(':');
   Spec spec{s.substr(0, colon), colon == std::string::npos ? std::string() : s.substr(colon + 1)};
   if (!known(spec.name)) {
     static std::once_flag once;
-    std::call_once(once, [&] { std::fprintf(stderr, "dlrun: warning: DLRUN_FAULT=%s is not a known fault (ignored)\n", v); });
+    std::call_once(once, [&] { std::fprintf(stderr, "dlrun: warning: DLRUN_FAULT=%s is not a known fault (ignored)\n", s.c_str()); });
     return {};
   }
   return spec;

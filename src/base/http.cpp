@@ -1,12 +1,12 @@
 // libcurl behind http::perform (see http.h).
 #include "base/http.h"
 
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "base/error.h"
+#include "base/strings.h"
 
 #ifdef DLRUN_HAVE_CURL
 #include <curl/curl.h>
@@ -66,11 +66,7 @@ size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
   std::string line(data, n);
   const auto colon = line.find(':');
   if (colon == std::string::npos) return n;
-  std::string name = line.substr(0, colon), value = line.substr(colon + 1);
-  for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  const auto b = value.find_first_not_of(" \t"), e = value.find_last_not_of(" \t\r\n");
-  value = b == std::string::npos ? "" : value.substr(b, e - b + 1);
-  t->resp->headers.emplace_back(name, value);
+  t->resp->headers.emplace_back(lower(line.substr(0, colon)), trim(std::string_view(line).substr(colon + 1)));
   return n;
 }
 

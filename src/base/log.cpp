@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "base/env.h"
+
 namespace dlrun::log {
 namespace {
 int g_rank = 0;
@@ -19,8 +21,7 @@ int rank() { return g_rank; }
 void set_level(Level level) { g_level = level; }
 
 void init_from_env() {
-  if (const char* v = std::getenv("DLRUN_LOG_LEVEL")) {
-    std::string s(v);
+  if (const std::string s = env("DLRUN_LOG_LEVEL"); !s.empty()) {
     if (s == "debug") g_level = Level::kDebug;
     else if (s == "info") g_level = Level::kInfo;
     else if (s == "warn") g_level = Level::kWarn;

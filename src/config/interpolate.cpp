@@ -1,7 +1,7 @@
 // ${env:...} interpolation (interpolate.h).
 #include "config/interpolate.h"
 
-#include <cstdlib>
+#include "base/env.h"
 
 namespace dlrun::config {
 
@@ -30,8 +30,7 @@ std::string interpolate(const std::string& s, const SourceLoc& loc, const std::s
     size_t comma = spec.find(',');
     std::string name = spec.substr(0, comma);
     if (name.empty()) fail_at(loc, key, "empty variable name in '${" + body + "}'");
-    const char* v = std::getenv(name.c_str());
-    if (v) out += v;
+    if (const auto v = env_if_set(name.c_str())) out += *v;
     else if (comma != std::string::npos) out += spec.substr(comma + 1);
     else fail_at(loc, key, "environment variable " + name + " is not set", "give a default: ${env:" + name + ",value}");
     i = end + 1;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 
+#include "base/strings.h"
 #include "config/bind.h"
 #include "config/groups.h"
 #include "config/interpolate.h"
@@ -79,10 +80,6 @@ Config finish(std::shared_ptr<Tree> tree, const std::string& file, const std::ve
 }  // namespace
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
-  auto lower = [](std::string s) {
-    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return s;
-  };
   auto dist = [](const std::string& a, const std::string& b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
     for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;

@@ -1,20 +1,12 @@
 // The S3 client's settings from checkpoint.remote_* and the environment (remote_options.h).
 #include "config/remote_options.h"
 
-#include <cstdlib>
-
+#include "base/env.h"
 #include "base/error.h"
 #include "base/http.h"
+#include "base/strings.h"
 
 namespace dlrun::config {
-namespace {
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
-}  // namespace
 
 remote::S3Config s3_config(const CheckpointOptions& o) {
   remote::S3Config c;
@@ -26,8 +18,7 @@ remote::S3Config s3_config(const CheckpointOptions& o) {
   std::string endpoint = o.remote_endpoint;
   if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL_S3");
   if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
-  c.endpoint = endpoint.empty() ? "https://s3." + c.region + ".amazonaws.com" : endpoint;
-  while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
+  c.endpoint = strip_trailing(endpoint.empty() ? "https://s3." + c.region + ".amazonaws.com" : endpoint, '/');
   DLRUN_CHECK_INPUT(c.endpoint.rfind("http://", 0) == 0 || c.endpoint.rfind("https://", 0) == 0,
                     "checkpoint.remote_endpoint: '{}' must start with http:// or https://", c.endpoint);
   c.path_style = o.remote_addressing == S3Addressing::kPath ||

@@ -2,22 +2,17 @@
 #include "data/shard_index.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 
 #include "base/error.h"
 #include "base/json_limits.h"
+#include "base/strings.h"
 
 namespace dlrun::data {
 
 namespace {
 
 constexpr uint64_t kMaxLabelBytes = 1 << 16;
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 int image_rank(const std::string& ext) {  // lower is preferred; 0: not an image
   const std::string e = lower(ext);
@@ -27,11 +22,7 @@ int image_rank(const std::string& ext) {  // lower is preferred; 0: not an image
 /// A label member's value; -1 when it holds no integer label.
 int64_t parse_label(const std::string& ext, const std::string& text) {
   const std::string e = lower(ext);
-  std::string t = text;
-  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-  size_t i = 0;
-  while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
-  t = t.substr(i);
+  const std::string t = trim(text);
   if (e == "cls") {
     if (t.empty() || t.size() > 18 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }))
       return -1;

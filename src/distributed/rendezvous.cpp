@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/host.h"
 #include "distributed/group.h"
 #include "preempt/preempt.h"
 
@@ -25,12 +26,6 @@ constexpr const char* kJobKey = "dlrun/job";
 std::string job_label(const World& w) {
   const std::string id = w.run_id.empty() ? "none" : w.run_id;
   return w.agent_store ? fmt::format("'{}'", id) : fmt::format("'{}' ({} ranks)", id, w.size);
-}
-
-std::string hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
 }
 
 /// keys[i] for every rank i: "<what>/<i>".
@@ -79,7 +74,7 @@ void await_ranks(c10d::Store& store, const World& w, double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   };
 
-  store.set("arrived/" + me, fmt::format("{} (pid {})", hostname(), getpid()));
+  store.set("arrived/" + me, fmt::format("{} (pid {})", hostname("?"), getpid()));
   const auto arrived = rank_keys("arrived", w.size);
   while (!ask(arrived)) {
     if (preempt::stop_requested()) throw leave();

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/host.h"
 
 namespace dlrun::metrics {
 namespace {
@@ -56,12 +57,6 @@ void put_float(std::string& out, int field, float f) {
   put_le(out, bits);
 }
 
-std::string hostname() {
-  char buf[256] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0 || !buf[0]) return "localhost";
-  return buf;
-}
-
 }  // namespace
 
 std::string encode_scalar_event(const std::string& tag, float value, int64_t step, double wall_time) {
@@ -101,7 +96,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   const double now = wall_now();
   const std::string stem = fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, int64_t(now),
-                                       hostname(), ::getpid());
+                                       hostname("localhost"), ::getpid());
   // Two writers in one process within the same second get distinct files ("x": never clobber).
   for (int n = 0; n < 1000 && !f_; ++n) {
     path_ = n == 0 ? stem + ".dlrun" : fmt::format("{}.{}.dlrun", stem, n);

@@ -21,23 +21,12 @@
 #include "base/error.h"
 #include "base/http.h"
 #include "base/json_limits.h"
+#include "base/strings.h"
 #include "preempt/preempt.h"
 #include "preempt/providers.h"
 
 namespace dlrun::preempt {
 namespace {
-
-std::string trim(std::string s) {
-  const char* ws = " \t\r\n";
-  s.erase(0, s.find_first_not_of(ws));
-  s.erase(s.find_last_not_of(ws) + 1);
-  return s;
-}
-
-std::string strip_trailing_slashes(std::string s) {
-  while (!s.empty() && s.back() == '/') s.pop_back();
-  return s;
-}
 
 /// A JSON field as text: strings as they are, anything else dumped, "?" when absent.
 std::string field(const nlohmann::json& obj, const char* key) {
@@ -140,7 +129,7 @@ PollResult parse_answer(NoticeSource watch, int status, const std::string& body,
 namespace {
 
 PollResult poll_aws(const std::string& base_in) {
-  const std::string base = strip_trailing_slashes(base_in);
+  const std::string base = strip_trailing(base_in, '/');
   PollResult out;
   std::vector<std::string> headers;
   http::Response tok = metadata_request("PUT", base + "/latest/api/token",

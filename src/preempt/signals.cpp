@@ -16,6 +16,8 @@
 #include <string>
 #include <mutex>
 
+#include "base/env.h"
+
 namespace dlrun::preempt {
 namespace {
 
@@ -108,10 +110,10 @@ void release_early_signal_handlers() {
 }
 
 bool die_with_launcher() {
-  const char* v = std::getenv("DLRUN_LAUNCHER_PID");
-  if (v == nullptr || *v == '\0') return false;
+  const std::string v = env("DLRUN_LAUNCHER_PID");
+  if (v.empty()) return false;
   char* end = nullptr;
-  const long launcher = std::strtol(v, &end, 10);
+  const long launcher = std::strtol(v.c_str(), &end, 10);
   if (*end != '\0' || launcher <= 1) return false;
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return false;
   if (::getppid() != static_cast<pid_t>(launcher)) ::raise(SIGKILL);  // the launcher died before prctl

@@ -13,11 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/http.h"
 #include "base/json_limits.h"
 #include "base/log.h"
+#include "base/strings.h"
 #include "remote/s3.h"
 #include "remote/s3_error.h"
 #include "remote/xml.h"
@@ -29,22 +31,6 @@ constexpr double kMaxEarly = 300;  // refresh at most 5 minutes before expiry ..
 constexpr double kEarlyShare = 0.25;  // ... and at most a quarter of the lifetime before it
 constexpr const char* kImdsDefault = "http://169.254.169.254";
 constexpr const char* kEcsHost = "http://169.254.170.2";
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // ---- fixed and refreshing ------------------------------------------------------------------
 
@@ -199,8 +185,7 @@ std::string sts_endpoint(const std::string& region) {
   std::string e = env("AWS_ENDPOINT_URL_STS");
   if (e.empty()) e = env("AWS_ENDPOINT_URL");
   if (e.empty()) e = "https://sts." + region + ".amazonaws.com";
-  while (!e.empty() && e.back() == '/') e.pop_back();
-  return e;
+  return strip_trailing(e, '/');
 }
 
 std::function<Credentials()> web_identity_fetch(std::string token_file, std::string role_arn, std::string session,
@@ -494,7 +479,7 @@ std::shared_ptr<CredentialProvider> credential_chain(const std::string& region) 
                     p.name);
   std::string base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   if (base.empty()) base = kImdsDefault;
-  while (!base.empty() && base.back() == '/') base.pop_back();
+  base = strip_trailing(base, '/');
   return refreshing_credentials(imds_fetch(base), "the EC2 instance role (" + base + ")");
 }
 

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/http.h"
 #include "base/sha256.h"
+#include "base/strings.h"
 #include "remote/xml.h"
 
 namespace dlrun::remote {
@@ -86,8 +87,7 @@ bool is_s3_url(const std::string& s) { return s.rfind("s3://", 0) == 0; }
 
 S3Url parse_s3_url(const std::string& url, const std::string& what) {
   DLRUN_CHECK_INPUT(is_s3_url(url), "{}: '{}' is not an s3://BUCKET/PREFIX URL", what, url);
-  std::string rest = url.substr(5);
-  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const std::string rest = strip_trailing(url.substr(5), '/');
   const auto slash = rest.find('/');
   S3Url u;
   u.bucket = rest.substr(0, slash);

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "run/metrics_log.h"
 
@@ -141,11 +142,6 @@ std::string boot_id() {
   return id;
 }
 
-std::string host_name() {
-  char buf[256] = {0};
-  return ::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] ? buf : "?";
-}
-
 }  // namespace
 
 RunLock::RunLock(const std::string& run_dir, double other_host_wait_s, const std::function<bool()>& stop) {
@@ -194,8 +190,8 @@ RunLock::RunLock(const std::string& run_dir, double other_host_wait_s, const std
       // later" (75), not a refusal a scheduler takes as final.
       std::string other = err == EWOULDBLOCK ? holder_field(holder, "host") : std::string();
       const std::string boot = holder_field(holder, "boot");
-      if (other == host_name() && !boot.empty() && boot != boot_id()) other += " (an earlier boot of it)";
-      if (!other.empty() && other != host_name()) {
+      if (other == hostname("?") && !boot.empty() && boot != boot_id()) other += " (an earlier boot of it)";
+      if (!other.empty() && other != hostname("?")) {
         const bool stopping = stop && stop();
         if (mono_now() < wait_until && !stopping) {
           if (!waiting_logged)
@@ -228,7 +224,7 @@ RunLock::RunLock(const std::string& run_dir, double other_host_wait_s, const std
       ::close(fd);
       continue;
     }
-    const std::string me = fmt::format("pid {}\nhost {}\nboot {}\nsince {:.0f}\n", ::getpid(), host_name(), boot_id(),
+    const std::string me = fmt::format("pid {}\nhost {}\nboot {}\nsince {:.0f}\n", ::getpid(), hostname("?"), boot_id(),
                                        wall_now());
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
       log::warn("{}: cannot record this process in the lock file: {}", path_, std::strerror(errno));
