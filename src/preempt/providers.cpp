@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/http.h"
+#include "base/iso8601.h"
 #include "base/json_limits.h"
 #include "base/strings.h"
 #include "preempt/preempt.h"
@@ -57,15 +58,14 @@ bool answered(const http::Response& r, const std::string& url, PollResult* out) 
 
 double parse_notice_time(const std::string& text) {
   if (text.size() > 64) return 0;
-  for (const char* format : {"%Y-%m-%dT%H:%M:%SZ", "%a, %d %b %Y %H:%M:%S GMT"}) {
-    std::tm tm{};
-    const char* end = ::strptime(text.c_str(), format, &tm);
-    if (end != nullptr && *end == '\0') {
-      const time_t t = ::timegm(&tm);
-      return t > 0 ? static_cast<double>(t) : 0;
-    }
-  }
-  return 0;
+  if (const auto t = parse_iso8601(text)) return *t > 0 ? *t : 0;
+  // RFC 1123: strptime reads the words; the fields' ranges are checked as strictly as above
+  // (strptime takes 31 February, which timegm would make 3 March).
+  std::tm tm{};
+  const char* end = ::strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr || *end != '\0') return 0;
+  const auto t = utc_seconds(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return t && *t > 0 ? static_cast<double>(*t) : 0;
 }
 
 // What a metadata service's answer means, apart from the transport (the fuzzed part).

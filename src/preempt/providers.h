@@ -18,8 +18,9 @@ struct PollResult {
   double action_time = 0;
 };
 
-/// "2026-11-25T08:22:00Z" (ISO 8601, UTC; AWS) or "Wed, 25 Nov 2026 08:22:00 GMT" (RFC 1123;
-/// Azure) in seconds since the epoch; 0 when it is neither.
+/// "2026-11-25T08:22:00Z" (ISO 8601, read by base/iso8601.h: a fraction or an offset allowed;
+/// AWS) or "Wed, 25 Nov 2026 08:22:00 GMT" (RFC 1123; Azure) in seconds since the epoch; 0 when
+/// it is neither, or names a time that does not exist (31 February, minute 60).
 double parse_notice_time(const std::string& text);
 
 /// Checks, without I/O, that `watch` is a source, that file has a path, and that HTTP

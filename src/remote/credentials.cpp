@@ -4,9 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <ctime>
 #include <map>
 #include <mutex>
 
@@ -16,6 +13,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/iso8601.h"
 #include "base/http.h"
 #include "base/json_limits.h"
 #include "base/log.h"
@@ -321,39 +319,6 @@ std::function<Credentials()> imds_fetch(std::string base) {
 }  // namespace
 
 // ---- public --------------------------------------------------------------------------------
-
-std::optional<double> parse_iso8601(const std::string& s) {
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, n = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19)
-    return std::nullopt;
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970) return std::nullopt;
-  size_t i = 19;
-  double frac = 0;
-  if (i < s.size() && s[i] == '.') {
-    double scale = 0.1;
-    for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i, scale /= 10) frac += (s[i] - '0') * scale;
-  }
-  long offset = 0;
-  if (i < s.size() && (s[i] == 'Z' || s[i] == 'z')) {
-    ++i;
-  } else if (i + 6 == s.size() && (s[i] == '+' || s[i] == '-') && s[i + 3] == ':') {
-    int oh = 0, om = 0;
-    if (std::sscanf(s.c_str() + i + 1, "%2d:%2d", &oh, &om) != 2) return std::nullopt;
-    offset = (s[i] == '+' ? 1 : -1) * (oh * 3600L + om * 60L);
-    i += 6;
-  } else {
-    return std::nullopt;
-  }
-  if (i != s.size()) return std::nullopt;
-  std::tm tm{};
-  tm.tm_year = y - 1900;
-  tm.tm_mon = mo - 1;
-  tm.tm_mday = d;
-  tm.tm_hour = h;
-  tm.tm_min = mi;
-  tm.tm_sec = sec;
-  return static_cast<double>(timegm(&tm) - offset) + frac;
-}
 
 Credentials parse_sts_credentials(const std::string& body, const std::string& where) {
   XmlElement root;

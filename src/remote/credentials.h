@@ -68,10 +68,6 @@ std::shared_ptr<CredentialProvider> credential_chain(const std::string& region);
 /// use after AWS_REGION and AWS_DEFAULT_REGION.
 std::string profile_region();
 
-/// "2026-11-25T20:00:00Z" (fractional seconds and a +hh:mm offset accepted) as Unix seconds;
-/// nullopt when it is not such a time.
-std::optional<double> parse_iso8601(const std::string& s);
-
 /// What the fetchers make of an answer (separate, for the tests and the fuzzer): STS's
 /// AssumeRoleWithWebIdentity response, and the JSON of the container and instance-metadata
 /// endpoints. Throw S3Error naming `where` when the answer is not one.

@@ -285,6 +285,12 @@ TEST_CASE("metadata answers: what is a notice, what is an error, what is garbage
   CHECK(azure(200, R"({"Events": [{"EventType": "Preempt", "NotBefore": "Mon, 23 Nov 2026 10:00:00 GMT"}]})")
             .action_time == 1795428000.0);
   CHECK(preempt::parse_notice_time("2026-11-23T10:00:00Z trailing") == 0);
+  // Times that do not exist are no deadline (a lenient reader made 31 February 3 March).
+  CHECK(preempt::parse_notice_time("2026-02-31T10:00:00Z") == 0);
+  CHECK(preempt::parse_notice_time("2026-11-23T10:-1:00Z") == 0);
+  CHECK(preempt::parse_notice_time("Tue, 31 Feb 2026 10:00:00 GMT") == 0);
+  CHECK(preempt::parse_notice_time("Mon, 23 Nov 2026 10:00:60 GMT") == 0);
+  CHECK(preempt::parse_notice_time("2026-11-23T11:00:00.5+01:00") == 1795428000.5);
   CHECK_FALSE(aws(404, "").notice);
   CHECK(aws(404, "").error.empty());
   CHECK(aws(500, "").error == url + ": HTTP 500");

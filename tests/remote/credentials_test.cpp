@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/iso8601.h"
 #include "remote/credentials.h"
 #include "remote/s3_error.h"
 #include "support/env.h"
@@ -41,17 +42,6 @@ std::string creds_json(const std::string& key, const std::string& expiration) {
 }
 
 }  // namespace
-
-TEST_CASE("ISO 8601 times as the credential services write them", "[remote][credentials]") {
-  CHECK(remote::parse_iso8601("1970-01-01T00:00:00Z") == 0.0);
-  CHECK(remote::parse_iso8601("2026-11-25T20:00:00Z") == 1795636800.0);
-  CHECK(remote::parse_iso8601("2026-11-25T20:00:00.500Z") == 1795636800.5);
-  CHECK(remote::parse_iso8601("2026-11-25T21:00:00+01:00") == 1795636800.0);
-  CHECK_FALSE(remote::parse_iso8601("2026-11-25 20:00:00").has_value());
-  CHECK_FALSE(remote::parse_iso8601("2026-13-25T20:00:00Z").has_value());
-  CHECK_FALSE(remote::parse_iso8601("2026-11-25T20:00:00Zjunk").has_value());
-  CHECK_FALSE(remote::parse_iso8601("").has_value());
-}
 
 TEST_CASE("the chain: environment first, then the shared files' profile", "[remote][credentials]") {
   CleanAwsEnv clean;
@@ -135,7 +125,7 @@ TEST_CASE("web identity: STS AssumeRoleWithWebIdentity with the token file read 
   CHECK(p->refreshable());
   const auto c = p->get();
   CHECK(c.access_key == "ASIA1");
-  CHECK(c.expires == remote::parse_iso8601("2099-01-01T00:00:00Z"));
+  CHECK(c.expires == dlrun::parse_iso8601("2099-01-01T00:00:00Z"));
   const auto reqs = sts.requests();
   REQUIRE(reqs.size() == 1);
   CHECK(reqs[0].method == "POST");
