@@ -6,9 +6,11 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "base/error.h"
@@ -67,17 +69,22 @@ std::string sha256_hex(const void* data, size_t n) {
   return h.hex();
 }
 
-std::string sha256_file(const std::string& path, uint64_t* bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+/// The one reading loop: the digest of `path` from `offset`, `length` bytes of it (to its end
+/// when `length` is nullopt); `*bytes` gets how many were read.
+std::string digest_file(const std::string& path, uint64_t offset, std::optional<uint64_t> length, uint64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_input("{}: cannot open: {}", path, std::strerror(errno));
   Sha256 h;
   std::vector<uint8_t> buf(1 << 20);
   uint64_t total = 0;
-  for (;;) {
-    ssize_t r = ::read(fd, buf.data(), buf.size());
+  while (!length || total < *length) {
+    const size_t want = length ? static_cast<size_t>(std::min<uint64_t>(buf.size(), *length - total)) : buf.size();
+    const ssize_t r = ::pread(fd, buf.data(), want, static_cast<off_t>(offset + total));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      int err = errno;
+      const int err = errno;
       ::close(fd);
       fail_input("{}: read failed: {}", path, std::strerror(err));
     }
@@ -86,8 +93,18 @@ std::string sha256_file(const std::string& path, uint64_t* bytes) {
     total += static_cast<uint64_t>(r);
   }
   ::close(fd);
+  if (length && total < *length)
+    fail_input("{}: ends at byte {}, before the {} bytes from offset {} to hash", path, offset + total, *length, offset);
   if (bytes) *bytes = total;
   return h.hex();
+}
+
+}  // namespace
+
+std::string sha256_file(const std::string& path, uint64_t* bytes) { return digest_file(path, 0, std::nullopt, bytes); }
+
+std::string sha256_file_range(const std::string& path, uint64_t offset, uint64_t length) {
+  return digest_file(path, offset, length, nullptr);
 }
 
 }  // namespace dlrun

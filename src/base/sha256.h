@@ -36,4 +36,8 @@ std::string sha256_hex(const void* data, size_t n);
 /// Throws dlrun::Error (exit 2) naming the file when it cannot be read.
 std::string sha256_file(const std::string& path, uint64_t* bytes = nullptr);
 
+/// Digest of bytes [offset, offset + length) of a file (one part of a multipart upload).
+/// Throws dlrun::Error (exit 2) naming the file when it cannot be read or ends before them.
+std::string sha256_file_range(const std::string& path, uint64_t offset, uint64_t length);
+
 }  // namespace dlrun

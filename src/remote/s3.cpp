@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "base/error.h"
 #include "base/http.h"
@@ -309,29 +307,6 @@ void S3Client::put_bytes(const std::string& key, const std::string& data, const 
 
 namespace {
 
-/// The SHA-256 of bytes [off, off + len) of `path`.
-std::string hash_range(const std::string& path, uint64_t off, uint64_t len) {
-  std::vector<char> buf(1 << 20);
-  Sha256 h;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f || ::fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0) {
-    if (f) std::fclose(f);
-    fail_runtime("{}: cannot read for upload", path);
-  }
-  for (uint64_t left = len; left > 0;) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-    const size_t got = std::fread(buf.data(), 1, want, f);
-    if (got != want) {
-      std::fclose(f);
-      fail_runtime("{}: short read while uploading", path);
-    }
-    h.update(buf.data(), got);
-    left -= got;
-  }
-  std::fclose(f);
-  return h.hex();
-}
-
 /// A part size for `size` bytes: at least `want` and S3's 5 MiB, at most 10,000 parts.
 uint64_t part_size(uint64_t size, uint64_t want) {
   uint64_t part = std::max(want, kMinPart);
@@ -383,7 +358,7 @@ void S3Client::put_file(const std::string& key, const std::string& path, uint64_
             [&](uint64_t n, uint64_t off, uint64_t len, const std::string& upload_id) {
               // The part's own SHA-256: it is what gets signed, and S3 checks it on arrival.
               Call call(*this, "PUT", url(key, {{"partNumber", std::to_string(n)}, {"uploadId", upload_id}}),
-                        hash_range(path, off, len));
+                        sha256_file_range(path, off, len));
               call.req.file = path;
               call.req.file_offset = off;
               call.req.file_size = len;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "base/sha256.h"
@@ -50,6 +52,28 @@ TEST_CASE("sha256_file hashes a file, reports its size and names a missing one",
     CHECK(e.code() == ExitCode::kBadInput);
     CHECK(e.message().find("missing.bin") != std::string::npos);
   }
+}
+
+TEST_CASE("sha256_file_range hashes one byte range of a file, and refuses one past its end", "[base][sha256]") {
+  dlrun::testing::ScratchDir tmp;
+  std::string data;
+  for (int i = 0; i < (5 << 19); ++i) data.push_back(static_cast<char>(i * 131 + (i >> 9)));  // 2.5 MiB
+  const std::string path = tmp.write("f.bin", data);
+  const uint64_t mib = 1 << 20;
+  for (const auto& [off, len] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, data.size()}, {0, 1}, {7, mib}, {mib - 3, mib + 5}, {data.size() - 10, 10}, {100, 0}}) {
+    INFO(off << "+" << len);
+    CHECK(sha256_file_range(path, off, len) == sha256_hex(data.data() + off, len));
+  }
+  CHECK(sha256_file_range(path, 0, data.size()) == sha256_file(path));
+  try {
+    sha256_file_range(path, data.size() - 10, 11);  // the file changed under an upload: shorter
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.message().find("f.bin") != std::string::npos);
+    CHECK(e.message().find("ends at byte") != std::string::npos);
+  }
+  CHECK_THROWS_AS(sha256_file_range(tmp / "missing.bin", 0, 1), Error);
 }
 
 TEST_CASE("bytes_hashed counts every byte hashed in the process", "[base][sha256]") {
