@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/http.h"
 #include "base/strings.h"
+#include "remote/aws_profile.h"
 
 namespace dlrun::config {
 

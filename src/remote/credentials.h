@@ -18,6 +18,9 @@
 // when the service answers ExpiredToken. Nothing here logs or returns a secret in a message.
 // Only a run with checkpoint.remote (or an s3:// path) builds a chain, and the metadata
 // service is asked only when no earlier source is configured (docs/security.md).
+//
+// Where each part is: the providers, credentials.cpp; the order, credential_chain.cpp; the
+// shared files, aws_profile.h; the sources' fetches, credential_sources.h.
 #pragma once
 
 #include <functional>
@@ -63,10 +66,6 @@ std::shared_ptr<CredentialProvider> refreshing_credentials(std::function<Credent
 /// AWS_PROFILE naming no profile, a profile of a kind dlrun does not run) or when no source is
 /// configured at all and the metadata service is disabled.
 std::shared_ptr<CredentialProvider> credential_chain(const std::string& region);
-
-/// The `region` of the AWS_PROFILE profile in the config file ("" when none), which the SDKs
-/// use after AWS_REGION and AWS_DEFAULT_REGION.
-std::string profile_region();
 
 /// What the fetchers make of an answer (separate, for the tests and the fuzzer): STS's
 /// AssumeRoleWithWebIdentity response, and the JSON of the container and instance-metadata

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/iso8601.h"
+#include "remote/aws_profile.h"
 #include "remote/credentials.h"
 #include "remote/s3_error.h"
 #include "support/env.h"
