@@ -4,42 +4,22 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/shell_words.h"
 #include "base/strings.h"
 
 namespace dlrun::remote {
 namespace {
 
-using IniFile = std::map<std::string, IniSection>;
-
-/// AWS's INI files: [section], key = value, comments from '#' or ';' at a line's start.
-/// Indented lines continue a nested setting (s3 = ...) and are skipped.
-IniFile read_ini(const std::string& path) {
-  IniFile out;
-  if (!fsutil::is_regular_file(path)) return out;
+/// The file at `path` as sections; none when it is absent (botocore: ConfigNotFound).
+IniSections read_ini(const std::string& path) {
+  if (path.empty() || !fsutil::is_regular_file(path)) return {};
   std::string text;
   try {
     text = fsutil::read_file(path);
   } catch (const Error& e) {
     throw Error(ExitCode::kBadInput, fmt::format("{}: cannot read the AWS credentials file: {}", path, e.message()));
   }
-  IniSection* cur = nullptr;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t nl = text.find('\n', at);
-    std::string line = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-    at = nl == std::string::npos ? text.size() : nl + 1;
-    const bool indented = !line.empty() && (line[0] == ' ' || line[0] == '\t');
-    line = trim(line);
-    if (line.empty() || line[0] == '#' || line[0] == ';' || indented) continue;
-    if (line.front() == '[' && line.back() == ']') {
-      cur = &out[trim(line.substr(1, line.size() - 2))];
-      continue;
-    }
-    const auto eq = line.find('=');
-    if (eq == std::string::npos || !cur) continue;
-    (*cur)[lower(trim(line.substr(0, eq)))] = trim(line.substr(eq + 1));
-  }
-  return out;
+  return parse_aws_ini(text, path);
 }
 
 std::string home_file(const char* var, const char* rel) {
@@ -58,20 +38,17 @@ AwsProfile load_aws_profile() {
   if (p.name.empty()) p.name = "default";
   p.credentials_file = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
   p.config_file = home_file("AWS_CONFIG_FILE", ".aws/config");
-  const IniFile creds = p.credentials_file.empty() ? IniFile() : read_ini(p.credentials_file);
-  const IniFile config = p.config_file.empty() ? IniFile() : read_ini(p.config_file);
-  if (auto it = creds.find(p.name); it != creds.end()) {
+  for (auto& [name, keys] : read_ini(p.credentials_file)) {
+    if (name != p.name) continue;
     p.in_credentials = true;
-    p.credentials = it->second;
+    p.credentials = std::move(keys);
   }
-  // The config file names its sections "profile NAME", except [default].
-  for (const std::string& s : {"profile " + p.name, p.name}) {
-    if (s == p.name && p.name != "default") continue;
-    if (auto it = config.find(s); it != config.end()) {
-      p.in_config = true;
-      p.config = it->second;
-      break;
-    }
+  for (auto& [name, keys] : read_ini(p.config_file)) {
+    const auto words = name.rfind("profile", 0) == 0 ? split_shell_words(name) : std::nullopt;
+    const bool is_profile = words ? words->size() == 2 && (*words)[1] == p.name : name == "default" && p.name == name;
+    if (!is_profile) continue;  // a later section of the same profile replaces an earlier one
+    p.in_config = true;
+    p.config = std::move(keys);
   }
   return p;
 }

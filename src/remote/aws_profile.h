@@ -1,16 +1,17 @@
 // The shared files of the AWS CLI and SDKs: ~/.aws/credentials and ~/.aws/config (or where
 // AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE say), and the profile AWS_PROFILE names in
 // them. The credential chain (credential_chain.cpp) takes keys, a role or a helper program from
-// that profile; the S3 settings take its region.
+// that profile; the S3 settings take its region. Which section is the profile, as botocore
+// decides: in the credentials file the section named NAME; in the config file [default] for
+// "default" and [profile NAME] (NAME as shlex splits it) for any, the last one in the file
+// when two name the same profile. The files' syntax: aws_ini.h.
 #pragma once
 
-#include <map>
 #include <string>
 
-namespace dlrun::remote {
+#include "remote/aws_ini.h"
 
-/// The keys of one [section] (lower case) and their values.
-using IniSection = std::map<std::string, std::string>;
+namespace dlrun::remote {
 
 /// The AWS_PROFILE profile ("default" when unset) as the two files hold it.
 struct AwsProfile {
@@ -22,7 +23,7 @@ struct AwsProfile {
 };
 
 /// Reads both files (a missing file has no profiles). Throws dlrun::Error (exit 2) naming the
-/// file when one cannot be read.
+/// file when one cannot be read or botocore would refuse it (aws_ini.h).
 AwsProfile load_aws_profile();
 
 /// `key` in `section`, "" when absent.
