@@ -15,7 +15,9 @@
 //
 // The first source that is configured is the one used. Temporary credentials are fetched again
 // ahead of their expiry (a quarter of their lifetime before it, at most 5 minutes) and at once
-// when the service answers ExpiredToken. Nothing here logs or returns a secret in a message.
+// when the service answers ExpiredToken. A fetch is cancelled by the cancel flag of the request
+// that needs it (S3Client::set_cancel: a stop), so a stop never waits out a credential
+// service's timeout. Nothing here logs or returns a secret in a message.
 // Only a run with checkpoint.remote (or an s3:// path) builds a chain, and the metadata
 // service is asked only when no earlier source is configured (docs/security.md).
 //
@@ -23,6 +25,7 @@
 // shared files, aws_profile.h; the sources' fetches, credential_sources.h.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -41,8 +44,10 @@ class CredentialProvider {
   virtual ~CredentialProvider() = default;
   /// The current credentials, fetched anew when they are due. Throws S3Error: code
   /// "NoCredentials" (not worth retrying) when the source has none to give, a transient one
-  /// when it did not answer.
-  virtual Credentials get() = 0;
+  /// when it did not answer, kCancelled when `cancel` (may be null) is set by another thread
+  /// before or during the fetch, or while waiting for another thread's (nothing is kept from a
+  /// cancelled fetch).
+  Credentials get(const std::atomic<bool>* cancel = nullptr) { return current(cancel); }
   /// The service refused `refused` as expired: the next get() fetches anew (unless other
   /// credentials have been fetched since: another thread was refused first).
   virtual void expired(const Credentials& refused) = 0;
@@ -50,15 +55,24 @@ class CredentialProvider {
   virtual bool refreshable() const = 0;
   /// Where they come from, for messages ("environment", "web identity (STS ...)", ...).
   virtual std::string source() const = 0;
+
+ protected:
+  /// What get() returns, for the implementations.
+  virtual Credentials current(const std::atomic<bool>* cancel) = 0;
 };
+
+/// One fetch from a source of temporary credentials; throws S3Error. When `cancel` (may be
+/// null) is set by another thread, it gives up within about a second: S3Error kCancelled.
+using CredentialFetch = std::function<Credentials(const std::atomic<bool>* cancel)>;
 
 /// Keys that never change (the environment's, a profile's, a test's).
 std::shared_ptr<CredentialProvider> fixed_credentials(Credentials c, std::string source);
 
-/// Credentials fetched by `fetch` (which throws S3Error), kept until they are due and
-/// fetched again then. A failed refresh keeps the old ones while they last (tried again
-/// `retry_s` later); `clock` is wall-clock seconds (tests pass their own).
-std::shared_ptr<CredentialProvider> refreshing_credentials(std::function<Credentials()> fetch, std::string source,
+/// Credentials fetched by `fetch`, kept until they are due and fetched again then. A failed
+/// refresh keeps the old ones while they last (tried again `retry_s` later); while one thread
+/// refreshes, the others get the current ones if still valid, else wait (a cancel ends their
+/// wait). `clock` is wall-clock seconds (tests pass their own).
+std::shared_ptr<CredentialProvider> refreshing_credentials(CredentialFetch fetch, std::string source,
                                                            std::function<double()> clock = {}, double retry_s = 5);
 
 /// The chain above. `region` picks STS's regional endpoint. Throws dlrun::Error (exit 2)

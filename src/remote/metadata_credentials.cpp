@@ -21,18 +21,24 @@
 namespace dlrun::remote {
 namespace {
 
-http::Response metadata_get(const std::string& method, const std::string& url, std::vector<std::string> headers) {
+/// One request to a metadata endpoint; abandoned through `cancel`, it throws S3Error kCancelled
+/// naming `where`.
+http::Response metadata_get(const std::string& method, const std::string& url, std::vector<std::string> headers,
+                            const std::atomic<bool>* cancel, const std::string& where) {
   http::Request req;
   req.method = method;
   req.url = url;
   req.headers = std::move(headers);
   req.connect_timeout_ms = 1000;
   req.timeout_ms = 3000;
-  return http::perform(req);
+  req.cancel = cancel;
+  http::Response r = http::perform(req);
+  if (r.cancelled) throw S3Error(where + ": cancelled", 0, kCancelled);
+  return r;
 }
 
-std::function<Credentials()> container_fetch(std::string url) {
-  return [url] {
+CredentialFetch container_fetch(std::string url) {
+  return [url](const std::atomic<bool>* cancel) {
     std::vector<std::string> headers;
     std::string auth;
     if (const std::string file = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
@@ -45,8 +51,8 @@ std::function<Credentials()> container_fetch(std::string url) {
       auth = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
     }
     if (!auth.empty()) headers.push_back("Authorization: " + auth);
-    const http::Response r = metadata_get("GET", url, headers);
     const std::string where = "container credentials at " + url;
+    const http::Response r = metadata_get("GET", url, headers, cancel, where);
     if (r.status == 0) throw S3Error(where + ": no answer: " + r.error, 0, "");
     if (r.status != 200)
       throw S3Error(fmt::format("{}: HTTP {}", where, r.status), r.status, "CredentialsRefused", r.status >= 500 || r.status == 429);
@@ -54,9 +60,9 @@ std::function<Credentials()> container_fetch(std::string url) {
   };
 }
 
-std::function<Credentials()> imds_fetch(std::string base) {
+CredentialFetch imds_fetch(std::string base) {
   auto answered = std::make_shared<bool>(false);  // once it has answered, a silence is a hiccup
-  return [base, answered] {
+  return [base, answered](const std::atomic<bool>* cancel) {
     const auto fail = [&](const std::string& what, long status) -> S3Error {
       if (status >= 500 || status == 429) return S3Error(what, status, "");  // there, and busy: try again
       if (!*answered)
@@ -67,19 +73,20 @@ std::function<Credentials()> imds_fetch(std::string base) {
     };
     const std::string where = "the EC2 instance metadata service at " + base;
     std::vector<std::string> headers;
-    http::Response t = metadata_get("PUT", base + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
+    http::Response t = metadata_get("PUT", base + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"},
+                                     cancel, where);
     if (t.status == 0) throw fail(where + ": no answer: " + t.error, 0);
     if (t.status == 200) headers.push_back("X-aws-ec2-metadata-token: " + trim(t.body));
     else if (t.status != 403 && t.status != 404 && t.status != 405)  // those: IMDSv1 only
       throw fail(fmt::format("{}: HTTP {} to the session token request", where, t.status), t.status);
     const std::string list_url = base + "/latest/meta-data/iam/security-credentials/";
-    http::Response roles = metadata_get("GET", list_url, headers);
+    http::Response roles = metadata_get("GET", list_url, headers, cancel, where);
     if (roles.status == 404) throw fail(where + ": this instance has no IAM role", 404);
     if (roles.status != 200) throw fail(fmt::format("{}: HTTP {} listing the instance's role", where, roles.status), roles.status);
     const std::string role = trim(roles.body.substr(0, roles.body.find('\n')));
     if (role.empty() || role.find('/') != std::string::npos)
       throw S3Error(where + ": no role name in the answer", 200, kMalformed);
-    http::Response c = metadata_get("GET", list_url + role, headers);
+    http::Response c = metadata_get("GET", list_url + role, headers, cancel, where);
     if (c.status != 200) throw fail(fmt::format("{}: HTTP {} for role {}", where, c.status, role), c.status);
     Credentials out = parse_json_credentials(c.body, where);
     *answered = true;

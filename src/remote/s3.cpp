@@ -253,7 +253,7 @@ struct S3Client::Call {
     CredentialProvider& creds = *client.config_.credentials;
     http::Response r;
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const Credentials used = creds.get();
+      const Credentials used = creds.get(req.cancel);
       sign(used);
       r = http::perform(req);
       if (r.cancelled) throw S3Error(what + ": cancelled", 0, kCancelled);

@@ -25,9 +25,9 @@ std::string sts_endpoint(const std::string& region) {
   return strip_trailing(e, '/');
 }
 
-std::function<Credentials()> web_identity_fetch(std::string token_file, std::string role_arn, std::string session,
-                                                std::string region) {
-  return [=] {
+CredentialFetch web_identity_fetch(std::string token_file, std::string role_arn, std::string session,
+                                   std::string region) {
+  return [=](const std::atomic<bool>* cancel) {
     std::string token;
     try {
       token = trim(fsutil::read_file(token_file));
@@ -45,8 +45,10 @@ std::function<Credentials()> web_identity_fetch(std::string token_file, std::str
     req.headers = {"Content-Type: application/x-www-form-urlencoded; charset=utf-8", "Accept: application/xml"};
     req.connect_timeout_ms = 5000;
     req.timeout_ms = 15000;
+    req.cancel = cancel;
     const http::Response r = http::perform(req);
     const std::string where = "STS AssumeRoleWithWebIdentity at " + url;
+    if (r.cancelled) throw S3Error(where + ": cancelled", 0, kCancelled);
     if (r.status == 0) throw S3Error(where + ": no answer: " + r.error, 0, "");
     if (r.status != 200) {
       const ErrorAnswer err = parse_error_answer(r.body);

@@ -123,7 +123,7 @@ TEST_CASE("an S3 request refused with ExpiredToken is signed again with fresh cr
   });
   int fetched = 0;
   remote::S3Config cfg = s3_config_for(server, remote::refreshing_credentials(
-      [&] {
+      [&](const std::atomic<bool>*) {
         ++fetched;
         return remote::Credentials{"ASIA" + std::to_string(fetched), "secret", "token-" + std::to_string(fetched),
                                    wall_now() + 3600};

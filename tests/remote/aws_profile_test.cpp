@@ -10,6 +10,7 @@
 #include "remote/aws_ini.h"
 #include "remote/aws_profile.h"
 #include "remote/credentials.h"
+#include "support/aws_env.h"
 #include "support/env.h"
 #include "support/errors.h"
 #include "support/scratch_dir.h"
@@ -23,10 +24,7 @@ namespace {
 struct SharedFiles {
   SharedFiles(const std::string& creds, const std::string& config)
       : creds_file("AWS_SHARED_CREDENTIALS_FILE", creds.c_str()), config_file("AWS_CONFIG_FILE", config.c_str()) {}
-  ScopedEnv a{"AWS_ACCESS_KEY_ID", nullptr}, b{"AWS_SECRET_ACCESS_KEY", nullptr}, c{"AWS_PROFILE", nullptr},
-      d{"AWS_WEB_IDENTITY_TOKEN_FILE", nullptr}, e{"AWS_ROLE_ARN", nullptr},
-      f{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", nullptr}, g{"AWS_CONTAINER_CREDENTIALS_FULL_URI", nullptr},
-      h{"AWS_EC2_METADATA_DISABLED", "true"};
+  dlrun::testing::CleanAwsEnv clean;
   ScopedEnv creds_file, config_file;
 };
 

@@ -13,27 +13,18 @@
 #include "remote/aws_profile.h"
 #include "remote/credentials.h"
 #include "remote/s3_error.h"
+#include "support/aws_env.h"
 #include "support/env.h"
 #include "support/errors.h"
 #include "support/http_server.h"
 #include "support/scratch_dir.h"
 
 using namespace dlrun;
+using dlrun::testing::CleanAwsEnv;
 using dlrun::testing::ScopedEnv;
 using Server = dlrun::test::HttpTestServer;
 
 namespace {
-
-/// Every variable the chain reads, unset (and the shared files pointed at nothing) for a scope.
-struct CleanAwsEnv {
-  ScopedEnv a{"AWS_ACCESS_KEY_ID", nullptr}, b{"AWS_SECRET_ACCESS_KEY", nullptr}, c{"AWS_SESSION_TOKEN", nullptr},
-      d{"AWS_PROFILE", nullptr}, e{"AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials"},
-      f{"AWS_CONFIG_FILE", "/nonexistent/config"}, g{"AWS_WEB_IDENTITY_TOKEN_FILE", nullptr}, h{"AWS_ROLE_ARN", nullptr},
-      i{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", nullptr}, j{"AWS_CONTAINER_CREDENTIALS_FULL_URI", nullptr},
-      k{"AWS_CONTAINER_AUTHORIZATION_TOKEN", nullptr}, l{"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", nullptr},
-      m{"AWS_EC2_METADATA_DISABLED", "true"}, n{"AWS_EC2_METADATA_SERVICE_ENDPOINT", nullptr},
-      o{"AWS_ENDPOINT_URL_STS", nullptr}, p{"AWS_ENDPOINT_URL", nullptr}, q{"AWS_ROLE_SESSION_NAME", nullptr};
-};
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -219,7 +210,7 @@ TEST_CASE("temporary credentials are fetched again ahead of expiry, and kept whi
   int fetches = 0;
   bool fail = false;
   auto p = remote::refreshing_credentials(
-      [&] {
+      [&](const std::atomic<bool>*) {
         if (fail) throw remote::S3Error("the service did not answer", 0, "");
         ++fetches;
         return remote::Credentials{"K" + std::to_string(fetches), "s", "t", now + 60};  // a 60 s lifetime
