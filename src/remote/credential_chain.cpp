@@ -16,6 +16,34 @@ namespace {
 constexpr const char* kImdsDefault = "http://169.254.169.254";
 constexpr const char* kEcsHost = "http://169.254.170.2";
 
+/// What one file's section of the profile configures: static keys, or a role with a web
+/// identity token file; nullptr when neither. Refuses the kinds of profile dlrun does not run.
+std::shared_ptr<CredentialProvider> from_profile_section(const AwsProfile& p, bool found, const IniSection& section,
+                                                         const std::string& file, const std::string& region) {
+  if (!found) return nullptr;
+  const auto get = [&](const char* key) { return ini_value(section, key); };
+  const std::string where = fmt::format("profile {} in {}", p.name, file);
+  const std::string key = get("aws_access_key_id"), sec = get("aws_secret_access_key");
+  if (!key.empty() || !sec.empty()) {
+    DLRUN_CHECK_INPUT(!key.empty() && !sec.empty(), "{}: aws_access_key_id and aws_secret_access_key go together",
+                      where);
+    return fixed_credentials({key, sec, get("aws_session_token"), 0}, where);
+  }
+  if (const std::string file_tok = get("web_identity_token_file"); !file_tok.empty()) {
+    const std::string arn = get("role_arn");
+    DLRUN_CHECK_INPUT(!arn.empty(), "{}: web_identity_token_file needs role_arn", where);
+    return web_identity(file_tok, arn, get("role_session_name"), region, where);
+  }
+  for (const char* other : {"source_profile", "credential_source", "sso_session", "sso_start_url"})
+    if (!get(other).empty())
+      throw Error(ExitCode::kBadInput, fmt::format("{}: {} is a kind of profile dlrun does not resolve", where, other),
+                  "export the credentials it yields into the environment (e.g. eval \"$(aws configure "
+                  "export-credentials --profile " + p.name + " --format env)\"), or use static keys, "
+                  "credential_process, web identity, container or instance credentials (docs/checkpoints.md, "
+                  "\"Credentials\")");
+  return nullptr;
+}
+
 }  // namespace
 
 std::shared_ptr<CredentialProvider> credential_chain(const std::string& region) {
@@ -29,31 +57,16 @@ std::shared_ptr<CredentialProvider> credential_chain(const std::string& region) 
                       id.empty() ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY");
     return fixed_credentials({id, secret, env("AWS_SESSION_TOKEN"), 0}, "the environment (AWS_ACCESS_KEY_ID)");
   }
-  // 2. The shared files, profile AWS_PROFILE.
+  // 2. The shared files, profile AWS_PROFILE, in botocore's order within a profile: the
+  // credentials file, the profile's credential_process (the credentials file's if both have
+  // one), the config file.
   const AwsProfile p = load_aws_profile();
+  if (auto c = from_profile_section(p, p.in_credentials, p.credentials, p.credentials_file, region)) return c;
   for (const auto& [found, section, file] : {std::tuple{p.in_credentials, &p.credentials, p.credentials_file},
-                                             std::tuple{p.in_config, &p.config, p.config_file}}) {
-    if (!found) continue;
-    const auto get = [section = section](const char* key) { return ini_value(*section, key); };
-    const std::string where = fmt::format("profile {} in {}", p.name, file);
-    const std::string key = get("aws_access_key_id"), sec = get("aws_secret_access_key");
-    if (!key.empty() || !sec.empty()) {
-      DLRUN_CHECK_INPUT(!key.empty() && !sec.empty(), "{}: aws_access_key_id and aws_secret_access_key go together",
-                        where);
-      return fixed_credentials({key, sec, get("aws_session_token"), 0}, where);
-    }
-    if (const std::string file_tok = get("web_identity_token_file"); !file_tok.empty()) {
-      const std::string arn = get("role_arn");
-      DLRUN_CHECK_INPUT(!arn.empty(), "{}: web_identity_token_file needs role_arn", where);
-      return web_identity(file_tok, arn, get("role_session_name"), region, where);
-    }
-    for (const char* other : {"source_profile", "credential_source", "credential_process", "sso_session", "sso_start_url"})
-      if (!get(other).empty())
-        throw Error(ExitCode::kBadInput, fmt::format("{}: {} is a kind of profile dlrun does not resolve", where, other),
-                    "export the credentials it yields into the environment (e.g. eval \"$(aws configure "
-                    "export-credentials --profile " + p.name + " --format env)\"), or use static keys, web identity, "
-                    "container or instance credentials (docs/checkpoints.md, \"Credentials\")");
-  }
+                                             std::tuple{p.in_config, &p.config, p.config_file}})
+    if (found && section->count("credential_process"))
+      return process_credentials(ini_value(*section, "credential_process"), fmt::format("profile {} in {}", p.name, file));
+  if (auto c = from_profile_section(p, p.in_config, p.config, p.config_file, region)) return c;
   DLRUN_CHECK_INPUT(!p.named || p.in_credentials || p.in_config,
                     "AWS_PROFILE={}: no such profile in {} or {}", p.name,
                     p.credentials_file.empty() ? "~/.aws/credentials" : p.credentials_file,

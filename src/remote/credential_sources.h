@@ -1,7 +1,8 @@
 // The sources of temporary credentials that the chain (credential_chain.cpp) picks from, each a
 // refreshing provider around its own fetch: web identity through STS (web_identity.cpp), the
-// container agent and the EC2 instance metadata service (metadata_credentials.cpp). Internal
-// to src/remote: the rest of dlrun gets a chain from credential_chain() in credentials.h.
+// container agent and the EC2 instance metadata service (metadata_credentials.cpp), a
+// profile's credential_process (process_credentials.cpp). Internal to src/remote: the rest of
+// dlrun gets a chain from credential_chain() in credentials.h.
 #pragma once
 
 #include <memory>
@@ -31,5 +32,10 @@ std::shared_ptr<CredentialProvider> container_credentials(const std::string& url
 /// The instance role through IMDSv2 at `base` ("http://169.254.169.254" or the test's): a
 /// session token, the role's name, its credentials.
 std::shared_ptr<CredentialProvider> instance_credentials(const std::string& base);
+
+/// A profile's credential_process `command` (split as shlex.split does, run without a shell),
+/// at every fetch; `where` ("profile NAME in FILE") names it in messages. Throws dlrun::Error
+/// (exit 2) when `command` is empty or not a command line (an unclosed quote).
+std::shared_ptr<CredentialProvider> process_credentials(const std::string& command, const std::string& where);
 
 }  // namespace dlrun::remote

@@ -1,9 +1,12 @@
 // Where the S3 client's keys come from: the standard AWS provider chain, in this order --
 //
 //   1. environment     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN)
-//   2. shared files    AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), then AWS_CONFIG_FILE
-//                      (~/.aws/config), profile AWS_PROFILE (default "default"): static keys,
-//                      or role_arn + web_identity_token_file
+//   2. shared files    profile AWS_PROFILE (default "default") in AWS_SHARED_CREDENTIALS_FILE
+//                      (~/.aws/credentials) and AWS_CONFIG_FILE (~/.aws/config), in botocore's
+//                      order: the credentials file's static keys (or role_arn +
+//                      web_identity_token_file), the profile's credential_process (a program
+//                      it names, run without a shell), the config file's static keys (or web
+//                      identity)
 //   3. web identity    AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN (EKS IRSA, other OIDC
 //                      federation): STS AssumeRoleWithWebIdentity, the token file read anew
 //                      at every refresh (the platform rotates it)
@@ -86,5 +89,9 @@ std::shared_ptr<CredentialProvider> credential_chain(const std::string& region);
 /// endpoints. Throw S3Error naming `where` when the answer is not one.
 Credentials parse_sts_credentials(const std::string& body, const std::string& where);
 Credentials parse_json_credentials(const std::string& body, const std::string& where);
+/// What a credential_process printed: {"Version": 1, "AccessKeyId", "SecretAccessKey",
+/// "SessionToken"?, "Expiration"? (RFC 3339)}. Throws S3Error (MalformedAnswer) naming `where`,
+/// never quoting the output.
+Credentials parse_process_credentials(const std::string& output, const std::string& where);
 
 }  // namespace dlrun::remote

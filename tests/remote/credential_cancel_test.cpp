@@ -20,10 +20,12 @@
 #include "support/env.h"
 #include "support/http_server.h"
 #include "support/scratch_dir.h"
+#include "support/stop_during.h"
 
 using namespace dlrun;
 using dlrun::testing::CleanAwsEnv;
 using dlrun::testing::ScopedEnv;
+using dlrun::testing::get_with_stop;
 using Server = dlrun::test::HttpTestServer;
 
 namespace {
@@ -48,31 +50,17 @@ struct HeldService {
   Server server;  // last: its thread stops before the counters go
 };
 
-/// get(cancel) on `p`, cancelled by another thread once `service` holds the fetch's `n`-th
-/// request: the S3Error's code and message, and how long it took.
-struct Outcome {
-  std::string code = "(none)", message;
-  double seconds = 0;
-};
-Outcome cancel_during(remote::CredentialProvider& p, HeldService& service, int n) {
-  std::atomic<bool> stop{false};
-  std::thread stopper([&] {
-    service.await(n);
-    stop = true;
-  });
-  Outcome out;
-  const double start = mono_now();
-  try {
-    p.get(&stop);
-  } catch (const remote::S3Error& e) {
-    out.code = e.code();
-    out.message = e.what();
-  } catch (const std::exception& e) {
-    out.message = e.what();
-  }
-  out.seconds = mono_now() - start;
-  stopper.join();
-  return out;
+/// A stop while `service` holds the fetch's `n`-th request: kCancelled, promptly, naming
+/// `what`; then, released, the next get() fetches anew and gets `next_key`.
+void check_stopped_fetch(remote::CredentialProvider& p, HeldService& service, int n, const std::string& what,
+                         const std::string& next_key) {
+  const auto o = get_with_stop(p, [&] { return service.requests >= n; });
+  service.hold = false;
+  INFO(o.message);
+  CHECK(o.code == remote::kCancelled);
+  CHECK(o.message.find(what) != std::string::npos);
+  CHECK(o.seconds < 2.5);  // the service's own timeout is 3 s
+  CHECK(p.get().access_key == next_key);  // nothing kept from the cancelled fetch
 }
 
 std::string json_answer(int n) {
@@ -142,14 +130,7 @@ TEST_CASE("a stop cancels a fetch from the container agent or the instance metad
     HeldService agent([](const Server::Request&, int n) { return Server::Response{200, json_answer(n)}; });
     const std::string url = agent.server.base() + "/v2/credentials/x";
     ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", url.c_str());
-    auto p = remote::credential_chain("us-east-1");
-    const Outcome o = cancel_during(*p, agent, 1);
-    agent.hold = false;
-    INFO(o.message);
-    CHECK(o.code == remote::kCancelled);
-    CHECK(o.message.find("container credentials") != std::string::npos);
-    CHECK(o.seconds < 2.5);  // its own timeout is 3 s
-    CHECK(p->get().access_key == "ASIA2");  // nothing kept from the cancelled fetch
+    check_stopped_fetch(*remote::credential_chain("us-east-1"), agent, 1, "container credentials", "ASIA2");
   }
   SECTION("instance metadata service, cancelled at its second request") {
     HeldService imds(
@@ -160,14 +141,9 @@ TEST_CASE("a stop cancels a fetch from the container agent or the instance metad
         },
         [](const Server::Request& r) { return r.path == "/latest/meta-data/iam/security-credentials/"; });
     ScopedEnv on("AWS_EC2_METADATA_DISABLED", nullptr), ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.server.base().c_str());
-    auto p = remote::credential_chain("us-east-1");
-    const Outcome o = cancel_during(*p, imds, 2);  // the session token came back; the role list is held
-    imds.hold = false;
-    INFO(o.message);
-    CHECK(o.code == remote::kCancelled);
-    CHECK(o.message.find("instance metadata service") != std::string::npos);
-    CHECK(o.seconds < 2.5);
-    CHECK(p->get().access_key == "ASIA5");  // fetched anew: token, role, credentials (requests 3-5)
+    // Stopped while the role list is held (the session token came back); then fetched anew:
+    // token, role, credentials (requests 3-5).
+    check_stopped_fetch(*remote::credential_chain("us-east-1"), imds, 2, "instance metadata service", "ASIA5");
   }
 }
 
@@ -191,18 +167,8 @@ TEST_CASE("a stop ends the wait for another thread's fetch; valid credentials ar
   while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(p->get().access_key == "K1");  // while K2 is fetched, K1 is still good: no wait
   now = 1070;  // K1 has expired: a caller must wait for the fetch under way, or for its stop
-  std::atomic<bool> stop{false};
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    stop = true;
-  });
-  try {
-    p->get(&stop);
-    FAIL("an expired credential was handed out, or the wait was not cancelled");
-  } catch (const remote::S3Error& e) {
-    CHECK(e.code() == remote::kCancelled);
-  }
-  stopper.join();
+  const double waiting_since = mono_now();
+  CHECK(get_with_stop(*p, [&] { return mono_now() > waiting_since + 0.2; }).code == remote::kCancelled);
   release = true;
   refresher.join();
   CHECK(p->get().access_key == "K2");

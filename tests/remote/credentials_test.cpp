@@ -43,7 +43,7 @@ TEST_CASE("the chain: environment first, then the shared files' profile", "[remo
                "[dev]\naws_access_key_id=AKIDDEV\naws_secret_access_key=s2\naws_session_token = tok\n");
   write(conf, "[default]\nregion = eu-west-1\n[profile dev]\nregion = ap-south-1\ns3 =\n  max_concurrent_requests = 4\n"
               "[profile wi]\nrole_arn = arn:aws:iam::1:role/r\nweb_identity_token_file = /t\n"
-              "[profile proc]\ncredential_process = /bin/creds\n");
+              "[profile proc]\ncredential_process = /bin/creds --token abc\n[profile sso]\nsso_session = corp\n");
   ScopedEnv f1("AWS_SHARED_CREDENTIALS_FILE", creds.c_str()), f2("AWS_CONFIG_FILE", conf.c_str());
   {
     ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDENV"), secret("AWS_SECRET_ACCESS_KEY", "senv");
@@ -71,9 +71,16 @@ TEST_CASE("the chain: environment first, then the shared files' profile", "[remo
     CHECK(remote::credential_chain("us-east-1")->source().find("web identity") != std::string::npos);
   }
   {
-    ScopedEnv prof("AWS_PROFILE", "proc");
+    ScopedEnv prof("AWS_PROFILE", "proc");  // run at the first get() (process_credentials_test.cpp)
+    const std::string source = remote::credential_chain("us-east-1")->source();
+    CHECK(source.find("credential_process of profile proc") != std::string::npos);
+    CHECK(source.find("/bin/creds") != std::string::npos);
+    CHECK(source.find("abc") == std::string::npos);  // the program, not its arguments
+  }
+  {
+    ScopedEnv prof("AWS_PROFILE", "sso");
     dlrun::testing::require_error([] { remote::credential_chain("us-east-1"); },
-                                  {"profile proc", "credential_process", "export-credentials"});
+                                  {"profile sso", "sso_session", "export-credentials"});
   }
   {
     ScopedEnv prof("AWS_PROFILE", "nope");
