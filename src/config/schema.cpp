@@ -1,6 +1,8 @@
 // The one list of config fields: names, docs, ranges and choices (see schema.h).
 #include "config/schema.h"
 
+#include "config/choices.h"
+
 namespace dlrun::config {
 namespace {
 
@@ -109,7 +111,7 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.model;
     s.push_back({"model", "the network", {
-      Sreq("name", o.name, "model architecture", {"mlp", "convnet", "resnet18", "resnet34", "resnet50"}),
+      Sreq("name", o.name, "model architecture", registered_choices("model.name")),
       I("num_classes", o.num_classes, 1, 1e6, "output classes (at least the dataset's)"),
       I("in_channels", o.in_channels, 1, 64, "input image channels (must equal the dataset's)"),
       En("stem", o.stem, "ResNet stem: imagenet (7x7/2 conv + max pool) or cifar (3x3/1 conv)"),
@@ -138,7 +140,7 @@ std::vector<Section> describe(Config& c) {
   {
     auto& o = c.data;
     s.push_back({"data", "dataset, loader and augmentation", {
-      Sreq("name", o.name, "dataset", {"synthetic", "fashion_mnist", "mnist", "cifar10", "cifar100", "image_folder", "webdataset"}),
+      Sreq("name", o.name, "dataset", registered_choices("data.name")),
       Snull("root", o.root, "data directory (empty: the dataset's default)"),
       I("batch_size", o.batch_size, 1, 1e7, "GLOBAL batch size per optimizer step (all ranks, all accumulation steps)"),
       I("eval_batch_size", o.eval_batch_size, 1, 1e7, "batch size for evaluation"),
@@ -148,7 +150,7 @@ std::vector<Section> describe(Config& c) {
       B("device_resident", o.device_resident, "keep the whole set on the device and augment there"),
       B("shuffle", o.shuffle, "shuffle training samples every epoch"),
       SL("augment", o.augment, "training transforms (applied in a fixed order, see docs/data.md)",
-         {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}),
+         registered_choices("data.augment")),
       I("image_size", o.image_size, 0, 8192, "resize/crop target (0: native size)"),
       I("crop_padding", o.crop_padding, 0, 1024, "zero padding of `crop`"),
       FL("resized_crop_scale", o.resized_crop_scale, 0, 1, "area range [min, max] of `resized_crop`"),

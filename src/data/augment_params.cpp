@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "config/choices.h"
 #include "data/sample_rng.h"
 #include "data/transforms.h"
 
@@ -15,6 +16,12 @@ const std::vector<std::string>& augment_names() {
   static const std::vector<std::string> n = {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"};
   return n;
 }
+
+namespace {
+// data.augment takes these names (config/choices.h): the schema lists no transform of its own.
+[[maybe_unused]] const bool kNamesRegistered =
+    config::register_choices("data.augment", [] { return augment_names(); });
+}  // namespace
 
 Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool train) {
   Pipeline p;

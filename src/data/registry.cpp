@@ -3,6 +3,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "config/choices.h"
 #include "data/memory_dataset.h"
 #include "data/sampler.h"
 
@@ -50,6 +51,11 @@ std::vector<std::string> names() {
   for (const auto& [name, f] : registry()) out.push_back(name);
   return out;
 }
+
+namespace {
+// data.name takes these names (config/choices.h): the schema lists no dataset of its own.
+[[maybe_unused]] const bool kNamesRegistered = config::register_choices("data.name", names);
+}  // namespace
 
 std::shared_ptr<Dataset> open(const DataOptions& opts, Split split, uint64_t seed) {
   auto it = registry().find(opts.name);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,6 +61,25 @@ class Reporter {
  private:
   std::vector<std::unique_ptr<Sink>> sinks_;
 };
+
+/// What a sink of the run directory may need to be made.
+struct SinkContext {
+  const LogOptions& log;
+  std::string run_dir;       ///< RUN_DIR
+  std::string metrics_jsonl; ///< RUN_DIR/metrics.jsonl
+  int64_t total_steps = 0;   ///< where the run ends
+};
+
+/// One kind of sink rank 0 writes for a run: made when the config asks for it (null otherwise).
+struct SinkKind {
+  const char* name;
+  std::function<std::unique_ptr<Sink>(const SinkContext&)> make;
+};
+
+/// The registry (sinks.cpp): every kind, in the order events reach them -- metrics.jsonl,
+/// TensorBoard (log.tensorboard), the progress display. A new output is its file, its factory's
+/// declaration and a line there, and its setting in options.h and schema.cpp.
+const std::vector<SinkKind>& sink_kinds();
 
 /// Appends one JSON object per event to `path` (created if missing; a resumed run appends).
 std::unique_ptr<Sink> jsonl_sink(const std::string& path);

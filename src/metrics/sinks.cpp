@@ -96,4 +96,13 @@ std::unique_ptr<Sink> progress_sink(const LogOptions& opts, int64_t total_steps,
   return std::make_unique<ProgressSink>(opts, total_steps, out);
 }
 
+const std::vector<SinkKind>& sink_kinds() {
+  static const std::vector<SinkKind> kinds = {
+      {"jsonl", [](const SinkContext& c) { return jsonl_sink(c.metrics_jsonl); }},
+      {"tensorboard", [](const SinkContext& c) { return c.log.tensorboard ? tensorboard_sink(c.run_dir) : nullptr; }},
+      {"progress", [](const SinkContext& c) { return progress_sink(c.log, c.total_steps); }},
+  };
+  return kinds;
+}
+
 }  // namespace dlrun::metrics

@@ -11,6 +11,7 @@
 #include <functional>
 #include <mutex>
 
+#include "config/choices.h"
 #include "models/zoo.h"
 
 namespace dlrun::models {
@@ -70,6 +71,11 @@ std::vector<std::string> names() {
   for (const auto& e : registry()) out.emplace_back(e.name);
   return out;
 }
+
+namespace {
+// model.name takes these names (config/choices.h): the schema lists no model of its own.
+[[maybe_unused]] const bool kNamesRegistered = config::register_choices("model.name", names);
+}  // namespace
 
 std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t input_h, int64_t input_w) {
   const Entry* entry = nullptr;

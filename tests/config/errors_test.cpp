@@ -130,7 +130,7 @@ TEST_CASE("bad enum values list the valid ones", "[config][errors]") {
 TEST_CASE("missing required values are errors naming the choices", "[config][errors]") {
   run_cases({
       {"no model", "data: {name: synthetic}\n", {"model.name", "", 0, 0, "missing required value\nset it in the file"}},
-      {"no data", "model: {name: mlp}\n", {"data.name", "", 0, 0, "one of: synthetic, fashion_mnist, mnist"}},
+      {"no data", "model: {name: mlp}\n", {"data.name", "", 0, 0, "one of: cifar10, cifar100, fashion_mnist"}},
       {"empty file", "", {"model.name", "", 0, 0, "missing required value"}},
       {"only comments", "# nothing here\n", {"model.name", "", 0, 0, "or as model.name=...; one of"}},
       {"empty section", "model:\ndata: {name: synthetic}\n", {"model.name", "", 0, 0, "missing required value"}},

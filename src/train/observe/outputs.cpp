@@ -22,9 +22,9 @@ std::unique_ptr<metrics::Endpoint> open_endpoint(const Config& c, const Placemen
 
 void add_run_sinks(metrics::Reporter& report, const Config& cfg, const RunDir& dir, int64_t total_steps,
                    std::unique_ptr<metrics::Endpoint> endpoint, std::function<double(double)> cost) {
-  report.add(metrics::jsonl_sink(dir.metrics_jsonl()));
-  if (cfg.log.tensorboard) report.add(metrics::tensorboard_sink(dir.path()));
-  report.add(metrics::progress_sink(cfg.log, total_steps));
+  const metrics::SinkContext context{cfg.log, dir.path(), dir.metrics_jsonl(), total_steps};
+  for (const metrics::SinkKind& kind : metrics::sink_kinds())
+    if (auto sink = kind.make(context)) report.add(std::move(sink));
   if (endpoint) {
     endpoint->set_cost(std::move(cost));
     report.add(std::move(endpoint));

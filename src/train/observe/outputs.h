@@ -22,9 +22,10 @@ namespace dlrun::train {
 /// An address that is not IPv4, a port in use or past 65535: exit 2 at log.metrics_port.
 std::unique_ptr<metrics::Endpoint> open_endpoint(const Config& cfg, const Placement& placement);
 
-/// The leader's sinks into `report`: metrics.jsonl and (log.tensorboard) TensorBoard in `dir`,
-/// the progress display over `total_steps` steps, and `endpoint` (null: none) with the run's
-/// cost at a wall time (`cost`: RunAccount::live_cost(), null without a price).
+/// The leader's sinks into `report`: every kind of metrics::sink_kinds() the config asks for
+/// (metrics.jsonl and TensorBoard in `dir`, the progress display over `total_steps` steps), then
+/// `endpoint` (null: none) with the run's cost at a wall time (`cost`: RunAccount::live_cost(),
+/// null without a price).
 void add_run_sinks(metrics::Reporter& report, const Config& cfg, const RunDir& dir, int64_t total_steps,
                    std::unique_ptr<metrics::Endpoint> endpoint, std::function<double(double)> cost);
 

@@ -1,0 +1,79 @@
+// SGD with momentum, Nesterov and decoupled-from-nothing weight decay, as torch.optim.SGD
+// computes it, stepped by ATen's fused kernel (see fused_optimizer.h). Its state: one momentum
+// buffer per parameter ("<p>.momentum_buffer").
+#include <ATen/ops/_fused_sgd.h>
+
+#include "base/error.h"
+#include "train/step/fused_optimizer.h"
+
+namespace dlrun::train {
+namespace {
+
+class FusedSGD : public torch::optim::SGD, public FusedOptimizer {
+ public:
+  using torch::optim::SGD::SGD;
+
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    TORCH_CHECK(!closure, "FusedSGD takes no closure");
+    torch::NoGradGuard no_grad;
+    for (auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      std::vector<torch::Tensor> params, grads, bufs;
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        params.push_back(p);
+        grads.push_back(p.grad());
+        if (o.momentum() == 0) continue;
+        auto& st = state_[p.unsafeGetTensorImpl()];
+        if (!st) {
+          // Zeros, not PyTorch's first-step copy of the gradient: momentum * 0 + grad is that
+          // copy exactly (dampening is 0), and a first step skipped for an fp16 overflow
+          // leaves no uninitialised buffer behind.
+          auto s = std::make_unique<torch::optim::SGDParamState>();
+          s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
+          st = std::move(s);
+        }
+        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*st).momentum_buffer());
+      }
+      if (params.empty()) continue;
+      if (lr)
+        at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), *lr, o.dampening(), o.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
+      else
+        at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
+    }
+    return {};
+  }
+
+  void save_state(const torch::Tensor& p, const std::string& name, TensorDict& out) override {
+    auto it = state_.find(p.unsafeGetTensorImpl());
+    if (it == state_.end()) return;
+    auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
+    if (s.momentum_buffer().defined()) out.emplace_back(name + ".momentum_buffer", s.momentum_buffer());
+  }
+
+  void load_state(const torch::Tensor& p, const std::string&, const Saved& get) override {
+    auto buf = get(".momentum_buffer");
+    if (!buf.defined()) return;
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(buf);
+    state_[p.unsafeGetTensorImpl()] = std::move(s);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& o, const ParamGroups& g) {
+  auto make = [&](double wd) {
+    return std::make_unique<torch::optim::SGDOptions>(
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
+  };
+  DLRUN_CHECK_INPUT(!o.nesterov || o.momentum > 0, "optim.nesterov needs optim.momentum > 0");
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(g.decay, make(o.weight_decay));
+  if (!g.plain.empty()) groups.emplace_back(g.plain, make(0.0));
+  return std::make_unique<FusedSGD>(groups, *make(o.weight_decay));
+}
+
+}  // namespace dlrun::train

@@ -1,0 +1,23 @@
+// The names dlrun's registries give the config (config/choices.h): model.name, data.name and
+// data.augment. The torch-free test binary links no registry, so its config tests register
+// these copies (tests/config/choices_test.cpp); the core tests check that they still equal the
+// registries' own lists (tests/train/registries_test.cpp), so the copies cannot drift.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dlrun::testing {
+
+/// key -> the names in the registry's order.
+inline const std::map<std::string, std::vector<std::string>>& registry_names() {
+  static const std::map<std::string, std::vector<std::string>> names = {
+      {"model.name", {"mlp", "convnet", "resnet18", "resnet34", "resnet50"}},
+      {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
+      {"data.augment", {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}},
+  };
+  return names;
+}
+
+}  // namespace dlrun::testing
