@@ -22,14 +22,13 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "world/listen.h"
 #include "base/log.h"
+#include "distributed/heartbeat.h"
 #include "distributed/rendezvous.h"
 #include "preempt/preempt.h"
 
@@ -67,14 +66,8 @@ struct Group::Impl {
 
   bool cpu_collectives = false;  ///< a CPU backend is registered too (gloo; beside NCCL for host tensors)
 
-  // The heartbeat: every rank adds 1 to "alive/<rank>" every kBeatS through a connection of its
-  // own, so that after a failure a rank can name the peers that went silent (a host taken away
-  // without a word: no FIN, no error of its own in the store).
-  std::string prefix;
-  std::mutex beat_mutex;
-  std::condition_variable beat_cv;
-  bool beat_stop = false;
-  std::thread beat;
+  std::string prefix;  ///< the job's keys in the store
+  std::unique_ptr<Heartbeat> heartbeat;  ///< from when every rank has arrived (heartbeat.h)
 
   c10::intrusive_ptr<c10d::Store> connect_again(double timeout_s) const {
     c10d::TCPStoreOptions o;
@@ -86,39 +79,13 @@ struct Group::Impl {
   }
 
   void start_heartbeat() {
-    beat = std::thread([this] {
-      c10::intrusive_ptr<c10d::Store> s;
-      std::unique_lock<std::mutex> lock(beat_mutex);
-      while (!beat_stop) {
-        lock.unlock();
-        try {
-          if (!s && beat_stop_requested()) break;
-          if (!s) s = connect_again(kBeatS * 2);
-          s->add(fmt::format("alive/{}", world.rank), 1);
-        } catch (const std::exception&) {
-          s.reset();  // the store is gone or slow: try again at the next beat
-        }
-        lock.lock();
-        beat_cv.wait_for(lock, std::chrono::duration<double>(kBeatS), [this] { return beat_stop; });
-      }
-    });
-  }
-
-  bool beat_stop_requested() {
-    std::lock_guard<std::mutex> lock(beat_mutex);
-    return beat_stop;
+    heartbeat = std::make_unique<Heartbeat>(world, [this](double timeout_s) { return connect_again(timeout_s); });
+    heartbeat->start();
   }
 
   void stop_heartbeat() {
-    {
-      std::lock_guard<std::mutex> lock(beat_mutex);
-      beat_stop = true;
-    }
-    beat_cv.notify_all();
-    if (beat.joinable()) beat.join();
+    if (heartbeat) heartbeat->stop();
   }
-
-  static constexpr double kBeatS = 1.0;
 
   ~Impl() { stop_heartbeat(); }  // also when connect() fails after the heartbeat started
 
@@ -144,45 +111,9 @@ struct Group::Impl {
 
   /// Group::silent_ranks().
   std::string silent() const noexcept {
-    if (world.size < 2) return "";
-    try {
-      const auto s = connect_again(2.0);
-      std::vector<std::string> keys;
-      std::vector<int> others;
-      for (int r = 0; r < world.size; ++r)
-        if (r != world.rank) {
-          keys.push_back(fmt::format("alive/{}", r));
-          others.push_back(r);
-        }
-      const auto count = [&] {
-        std::vector<int64_t> out;
-        for (const auto& k : keys) out.push_back(s->add(k, 0));
-        return out;
-      };
-      const auto before = count();
-      std::this_thread::sleep_for(std::chrono::duration<double>(3 * kBeatS));
-      const auto after = count();
-      std::vector<std::string> gone;
-      for (size_t i = 0; i < others.size(); ++i) {
-        if (after[i] != before[i]) continue;
-        std::string where;
-        try {
-          const auto v = s->get(fmt::format("arrived/{}", others[i]));
-          where = " on " + std::string(v.begin(), v.end());
-        } catch (const std::exception&) {
-        }
-        gone.push_back(fmt::format("rank {}{}", others[i], where));
-      }
-      if (gone.empty()) return "";
-      return fmt::format("{} went silent (no heartbeat for {:.0f} s): its process or its host is gone",
-                         fmt::join(gone, ", "), 3 * kBeatS);
-    } catch (const std::exception&) {
-      if (world.rank == 0 && !world.agent_store) return "";
-      return fmt::format("the rendezvous store at {}:{} does not answer: rank 0's process or host is gone",
-                         world.master_addr, world.master_port);
-    }
+    if (heartbeat) return heartbeat->silent();
+    return Heartbeat(world, [this](double timeout_s) { return connect_again(timeout_s); }).silent();
   }
-
 
   /// `t` on a device the group has a backend for: itself, or a copy on the default backend's.
   torch::Tensor on_backend(const torch::Tensor& t) const {
@@ -433,13 +364,13 @@ std::string Group::share_when_ready(const std::string& key, const std::string& t
     double moved = mono_now(), looked = 0;
     while (!impl_->store->check({k})) {
       const double now = mono_now();
-      if (now - looked >= Impl::kBeatS) {  // rank 0's heartbeat: still there?
+      if (now - looked >= Heartbeat::kBeatS) {  // rank 0's heartbeat: still there?
         const int64_t b = impl_->store->add("alive/0", 0);
         if (b != beats) moved = now;
         beats = b;
         looked = now;
       }
-      if (now - moved > 3 * Impl::kBeatS || now > until)
+      if (now - moved > 3 * Heartbeat::kBeatS || now > until)
         throw std::runtime_error(now > until ? "gave up after an hour"
                                              : fmt::format("rank 0's heartbeat stopped {:.0f} s ago", now - moved));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
