@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/build_info.h"
+#include "base/endian.h"
 #include "base/error.h"
 
 namespace dlrun::exporting {
@@ -25,48 +26,14 @@ namespace value { constexpr int kName = 1, kType = 2; }
 namespace type { constexpr int kTensorType = 1, kElemType = 1, kShape = 2; }
 namespace shape { constexpr int kDim = 1, kDimValue = 1, kDimParam = 2; }
 
-constexpr int kVarint = 0, kFixed32 = 5, kLengthDelimited = 2;
-
 }  // namespace
-
-void ProtoWriter::raw_varint(uint64_t v) {
-  while (v >= 0x80) {
-    out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out_.push_back(static_cast<char>(v));
-}
-
-void ProtoWriter::tag(int field, int wire_type) { raw_varint((static_cast<uint64_t>(field) << 3) | wire_type); }
-
-void ProtoWriter::varint(int field, uint64_t v) {
-  tag(field, kVarint);
-  raw_varint(v);
-}
-
-void ProtoWriter::fixed32_float(int field, float v) {
-  tag(field, kFixed32);
-  uint32_t bits = 0;
-  std::memcpy(&bits, &v, 4);
-  for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
-}
-
-void ProtoWriter::bytes(int field, const void* data, size_t n) {
-  tag(field, kLengthDelimited);
-  raw_varint(n);
-  out_.append(static_cast<const char*>(data), n);
-}
-
-void ProtoWriter::bytes(int field, const std::string& s) { bytes(field, s.data(), s.size()); }
 
 std::string OnnxGraph::weight(const std::string& name, const torch::Tensor& t) {
   DLRUN_CHECK(t.is_floating_point(), ExitCode::kRuntime, "ONNX export: weight {} is not floating point", name);
-  const uint16_t probe = 1;
-  uint8_t first = 0;
-  std::memcpy(&first, &probe, 1);
-  DLRUN_CHECK(first == 1, ExitCode::kRuntime, "ONNX export needs a little-endian host (raw_data is little-endian)");
+  DLRUN_CHECK(host_is_little_endian(), ExitCode::kRuntime,
+              "ONNX export needs a little-endian host (raw_data is little-endian)");
   const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  ProtoWriter w;
+  proto::Writer w;
   for (int64_t d : c.sizes()) w.varint(tensor::kDims, static_cast<uint64_t>(d));
   w.varint(tensor::kDataType, tensor::kFloat);
   w.bytes(tensor::kName, name);
@@ -87,21 +54,21 @@ void OnnxGraph::rename_last_output(const std::string& name) {
   nodes_.back().output = name;
 }
 
-ProtoWriter OnnxGraph::value_info(const std::string& name, const std::vector<int64_t>& dims,
+proto::Writer OnnxGraph::value_info(const std::string& name, const std::vector<int64_t>& dims,
                                   const std::string& dynamic) {
-  ProtoWriter s;
+  proto::Writer s;
   for (int64_t d : dims) {
-    ProtoWriter dim;
+    proto::Writer dim;
     if (d < 0) dim.bytes(shape::kDimParam, dynamic);
     else dim.varint(shape::kDimValue, static_cast<uint64_t>(d));
     s.message(shape::kDim, dim);
   }
-  ProtoWriter tensor_type;
+  proto::Writer tensor_type;
   tensor_type.varint(type::kElemType, tensor::kFloat);
   tensor_type.message(type::kShape, s);
-  ProtoWriter t;
+  proto::Writer t;
   t.message(type::kTensorType, tensor_type);
-  ProtoWriter v;
+  proto::Writer v;
   v.bytes(value::kName, name);
   v.message(value::kType, t);
   return v;
@@ -117,16 +84,16 @@ void OnnxGraph::output(const std::string& name, const std::vector<int64_t>& dims
 
 std::string OnnxGraph::model_bytes(const std::string& graph_name, int64_t opset_version, int64_t ir_version,
                                    const std::map<std::string, std::string>& metadata) const {
-  ProtoWriter g;
+  proto::Writer g;
   for (size_t k = 0; k < nodes_.size(); ++k) {
     const Node& n = nodes_[k];
-    ProtoWriter p;
+    proto::Writer p;
     for (const auto& in : n.inputs) p.bytes(node::kInput, in);
     p.bytes(node::kOutput, n.output);
     p.bytes(node::kName, fmt::format("{}_{}", n.op, k));
     p.bytes(node::kOpType, n.op);
     for (const OnnxAttr& a : n.attrs) {
-      ProtoWriter w;
+      proto::Writer w;
       w.bytes(attr::kName, a.name);
       if (const auto* i = std::get_if<int64_t>(&a.value)) {
         w.varint(attr::kI, static_cast<uint64_t>(*i));
@@ -147,17 +114,17 @@ std::string OnnxGraph::model_bytes(const std::string& graph_name, int64_t opset_
   for (const auto& v : inputs_) g.message(graph::kInput, v);
   for (const auto& v : outputs_) g.message(graph::kOutput, v);
 
-  ProtoWriter m;
+  proto::Writer m;
   m.varint(model::kIrVersion, static_cast<uint64_t>(ir_version));
   m.bytes(model::kProducerName, std::string("dlrun"));
   m.bytes(model::kProducerVersion, std::string(build::version()));
   m.message(model::kGraph, g);
-  ProtoWriter op;
+  proto::Writer op;
   op.bytes(opset::kDomain, std::string());
   op.varint(opset::kVersion, static_cast<uint64_t>(opset_version));
   m.message(model::kOpset, op);
   for (const auto& [k, v] : metadata) {
-    ProtoWriter e;
+    proto::Writer e;
     e.bytes(entry::kKey, k);
     e.bytes(entry::kValue, v);
     m.message(model::kMetadata, e);

@@ -1,8 +1,8 @@
 // The ONNX model format written without a protobuf library (docs/design.md, "Writing ONNX"):
 // LibTorch bundles its own protobuf, and a second one linked into dlrun (Debian's, for code
 // generated from onnx.proto) would clash with it symbol for symbol. dlrun writes few messages
-// and only writes them, so they are encoded here from the wire format -- varints, fixed32
-// floats and length-delimited fields -- with the field numbers of onnx.proto (ONNX 1.x).
+// and only writes them, so they are encoded with base/protobuf.h's writer (the wire format, as
+// TensorBoard's events are) and the field numbers of onnx.proto (ONNX 1.x).
 //
 // OnnxGraph collects a graph's nodes, weights, input and output; model_bytes() is the
 // serialized ModelProto. The export's tests read the bytes back with the `onnx` package
@@ -17,23 +17,9 @@
 #include <variant>
 #include <vector>
 
+#include "base/protobuf.h"
+
 namespace dlrun::exporting {
-
-/// One field-by-field protobuf message being written.
-class ProtoWriter {
- public:
-  void varint(int field, uint64_t v);
-  void fixed32_float(int field, float v);
-  void bytes(int field, const std::string& s);
-  void bytes(int field, const void* data, size_t n);
-  void message(int field, const ProtoWriter& m) { bytes(field, m.out_); }
-  const std::string& str() const { return out_; }
-
- private:
-  void tag(int field, int wire_type);
-  void raw_varint(uint64_t v);
-  std::string out_;
-};
 
 /// A node attribute: an int, a float or a list of ints.
 struct OnnxAttr {
@@ -64,11 +50,11 @@ class OnnxGraph {
     std::vector<std::string> inputs;
     std::vector<OnnxAttr> attrs;
   };
-  static ProtoWriter value_info(const std::string& name, const std::vector<int64_t>& dims,
+  static proto::Writer value_info(const std::string& name, const std::vector<int64_t>& dims,
                                 const std::string& dynamic);
   std::vector<Node> nodes_;
-  std::vector<ProtoWriter> weights_;
-  std::vector<ProtoWriter> inputs_, outputs_;
+  std::vector<proto::Writer> weights_;
+  std::vector<proto::Writer> inputs_, outputs_;
   int counter_ = 0;
 };
 

@@ -15,79 +15,37 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/host.h"
+#include "base/protobuf.h"
 
 namespace dlrun::metrics {
-namespace {
-
-// Protobuf wire types.
-constexpr int kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5;
-
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(char(v));
-}
-
-void put_tag(std::string& out, int field, int wire_type) { put_varint(out, uint64_t(field) << 3 | wire_type); }
-
-template <typename T>
-void put_le(std::string& out, T v) {  // little-endian fixed-width integer
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(char(uint8_t(v >> (8 * i))));
-}
-
-void put_bytes(std::string& out, int field, const std::string& bytes) {
-  put_tag(out, field, kBytes);
-  put_varint(out, bytes.size());
-  out += bytes;
-}
-
-void put_double(std::string& out, int field, double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, 8);
-  put_tag(out, field, kFixed64);
-  put_le(out, bits);
-}
-
-void put_float(std::string& out, int field, float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  put_tag(out, field, kFixed32);
-  put_le(out, bits);
-}
-
-}  // namespace
 
 std::string encode_scalar_event(const std::string& tag, float value, int64_t step, double wall_time) {
-  std::string v;  // Summary.Value
-  put_bytes(v, 1, tag);
-  put_float(v, 2, value);
-  std::string summary;
-  put_bytes(summary, 1, v);
-  std::string event;
-  put_double(event, 1, wall_time);
-  put_tag(event, 2, kVarint);
-  put_varint(event, uint64_t(step));  // negative steps take 10 bytes, as protobuf does
-  put_bytes(event, 5, summary);
-  return event;
+  proto::Writer v;  // Summary.Value
+  v.bytes(1, tag);
+  v.fixed32_float(2, value);
+  proto::Writer summary;
+  summary.message(1, v);
+  proto::Writer event;
+  event.fixed64_double(1, wall_time);
+  event.varint(2, uint64_t(step));  // negative steps take 10 bytes, as protobuf does
+  event.message(5, summary);
+  return event.str();
 }
 
 std::string encode_file_version_event(double wall_time) {
-  std::string event;
-  put_double(event, 1, wall_time);
-  put_bytes(event, 3, "brain.Event:2");
-  return event;
+  proto::Writer event;
+  event.fixed64_double(1, wall_time);
+  event.bytes(3, "brain.Event:2");
+  return event.str();
 }
 
 std::string tfrecord_frame(const std::string& data) {
   std::string out;
   out.reserve(data.size() + 16);
-  const uint64_t len = data.size();
-  put_le(out, len);
-  put_le(out, masked_crc32c(out.data(), 8));
+  proto::put_le(out, data.size(), 8);
+  proto::put_le(out, masked_crc32c(out.data(), 8), 4);
   out += data;
-  put_le(out, masked_crc32c(data.data(), data.size()));
+  proto::put_le(out, masked_crc32c(data.data(), data.size()), 4);
   return out;
 }
 
