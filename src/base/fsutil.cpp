@@ -96,6 +96,34 @@ Out read_whole(const std::string& path) {
 std::string read_file(const std::string& path) { return read_whole<std::string>(path); }
 std::vector<char> read_bytes(const std::string& path) { return read_whole<std::vector<char>>(path); }
 
+std::string read_head(const std::string& path, size_t n, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_input("{}: cannot open: {}", path, errstr(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail_input("{}: cannot stat: {}", path, errstr(err));
+  }
+  *size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  std::string out(n, '\0');
+  size_t len = 0;
+  while (len < n) {
+    const ssize_t r = ::read(fd, &out[len], n - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail_input("{}: read failed: {}", path, errstr(err));
+    }
+    if (r == 0) break;
+    len += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  out.resize(len);
+  return out;
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail_runtime("{}: cannot open directory to fsync: {}", dir, errstr(errno));

@@ -28,6 +28,9 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j);
 std::string read_file(const std::string& path);
 /// The same, as bytes (what LibTorch's pickle reader takes).
 std::vector<char> read_bytes(const std::string& path);
+/// The first `n` bytes of a file (fewer when it is shorter), and its size in `*size`: what it
+/// is, told without reading all of it. Throws dlrun::Error (exit 2) naming the file.
+std::string read_head(const std::string& path, size_t n, uint64_t* size);
 /// fsync a directory so that entries created/renamed in it are durable.
 void fsync_dir(const std::string& dir);
 /// rename(2) then fsync the parent directory of `to`.

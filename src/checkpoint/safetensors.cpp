@@ -4,12 +4,19 @@
 
 #include <fmt/ranges.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
-#include <tuple>
 #include <set>
+#include <stdexcept>
+#include <tuple>
 
+#include "base/endian.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/json_limits.h"
@@ -34,10 +41,7 @@ std::string safetensors_dtype(c10::ScalarType type, const std::string& tensor_na
 }
 
 std::string safetensors_bytes(const TensorDict& tensors, const std::map<std::string, std::string>& metadata) {
-  const uint16_t probe = 1;
-  uint8_t first = 0;
-  std::memcpy(&first, &probe, 1);
-  DLRUN_CHECK(first == 1, ExitCode::kRuntime, "safetensors export needs a little-endian host");
+  DLRUN_CHECK(host_is_little_endian(), ExitCode::kRuntime, "safetensors export needs a little-endian host");
 
   std::vector<torch::Tensor> data;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -86,30 +90,46 @@ uint64_t header_length(const std::string& bytes) {
   return len;
 }
 
-}  // namespace
+/// The header's largest size, as the reference implementation (safetensors' MAX_HEADER_SIZE)
+/// refuses a larger one: a header is a few kilobytes per thousand tensors.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-bool looks_like_safetensors(const std::string& bytes) {
-  if (bytes.size() < 10) return false;
-  const uint64_t len = header_length(bytes);
-  return len >= 2 && len <= bytes.size() - 8 && bytes[8] == '{';
-}
+/// A tensor of the header: what it is and where its bytes lie in the data after the header.
+struct Entry {
+  std::string name;
+  c10::ScalarType type;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
 
-TensorDict safetensors_from_bytes(const std::string& bytes, const std::string& what,
-                                  std::map<std::string, std::string>* metadata) {
-  DLRUN_CHECK_INPUT(looks_like_safetensors(bytes), "{}: not a safetensors file (no header length and JSON header)",
-                    what);
-  const uint64_t len = header_length(bytes);
+/// A tensor named twice in the header (the reference refuses the file; a JSON parser keeps
+/// the last).
+struct DuplicateName {
+  std::string name;
+};
+
+/// The header `text` parsed and checked as the reference implementation checks it, for
+/// `data_size` bytes of data after it: the tensors in data order, covering every data byte once
+/// -- no tensor named twice, no two overlapping, no gap between them, none past the data and no
+/// data after the last. Exit 2 naming `what` and the tensor otherwise.
+std::vector<Entry> read_header(const std::string& text, uint64_t data_size, const std::string& what,
+                               std::map<std::string, std::string>* metadata) {
   nlohmann::json header;
   try {
-    header = parse_json_capped(bytes.substr(8, len), 4);
+    std::set<std::string> names;
+    header = nlohmann::json::parse(text, [&names](int depth, nlohmann::json::parse_event_t event, nlohmann::json& v) {
+      if (depth > 4) throw std::runtime_error("nested more than 4 levels deep");
+      if (event == nlohmann::json::parse_event_t::key && depth == 1 && !names.insert(v.get<std::string>()).second)
+        throw DuplicateName{v.get<std::string>()};
+      return true;
+    });
+  } catch (const DuplicateName& d) {
+    fail_input("{}: tensor '{}' is named twice in the safetensors header", what, d.name);
   } catch (const std::exception& e) {
     fail_input("{}: the safetensors header is not JSON: {}", what, e.what());
   }
   DLRUN_CHECK_INPUT(header.is_object(), "{}: the safetensors header is not a JSON object", what);
-  const uint64_t data_size = bytes.size() - 8 - len;
-  const char* data = bytes.data() + 8 + len;
-  // File order is data order for every writer; the header's key order is not kept by all.
-  std::vector<std::tuple<uint64_t, std::string, torch::Tensor>> found;
+  std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (metadata && v.is_object())
@@ -118,16 +138,15 @@ TensorDict safetensors_from_bytes(const std::string& bytes, const std::string& w
       continue;
     }
     try {
-      const auto type = scalar_type_of(v.at("dtype").get<std::string>(), what, name);
+      Entry e{name, scalar_type_of(v.at("dtype").get<std::string>(), what, name), {}, 0, 0};
       // Integers only: a float (9e99) converted to an integer type is undefined behaviour.
-      std::vector<int64_t> shape;
       std::vector<uint64_t> offsets;
       DLRUN_CHECK_INPUT(v.at("shape").is_array() && v.at("data_offsets").is_array(),
                         "{}: tensor '{}': shape and data_offsets must be lists", what, name);
       for (const auto& d : v.at("shape")) {
         const auto i = json_int64(d);
         DLRUN_CHECK_INPUT(i.has_value(), "{}: tensor '{}': a dimension of its shape is not an integer", what, name);
-        shape.push_back(*i);
+        e.shape.push_back(*i);
       }
       for (const auto& o : v.at("data_offsets")) {
         const auto u = json_uint64(o);
@@ -136,26 +155,111 @@ TensorDict safetensors_from_bytes(const std::string& bytes, const std::string& w
       }
       DLRUN_CHECK_INPUT(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size,
                         "{}: tensor '{}': data_offsets outside the file's {} data bytes", what, name, data_size);
+      e.begin = offsets[0];
+      e.end = offsets[1];
       uint64_t numel = 1;
-      for (int64_t d : shape) {
+      for (int64_t d : e.shape) {
         DLRUN_CHECK_INPUT(d >= 0 && (d == 0 || numel <= data_size / static_cast<uint64_t>(d)),
                           "{}: tensor '{}': shape does not fit the file", what, name);
         numel *= static_cast<uint64_t>(d);
       }
-      const uint64_t n = offsets[1] - offsets[0];
-      DLRUN_CHECK_INPUT(numel * c10::elementSize(type) == n, "{}: tensor '{}': {} bytes for shape {} of {}", what,
-                        name, n, fmt::format("{}", fmt::join(shape, "x")), c10::toString(type));
-      auto t = torch::empty(shape, torch::TensorOptions().dtype(type));
-      if (n > 0) std::memcpy(t.data_ptr(), data + offsets[0], n);
-      found.emplace_back(offsets[0], name, std::move(t));
+      const uint64_t n = e.end - e.begin;
+      DLRUN_CHECK_INPUT(numel * c10::elementSize(e.type) == n, "{}: tensor '{}': {} bytes for shape {} of {}", what,
+                        name, n, fmt::format("{}", fmt::join(e.shape, "x")), c10::toString(e.type));
+      entries.push_back(std::move(e));
     } catch (const nlohmann::json::exception& e) {
       fail_input("{}: tensor '{}': malformed header entry ({})", what, name, e.what());
     }
   }
-  std::stable_sort(found.begin(), found.end(),
-                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  // Data order (the header's key order is not kept by every writer), then every byte once.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  uint64_t at = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& e : entries) {
+    DLRUN_CHECK_INPUT(e.begin >= at, "{}: tensor '{}' (bytes {} to {}) overlaps tensor '{}' (which ends at {})", what,
+                      e.name, e.begin, e.end, previous ? previous->name : "", at);
+    DLRUN_CHECK_INPUT(e.begin == at, "{}: tensor '{}' begins at byte {}, leaving {} bytes after {} that no tensor holds",
+                      what, e.name, e.begin, e.begin - at,
+                      previous ? fmt::format("tensor '{}'", previous->name) : std::string("the header"));
+    at = e.end;
+    previous = &e;
+  }
+  DLRUN_CHECK_INPUT(at == data_size, "{}: {} bytes after the last tensor{} that no tensor holds", what, data_size - at,
+                    previous ? fmt::format(" ('{}')", previous->name) : std::string());
+  return entries;
+}
+
+/// The header length of a file whose first bytes are `head` and whose size is `file_size`,
+/// checked (exit 2 naming `what`).
+uint64_t checked_header_length(const std::string& head, uint64_t file_size, const std::string& what) {
+  DLRUN_CHECK_INPUT(looks_like_safetensors(head, file_size),
+                    "{}: not a safetensors file (no header length and JSON header)", what);
+  const uint64_t len = header_length(head);
+  DLRUN_CHECK_INPUT(len <= kMaxHeaderBytes, "{}: the safetensors header is {} bytes, over the {} safetensors allows",
+                    what, len, kMaxHeaderBytes);
+  return len;
+}
+
+}  // namespace
+
+bool looks_like_safetensors(const std::string& head, uint64_t file_size) {
+  if (head.size() < 10 || file_size < 10) return false;
+  const uint64_t len = header_length(head);
+  return len >= 2 && len <= file_size - 8 && head[8] == '{';
+}
+
+bool looks_like_safetensors(const std::string& bytes) { return looks_like_safetensors(bytes, bytes.size()); }
+
+TensorDict safetensors_from_bytes(const std::string& bytes, const std::string& what,
+                                  std::map<std::string, std::string>* metadata) {
+  const uint64_t len = checked_header_length(bytes, bytes.size(), what);
+  const uint64_t data_size = bytes.size() - 8 - len;
+  const char* data = bytes.data() + 8 + len;
   TensorDict out;
-  for (auto& [offset, name, t] : found) out.emplace_back(std::move(name), std::move(t));
+  for (auto& e : read_header(bytes.substr(8, len), data_size, what, metadata)) {
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
+    out.emplace_back(std::move(e.name), std::move(t));
+  }
+  return out;
+}
+
+TensorDict read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DLRUN_CHECK_INPUT(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  DLRUN_CHECK_INPUT(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "{}: not a regular file", path);
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  // Exactly `n` bytes at `offset` into `to`, or exit 2 (a file shorter than it was: truncated
+  // while being read).
+  auto read_at = [&](void* to, uint64_t n, uint64_t offset) {
+    auto* p = static_cast<char*>(to);
+    while (n > 0) {
+      const ssize_t got = ::pread(fd, p, std::min<uint64_t>(n, uint64_t{1} << 30), static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      DLRUN_CHECK_INPUT(got > 0, "{}: cannot read {} bytes at {}: {}", path, n, offset,
+                        got < 0 ? std::strerror(errno) : "the file ends there");
+      p += got, n -= static_cast<uint64_t>(got), offset += static_cast<uint64_t>(got);
+    }
+  };
+  std::string head(static_cast<size_t>(std::min<uint64_t>(file_size, 16)), '\0');
+  read_at(head.data(), head.size(), 0);
+  const uint64_t len = checked_header_length(head, file_size, path);
+  std::string text(static_cast<size_t>(len), '\0');
+  read_at(text.data(), len, 8);
+  TensorDict out;
+  // Each tensor is read straight into its own memory: the file is never held whole.
+  for (auto& e : read_header(text, file_size - 8 - len, path, metadata)) {
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
+    if (e.end > e.begin) read_at(t.data_ptr(), e.end - e.begin, 8 + len + e.begin);
+    out.emplace_back(std::move(e.name), std::move(t));
+  }
   return out;
 }
 

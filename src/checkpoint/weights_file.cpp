@@ -79,15 +79,20 @@ WeightsRead read_weights(const std::string& path,
     return r;
   }
   DLRUN_CHECK_INPUT(fsutil::path_exists(path), "{}: no such file or directory; {}", path, kAccepted);
-  const std::string bytes = fsutil::read_file(path);
   r.path = path;
-  if (looks_like_safetensors(bytes)) {
+  uint64_t size = 0;
+  const std::string head = fsutil::read_head(path, 16, &size);
+  if (looks_like_safetensors(head, size)) {
     r.kind = "safetensors file";
-    r.tensors = safetensors_from_bytes(bytes, path, &r.metadata);
+    r.tensors = read_safetensors(path, &r.metadata);  // tensor by tensor: never the whole file at once
     if (const auto d = r.metadata.find("dlrun_dataset"); d != r.metadata.end())
       r.dataset = nlohmann::json::parse(d->second, nullptr, /*allow_exceptions=*/false);
     if (r.dataset.is_discarded()) r.dataset = nullptr;
-  } else if (starts_with(bytes, "PK\x03\x04")) {
+    DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: a {} with no tensors", path, r.kind);
+    return r;
+  }
+  const std::string bytes = fsutil::read_file(path);
+  if (starts_with(bytes, "PK\x03\x04")) {
     r.kind = "torch file";
     r.tensors = tensors_from_bytes(std::vector<char>(bytes.begin(), bytes.end()), path);
     // A checkpoint's other tensor files are zip dicts too: name them rather than fail on keys.
