@@ -9,8 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/fsutil.h"
 #include "metrics/sink.h"
 #include "metrics/tensorboard.h"
+#include "run/metrics_log.h"
 #include "support/files.h"
 #include "support/scratch_dir.h"
 
@@ -137,4 +139,26 @@ TEST_CASE("the progress display prints messages and shows the loss once it was r
   CHECK_THAT(out, Catch::Contains("step 2/4 (50%) | epoch 0 | loss 1.5000 | 20.0 img/s | lr 0.1"));
   CHECK_THAT(out, Catch::Contains("eval at step 2: accuracy 0.5\n"));
   CHECK(out.find("step 1/4") == std::string::npos);
+}
+
+TEST_CASE("metrics.jsonl: a line torn by a killed process does not swallow the next process's first record",
+          "[metrics][sinks]") {
+  ScratchDir d;
+  const std::string path = d.write("metrics.jsonl", "{\"step\": 1, \"loss\": 0.5}\n{\"step\": 2, \"lo");
+  {
+    metrics::Reporter r;
+    r.add(metrics::jsonl_sink(path));  // a resumed process appends
+    r.report(metrics::Event{"start", 1});
+  }
+  {
+    metrics::Reporter r;  // and one after a clean end adds no blank line
+    r.add(metrics::jsonl_sink(path));
+    r.report(metrics::Event{"start", 2});
+  }
+  const std::string text = fsutil::read_file(path);
+  CHECK(text.find("\"lo\n{") != std::string::npos);  // the torn line ended, then the record
+  CHECK(text.find("\n\n") == std::string::npos);
+  std::vector<std::string> events;
+  train::MetricsLog(path).drain([&](const train::MetricsRecord& rec) { events.push_back(rec.event()); });
+  CHECK(events == std::vector<std::string>{"", "start", "start"});  // the torn line alone is skipped
 }
