@@ -124,6 +124,9 @@ Credentials parse_json_credentials(const std::string& body, const std::string& w
   nlohmann::json j;
   try {
     j = parse_json_capped(body, 8);
+  } catch (const nlohmann::json::parse_error& e) {
+    // Only where: the parser's message quotes the text it last read, which can be a secret.
+    throw S3Error(fmt::format("{}: the answer is not JSON (at byte {})", where, e.byte), 200, kMalformed);
   } catch (const std::exception& e) {
     throw S3Error(fmt::format("{}: the answer is not JSON ({})", where, e.what()), 200, kMalformed);
   }

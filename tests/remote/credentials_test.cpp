@@ -176,6 +176,23 @@ TEST_CASE("container credentials: the authorization token, and the hosts an http
   CHECK(remote::credential_chain("us-east-1")->refreshable());
 }
 
+TEST_CASE("a malformed credentials answer is refused without quoting it: it may hold a secret", "[remote][credentials]") {
+  CleanAwsEnv clean;
+  // The answer breaks off inside its secret; JSON parsers quote the text they last read.
+  Server agent([](const Server::Request&) {
+    return Server::Response{200, "{\"AccessKeyId\": \"ASIAX\", \"SecretAccessKey\": \"s3cr3tSECRETs3cr3t"};
+  });
+  const std::string url = agent.base() + "/v2/credentials/x";
+  ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", url.c_str());
+  try {
+    remote::credential_chain("us-east-1")->get();
+    FAIL("a truncated answer was taken");
+  } catch (const remote::S3Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("not JSON"));
+    CHECK_THAT(std::string(e.what()), !Catch::Contains("s3cr3t") && !Catch::Contains("SECRET"));
+  }
+}
+
 TEST_CASE("the instance role through IMDSv2: a session token first, then the role, then its credentials", "[remote][credentials]") {
   CleanAwsEnv clean;
   std::atomic<bool> has_role{true};
