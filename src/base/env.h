@@ -14,4 +14,7 @@ std::string env(const char* name);
 /// The value of `name`, empty values included; nullopt only when it is unset.
 std::optional<std::string> env_if_set(const char* name);
 
+/// Where temporary files go: $TMPDIR, or /tmp when it is unset or empty.
+std::string temp_dir();
+
 }  // namespace dlrun

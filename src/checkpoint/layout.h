@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ inline constexpr const char* kLatest = kLatestFile;
 inline constexpr int kFormatVersion = 1;
 /// A manifest lists a handful of files; anything larger is not one.
 inline constexpr int64_t kMaxManifestBytes = 1 << 20;
+
+/// The checkpoint name a pointer file (LATEST, BEST; local or remote) holds: its text without
+/// surrounding white space, or nullopt when that is empty or not a plain name (a '/').
+std::optional<std::string> pointer_name(const std::string& text);
 
 /// "step-00001200" -> step 1200, suffix ""; "step-00001200.tmp" -> suffix ".tmp".
 /// False for names that are not checkpoint directories.

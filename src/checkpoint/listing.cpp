@@ -11,11 +11,18 @@
 
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/strings.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/layout.h"
 
 namespace dlrun::ckpt {
 namespace detail {
+
+std::optional<std::string> pointer_name(const std::string& text) {
+  std::string s = trim(text);
+  if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
+  return s;
+}
 
 bool parse_dir_name(const std::string& name, int64_t* step, std::string* suffix) {
   if (name.rfind("step-", 0) != 0) return false;
@@ -108,10 +115,7 @@ namespace {
 std::optional<std::string> read_pointer(const std::string& checkpoints_dir, const char* file) {
   const std::string path = checkpoints_dir + "/" + file;
   if (!fsutil::is_regular_file(path)) return std::nullopt;
-  std::string s = fsutil::read_file(path);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
-  return s;
+  return detail::pointer_name(fsutil::read_file(path));
 }
 
 }  // namespace

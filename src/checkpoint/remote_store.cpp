@@ -123,10 +123,7 @@ std::vector<RemoteEntry> RemoteStore::list() {
 
 std::optional<std::string> RemoteStore::latest() {
   try {
-    std::string s = client_.get_bytes(url_.key(detail::kLatest));
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-    if (s.empty() || s.find('/') != std::string::npos) return std::nullopt;
-    return s;
+    return detail::pointer_name(client_.get_bytes(url_.key(detail::kLatest)));
   } catch (const remote::S3Error& e) {
     if (e.status() == 404) return std::nullopt;
     throw;

@@ -19,6 +19,7 @@
 #include <jpeglib.h>
 
 #include "base/error.h"
+#include "base/strings.h"
 
 namespace dlrun::data {
 
@@ -358,8 +359,7 @@ bool is_image_name(const std::string& name) {
   const std::string base = name.substr(name.rfind('/') + 1);  // (npos + 1 == 0: no folder)
   const auto dot = base.rfind('.');
   if (dot == std::string::npos || dot == 0) return false;  // as std::filesystem: ".jpg" has no extension
-  std::string ext = base.substr(dot);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string ext = lower(base.substr(dot));
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 

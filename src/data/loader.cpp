@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -224,7 +225,7 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const 
   // The batches in flight: every worker's prefetched ones, the one being consumed, and one held
   // by the step that ran before it.
   m.pool_cap = static_cast<size_t>(std::max<int64_t>(1, opts.workers) * std::max<int64_t>(1, opts.prefetch) + 2);
-  if (const char* p = std::getenv("DLRUN_SAMPLE_LOG"); p && *p && spec.train) {
+  if (const std::string p = env("DLRUN_SAMPLE_LOG"); !p.empty() && spec.train) {
     const std::string path = fmt::format("{}.rank{}", p, spec.rank);
     m.sample_log = std::fopen(path.c_str(), "a");
     DLRUN_CHECK(m.sample_log != nullptr, ExitCode::kRuntime, "DLRUN_SAMPLE_LOG: cannot open {}", path);

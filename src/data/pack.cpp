@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/sha256.h"
@@ -70,7 +71,7 @@ PackResult pack_shards(const PackSpec& spec) {
   if (remote) {
     url = remote::parse_s3_url(spec.dest, "data pack --to");
     s3 = std::make_unique<remote::S3Client>(config::s3_config(CheckpointOptions{}), url.bucket);
-    dir = fmt::format("{}/dlrun-pack-{}", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
+    dir = fmt::format("{}/dlrun-pack-{}", temp_dir(), ::getpid());
   }
   if (!remote && fsutil::is_directory(dir))  // a second pack would leave the first one's extra shards listed
     for (const std::string& n : fsutil::list_names(dir))
@@ -156,7 +157,7 @@ PackResult pack_shards(const PackSpec& spec) {
 
 std::string index_shards(const std::string& spec) {
   std::unique_ptr<ShardSource> src = open_source(spec, "shards");
-  const std::string tmp = fmt::format("{}/dlrun-index-{}", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
+  const std::string tmp = fmt::format("{}/dlrun-index-{}", temp_dir(), ::getpid());
   ShardIndex idx;
   try {
     idx = load_index(*src, tmp, "shards");
@@ -179,7 +180,7 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
   DLRUN_CHECK_INPUT(tables, "{}/shardindex.json is a plain wids index without dlrun's sample tables; `dlrun data index "
                     "{}` rewrites it with them", src->describe(), spec);
   VerifyResult r;
-  const std::string tmp = fmt::format("{}/dlrun-verify-{}.tar", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", ::getpid());
+  const std::string tmp = fmt::format("{}/dlrun-verify-{}.tar", temp_dir(), ::getpid());
   for (size_t i = 0; i < idx.shards.size(); ++i) {
     const ShardEntry& want = idx.shards[i];
     const std::string shown = src->describe() + "/" + want.url;

@@ -10,10 +10,12 @@
 #include <fstream>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/strings.h"
 #include "config/remote_options.h"
 #include "data/image_decode.h"
 #include "data/shard_store.h"
@@ -156,8 +158,7 @@ std::string hex_prefix(const std::string& text) { return sha256_hex(text.data(),
 std::string cache_root(const std::string& cache_dir, const ShardSource& src) {
   std::string d = src.describe();
   if (d.rfind("s3://", 0) == 0) d = "s3/" + d.substr(5);
-  while (!d.empty() && d.back() == '/') d.pop_back();
-  return cache_dir + "/" + d;
+  return cache_dir + "/" + strip_trailing(d, '/');
 }
 
 
@@ -236,9 +237,9 @@ std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::str
 
 std::string default_cache_dir(const DataOptions& o) {
   if (!o.cache_dir.empty()) return o.cache_dir;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dlrun/shards";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/dlrun/shards";
+  if (const std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/dlrun/shards";
+  const std::string home = env("HOME");
+  return (home.empty() ? "/tmp" : home) + "/.cache/dlrun/shards";
 }
 
 ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std::string& what) {

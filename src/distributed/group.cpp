@@ -25,12 +25,13 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
-#include "world/listen.h"
 #include "base/log.h"
 #include "distributed/heartbeat.h"
 #include "distributed/rendezvous.h"
 #include "preempt/preempt.h"
+#include "world/listen.h"
 
 namespace dlrun::dist {
 
@@ -128,7 +129,7 @@ bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.r
 /// The gloo transport device: GLOO_SOCKET_IFNAME as in PyTorch; loopback when the job runs
 /// on this host alone; otherwise the address this host's name resolves to.
 std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+  if (const std::string ifname = env("GLOO_SOCKET_IFNAME"); !ifname.empty())
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   if (is_loopback(w.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();

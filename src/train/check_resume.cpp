@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/log.h"
@@ -59,7 +60,7 @@ std::string sha_of(const nlohmann::json& summary) {
 
 std::string launcher_path(const CheckResumeOptions& o, const std::string& self) {
   if (!o.launcher.empty()) return o.launcher;
-  if (const char* env = std::getenv("DLRUN_LAUNCH"); env && *env) return env;
+  if (const std::string env = dlrun::env("DLRUN_LAUNCH"); !env.empty()) return env;
   const std::string beside = fsutil::parent_of(fsutil::parent_of(self)) + "/scripts/dlrun-launch";
   return fsutil::path_exists(beside) ? beside : "dlrun-launch";
 }
@@ -155,8 +156,7 @@ CheckResumeReport check_resume(const CheckResumeOptions& o) {
   const uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}() & 0xffffff;
   std::string work = o.work_dir;
   if (work.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/dlrun-check-resume-XXXXXX";
+    std::string tmpl = temp_dir() + "/dlrun-check-resume-XXXXXX";
     DLRUN_CHECK(::mkdtemp(tmpl.data()) != nullptr, ExitCode::kRuntime, "check-resume: mkdtemp: {}",
                 std::strerror(errno));
     work = tmpl;

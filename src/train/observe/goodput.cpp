@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "run/metrics_log.h"
 
@@ -157,10 +158,10 @@ nlohmann::json interruption_json(const std::vector<Segment>& segments, size_t i,
 
 double price_per_hour(double configured) {
   if (configured > 0) return configured;
-  const char* v = std::getenv("DLRUN_PRICE_PER_HOUR");
-  if (v == nullptr || *v == '\0') return 0;
+  const std::string v = env("DLRUN_PRICE_PER_HOUR");
+  if (v.empty()) return 0;
   char* end = nullptr;
-  const double p = std::strtod(v, &end);
+  const double p = std::strtod(v.c_str(), &end);
   DLRUN_CHECK_INPUT(*end == '\0' && p > 0 && p < 1e6,
                     "DLRUN_PRICE_PER_HOUR={}: not a price per hour (a number > 0 and < 1e6; unset it for none)", v);
   return p;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/fault.h"
 #include "base/fsutil.h"
 #include "base/log.h"
@@ -31,11 +32,11 @@ double stop_deadline(const PreemptionOptions& opts, double stop_time, std::strin
     end = stop_time + d - std::min(2.0, 0.1 * d);
     *why = fmt::format("the {:.0f} s deadline (preemption.deadline_s)", d);
   }
-  const char* v = std::getenv("DLRUN_LAUNCHER_SHUTDOWN_S");
+  const std::string v = env("DLRUN_LAUNCHER_SHUTDOWN_S");
   const double signalled = preempt::signal_time();
-  if (v != nullptr && *v != '\0' && signalled > 0) {
+  if (!v.empty() && signalled > 0) {
     char* rest = nullptr;
-    const double launcher = std::strtod(v, &rest);
+    const double launcher = std::strtod(v.c_str(), &rest);
     if (*rest == '\0' && launcher > 0) {
       const double fits = signalled + std::max(0.5, launcher - std::max(1.0, 0.1 * launcher));
       if (end <= 0 || fits < end) {
