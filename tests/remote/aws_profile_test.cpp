@@ -110,7 +110,8 @@ TEST_CASE("a file the AWS CLI refuses is refused, naming the line but not its te
            std::tuple{"\xef\xbb\xbf[default]\na=1\n", 1, "before the first [section]"},  // a BOM, as botocore
        }) {
     INFO(text);
-    dlrun::testing::require_error([&] { remote::parse_aws_ini(text, "bad.ini"); },
+    const std::string body = text;  // a structured binding cannot be captured in C++17 (clang refuses)
+    dlrun::testing::require_error([&] { remote::parse_aws_ini(body, "bad.ini"); },
                                   {"bad.ini:" + std::to_string(line) + ": ", what, "AWS CLI refuses"});
     try {
       remote::parse_aws_ini(text, "bad.ini");
