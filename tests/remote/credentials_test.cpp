@@ -40,7 +40,7 @@ TEST_CASE("the chain: environment first, then the shared files' profile", "[remo
   dlrun::testing::ScratchDir tmp;
   const std::string creds = tmp.path("credentials"), conf = tmp.path("config");
   write(creds, "# comment\n[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s1\n"
-               "[dev]\naws_access_key_id=AKIDDEV\naws_secret_access_key=s2\naws_session_token = tok\n");
+               "[dev]\naws_access_key_id=AKIDDEV\naws_secret_access_key=SECRET-DEV\naws_session_token = tok\n");
   write(conf, "[default]\nregion = eu-west-1\n[profile dev]\nregion = ap-south-1\ns3 =\n  max_concurrent_requests = 4\n"
               "[profile wi]\nrole_arn = arn:aws:iam::1:role/r\nweb_identity_token_file = /t\n"
               "[profile proc]\ncredential_process = /bin/creds --token abc\n[profile sso]\nsso_session = corp\n");
@@ -60,10 +60,10 @@ TEST_CASE("the chain: environment first, then the shared files' profile", "[remo
     p = remote::credential_chain("us-east-1");
     const auto c = p->get();
     CHECK(c.access_key == "AKIDDEV");
-    CHECK(c.secret_key == "s2");
+    CHECK(c.secret_key == "SECRET-DEV");
     CHECK(c.session_token == "tok");
     CHECK(p->source().find("profile dev") != std::string::npos);
-    CHECK(p->source().find("s2") == std::string::npos);  // a source names no secret
+    CHECK(p->source().find("SECRET-DEV") == std::string::npos);  // a source names no secret (mkdtemp writes no hyphen)
     CHECK(remote::profile_region() == "ap-south-1");
   }
   {
