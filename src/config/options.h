@@ -232,6 +232,10 @@ struct AmpOptions {
 struct DistOptions {
   DistBackend backend = DistBackend::kAuto;
   double timeout_s = 300.0;
+  /// A peer silent this long is lost: the survivors save and exit 75 (0: off). Heartbeats come
+  /// from a thread of their own every second, so a slow step or a long evaluation does not stop
+  /// them; a process frozen longer (SIGSTOP, swapping) would be taken for lost.
+  double peer_timeout_s = 5.0;
   double bucket_mb = 25.0;
   bool sync_bn = false;  ///< BatchNorm statistics over the global batch (all ranks)
 };

@@ -271,6 +271,9 @@ std::vector<Section> describe(Config& c) {
     s.push_back({"dist", "multi-process training", {
       En("backend", o.backend, "collective backend (auto: nccl on CUDA, gloo on the CPU)"),
       F("timeout_s", o.timeout_s, 0, 1e6, "rendezvous and collective timeout in seconds", true),
+      F("peer_timeout_s", o.peer_timeout_s, 0, 3600,
+        "a peer whose heartbeat stops this long (seconds) is lost: the collective the others wait in ends, they save "
+        "the last step they all completed and exit 75 (0: off, wait dist.timeout_s and exit 1)"),
       F("bucket_mb", o.bucket_mb, 0, 1e4, "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)", true),
       B("sync_bn", o.sync_bn, "synchronised BatchNorm: batch statistics over all ranks' samples"),
     }});

@@ -1,6 +1,6 @@
-// The c10d process group and DDP's Reducer behind dist::Group and dist::GradSync (see
-// group.h). This is the one translation unit that includes c10d's headers: ProcessGroupGloo
-// needs gloo's headers (Debian's libgloo-dev; the compiled gloo is the copy inside
+// The c10d process group behind dist::Group (see group.h): rendezvous, the backends and the
+// collectives. This is the one translation unit that includes the backends' headers:
+// ProcessGroupGloo needs gloo's headers (Debian's libgloo-dev; the compiled gloo is the copy inside
 // libtorch_cpu, never Debian's library) and ProcessGroupNCCL needs USE_C10D_NCCL and nccl.h.
 #include "distributed/group.h"
 
@@ -8,14 +8,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/distributed/c10d/comm.hpp>
-#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/csrc/utils/tensor_flatten.h>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <arpa/inet.h>
 #include <fmt/ranges.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,99 +31,153 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "distributed/heartbeat.h"
+#include "distributed/group_impl.h"
 #include "distributed/rendezvous.h"
 #include "preempt/preempt.h"
 #include "world/listen.h"
 
 namespace dlrun::dist {
 
-struct Group::Impl {
-  World world;
-  std::string backend;
-  std::string nccl_version;
-  torch::Device device = torch::kCPU;  ///< where the backend's tensors live
-  std::chrono::milliseconds timeout{0};
-  c10::intrusive_ptr<c10d::Store> store;  ///< dlrun's keys, under "dlrun/<run id>/<restart>/"
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+// ---- Group::Impl ------------------------------------------------------------------------
 
-  [[noreturn]] void fail(const char* what, const std::exception& e) {
-    failed = true;
-    std::string who;
-    try {  // a rank that failed on its own says so in the store (report_failure); a fresh
-           // connection: the main one may be the one stuck until dist.timeout_s
-      const auto s = connect_again(2.0);
-      if (s->check({"failed"})) {
-        const auto v = s->get("failed");
-        who = std::string(v.begin(), v.end());
-      }
-    } catch (const std::exception&) {
-      who = world.rank != 0 ? "rank 0, which hosts the rendezvous store, is gone" : "";
-    }
-    if (who.empty()) who = silent();  // a peer lost without a word: name it
-    throw Error(ExitCode::kRuntime,
-                fmt::format("{} across {} ranks failed{}: {}", what, world.size, who.empty() ? "" : " (" + who + ")",
-                            e.what()),
-                "another rank failed or was killed (its own error is above, or in its log); dist.timeout_s bounds "
-                "how long a rank waits for the others");
+Group::Impl::~Impl() { stop_heartbeat(); }
+
+namespace {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const World& world, const std::string& prefix, double timeout_s) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(world.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, c10::make_intrusive<c10d::TCPStore>(world.master_addr, o));
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> Group::Impl::connect_again(double timeout_s) const {
+  return connect_store(world, prefix, timeout_s);
+}
+
+void Group::Impl::start_heartbeat() {
+  // (copies: the beat thread may outlive this group, stuck on a store that vanished)
+  heartbeat = std::make_unique<Heartbeat>(
+      world, [w = world, p = prefix](double timeout_s) { return connect_store(w, p, timeout_s); });
+  heartbeat->start(peer_timeout_s, [this](const Loss& l) { lose(l); });
+}
+
+void Group::Impl::stop_heartbeat() {
+  if (heartbeat) heartbeat->stop();
+}
+
+void Group::Impl::lose(const Loss& l) noexcept {
+  std::vector<std::function<void(const Loss&)>> tell;
+  {
+    std::lock_guard<std::mutex> lock(loss_mu);
+    if (loss) return;
+    loss = l;
+    lost = true;
+    tell = on_loss;
   }
-
-  bool cpu_collectives = false;  ///< a CPU backend is registered too (gloo; beside NCCL for host tensors)
-
-  std::string prefix;  ///< the job's keys in the store
-  std::unique_ptr<Heartbeat> heartbeat;  ///< from when every rank has arrived (heartbeat.h)
-
-  c10::intrusive_ptr<c10d::Store> connect_again(double timeout_s) const {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<uint16_t>(world.master_port);
-    o.isServer = false;
-    o.waitWorkers = false;
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    return c10::make_intrusive<c10d::PrefixStore>(prefix, c10::make_intrusive<c10d::TCPStore>(world.master_addr, o));
-  }
-
-  void start_heartbeat() {
-    heartbeat = std::make_unique<Heartbeat>(world, [this](double timeout_s) { return connect_again(timeout_s); });
-    heartbeat->start();
-  }
-
-  void stop_heartbeat() {
-    if (heartbeat) heartbeat->stop();
-  }
-
-  ~Impl() { stop_heartbeat(); }  // also when connect() fails after the heartbeat started
-
-  /// Set by a failed collective and by report_failure: the group is closed by abort().
-  std::atomic<bool> failed{false};
-
-  /// Close the process group however the process leaves: shutdown() after a clean run (as
-  /// destroy_process_group: NCCL's communicators finalised, its watchdog stopped), abort() after
-  /// a failure here or in a peer -- a shutdown would wait on a collective a dead peer left
-  /// pending, and the exit would hang. (No-ops for gloo.)
-  void close(bool abort) noexcept {
-    stop_heartbeat();
-    if (!pg) return;
+  failed = true;
+  log::error("distributed: {}; the survivors save what they hold", l.why);
+  // NCCL: the kernels of a collective a lost peer never joins spin on the GPU, and every later
+  // copy to the host would wait behind them. Aborting the communicators ends them (what c10d's
+  // watchdog would do after dist.timeout_s by tearing the process down, the state with it).
+  if (backend == "nccl" && pg) {
     try {
-      abort ? pg->abort() : pg->shutdown();
-      log::info("distributed: {} process group {}", backend,
-                abort ? "aborted (this rank or a peer failed)" : "shut down");
+      pg->abort();
     } catch (const std::exception& e) {
-      log::warn("distributed: closing the {} process group: {}", backend, e.what());
+      log::warn("distributed: aborting NCCL's communicators after the loss: {}", e.what());
     }
-    pg.reset();
   }
+  for (auto& f : tell) {
+    try {
+      f(l);
+    } catch (...) {
+    }
+  }
+}
 
-  /// Group::silent_ranks().
-  std::string silent() const noexcept {
-    if (heartbeat) return heartbeat->silent();
-    return Heartbeat(world, [this](double timeout_s) { return connect_again(timeout_s); }).silent();
-  }
+std::string Group::Impl::loss_text() const {
+  std::lock_guard<std::mutex> lock(loss_mu);
+  return loss ? loss->why : std::string();
+}
 
-  /// `t` on a device the group has a backend for: itself, or a copy on the default backend's.
-  torch::Tensor on_backend(const torch::Tensor& t) const {
-    return t.device() == device || (cpu_collectives && t.is_cpu()) ? t : t.to(device);
+void Group::Impl::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  // In slices, so that a loss the watch sees while this waits ends the wait: the work itself
+  // goes on waiting in the backend (gloo cannot cancel it) and is let go.
+  // NCCL's wait() only orders the current CUDA stream after the collective and returns: the host
+  // learns of a loss at GradSync::settle(), and the loss aborts the communicators (lose()).
+  const bool slices = peer_timeout_s > 0 && backend != "nccl";
+  for (;;) {
+    if (lost) throw PeerLost(fmt::format("{} was ended by a lost peer: {}", what, loss_text()));
+    try {
+      work->wait(std::chrono::milliseconds(slices ? 100 : 0));
+      return;
+    } catch (const std::exception& e) {
+      if (slices && !work->isCompleted()) continue;  // the slice ended, not the work
+      fail(what, e);
+    }
   }
-};
+}
+
+std::string Group::Impl::peer_failure() const noexcept {
+  try {  // a fresh connection: the main one may be the one stuck until dist.timeout_s
+    const auto s = connect_again(2.0);
+    if (!s->check({"failed"})) return "";
+    const auto v = s->get("failed");
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+[[noreturn]] void Group::Impl::fail(const char* what, const std::exception& e) {
+  failed = true;
+  // A rank that failed on its own says so in the store (report_failure): its error is the run's
+  // (exit 1), not a loss to save from -- the restarted run would meet it again.
+  std::string who = peer_failure();
+  if (who.empty() && peer_timeout_s > 0) {  // a peer's connection closed, or a timeout: a loss
+    lose({{}, false, fmt::format("{} across {} ranks failed: {}", what, world.size, e.what())});
+    throw PeerLost(fmt::format("{} failed: {}", what, loss_text()));
+  }
+  if (who.empty() && world.rank != 0) {
+    try {
+      (void)connect_again(2.0);
+    } catch (const std::exception&) {
+      who = "rank 0, which hosts the rendezvous store, is gone";
+    }
+  }
+  if (who.empty()) who = silent();  // a peer lost without a word: name it
+  throw Error(ExitCode::kRuntime,
+              fmt::format("{} across {} ranks failed{}: {}", what, world.size, who.empty() ? "" : " (" + who + ")",
+                          e.what()),
+              "another rank failed or was killed (its own error is above, or in its log); dist.timeout_s bounds "
+              "how long a rank waits for the others");
+}
+
+void Group::Impl::close(bool abort) noexcept {
+  stop_heartbeat();
+  if (!pg) return;
+  try {
+    abort ? pg->abort() : pg->shutdown();
+    log::info("distributed: {} process group {}", backend,
+              abort ? "aborted (this rank or a peer failed)" : "shut down");
+  } catch (const std::exception& e) {
+    log::warn("distributed: closing the {} process group: {}", backend, e.what());
+  }
+  if (lost) {
+    (void)pg.release();  // (its threads wait on the lost peer: destroying it would join them)
+    return;
+  }
+  pg.reset();
+}
+
+std::string Group::Impl::silent() const noexcept {
+  if (heartbeat) return heartbeat->silent();
+  return Heartbeat(world, [this](double timeout_s) { return connect_again(timeout_s); }).silent();
+}
 
 namespace {
 
@@ -133,6 +190,52 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   if (is_loopback(w.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+/// A collective of `g`, issued: a PeerLost when a peer is known lost, the group's failure when
+/// issuing it throws.
+template <typename F>
+c10::intrusive_ptr<c10d::Work> issue(Group::Impl& g, const char* what, const F& start) {
+  if (g.lost) throw PeerLost(fmt::format("{} was not started: a peer is lost: {}", what, g.loss_text()));
+  try {
+    return start();
+  } catch (const std::exception& e) {
+    g.fail(what, e);
+  }
+}
+
+/// The address of this host on the route to `host`:`port` (the one the other hosts reach it
+/// at, the rendezvous store's host included); "127.0.0.1" when it cannot be told.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr)
+    return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t n = sizeof local;
+  char text[INET_ADDRSTRLEN] = {0};
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&  // (UDP: no packet is sent)
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) == 0 &&
+      ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr)
+    out = text;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+/// The tensors of `c` by dtype, each group in its order (what one flat message holds).
+std::vector<std::pair<at::ScalarType, std::vector<at::Tensor>>> by_dtype(const std::vector<at::Tensor>& c) {
+  std::vector<std::pair<at::ScalarType, std::vector<at::Tensor>>> out;
+  for (const auto& t : c) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& g) { return g.first == t.scalar_type(); });
+    if (it == out.end()) it = out.insert(out.end(), {t.scalar_type(), {}});
+    it->second.push_back(t);
+  }
+  return out;
 }
 
 c10d::ReduceOp reduce_op(Reduce op) {
@@ -150,6 +253,7 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
   auto impl = std::make_unique<Impl>();
   impl->world = world;
   impl->timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.timeout_s * 1000));
+  impl->peer_timeout_s = opts.peer_timeout_s;
   const bool nccl = device.is_cuda() && opts.backend != DistBackend::kGloo;
   DLRUN_CHECK_INPUT(!(opts.backend == DistBackend::kNccl && !device.is_cuda()),
                     "dist.backend=nccl needs run.device cuda (this rank trains on {}); use dist.backend: gloo or auto",
@@ -223,6 +327,16 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
   impl->prefix = prefix;
   await_ranks(*impl->store, world, opts.timeout_s);
+  if (impl->peer_timeout_s > 0 && world.size > 1) {  // where the survivors would meet without the store
+    impl->store->set(fmt::format("addr/{}", world.rank), local_address_towards(world.master_addr, world.master_port));
+    std::vector<int> hosts{1};
+    for (int r = world.local_size; r < world.size; r += world.local_size)
+      if (r != 1) hosts.push_back(r);
+    for (int r : hosts) {
+      const auto v = impl->store->get(fmt::format("addr/{}", r));
+      impl->rescue_hosts.emplace_back(r, std::string(v.begin(), v.end()));
+    }
+  }
   impl->start_heartbeat();
 
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "pg/", tcp);
@@ -276,7 +390,16 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
 Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 // Destroyed while an exception unwinds (a failure anywhere in training) or after a failure was
 // recorded: abort; else a clean shutdown.
-Group::~Group() { impl_->close(impl_->failed || std::uncaught_exceptions() > 0); }
+Group::~Group() {
+  const bool abort = impl_->failed || std::uncaught_exceptions() > 0;
+  if (!abort) {  // a clean exit: the watches of the others (dist.peer_timeout_s) do not take it for a loss
+    try {
+      impl_->store->set(fmt::format("left/{}", impl_->world.rank), "1");
+    } catch (...) {
+    }
+  }
+  impl_->close(abort);
+}
 
 std::string Group::silent_ranks() noexcept { return impl_->silent(); }
 
@@ -297,14 +420,10 @@ std::string Group::describe() const {
 
 void Group::all_reduce(torch::Tensor& t, Reduce op) {
   auto c = impl_->on_backend(t);
-  try {
-    std::vector<at::Tensor> v{c};
-    c10d::AllreduceOptions o;
-    o.reduceOp = reduce_op(op);
-    impl_->pg->allreduce(v, o)->wait();
-  } catch (const std::exception& e) {
-    impl_->fail("an all-reduce", e);
-  }
+  std::vector<at::Tensor> v{c};
+  c10d::AllreduceOptions o;
+  o.reduceOp = reduce_op(op);
+  impl_->wait(issue(*impl_, "an all-reduce", [&] { return impl_->pg->allreduce(v, o); }), "an all-reduce");
   if (!c.is_same(t)) t.copy_(c);
 }
 
@@ -313,10 +432,21 @@ void Group::broadcast(std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> c;
   c.reserve(tensors.size());
   for (const auto& t : tensors) c.push_back(impl_->on_backend(t.is_contiguous() ? t : t.contiguous()));
-  try {
-    c10d::broadcast_coalesced(impl_->pg, c, 256u << 20, 0);
-  } catch (const std::exception& e) {
-    impl_->fail("a broadcast from rank 0", e);
+  // Coalesced as c10d::broadcast_coalesced does (one flat message per dtype and 256 MB), each
+  // message waited for through the group's wait, which a lost peer ends.
+  for (const auto& [dtype, group] : by_dtype(c)) {
+    for (size_t first = 0; first < group.size();) {
+      size_t last = first, bytes = 0;
+      while (last < group.size() && (last == first || bytes + group[last].nbytes() <= (256u << 20)))
+        bytes += group[last++].nbytes();
+      std::vector<at::Tensor> part(group.begin() + first, group.begin() + last);
+      std::vector<at::Tensor> flat{torch::utils::flatten_dense_tensors(part)};
+      impl_->wait(issue(*impl_, "a broadcast from rank 0", [&] { return impl_->pg->broadcast(flat); }),
+                  "a broadcast from rank 0");
+      const auto back = torch::utils::unflatten_dense_tensors(flat[0], part);
+      for (size_t i = 0; i < part.size(); ++i) part[i].copy_(back[i]);
+      first = last;
+    }
   }
   for (size_t i = 0; i < c.size(); ++i)
     if (!c[i].is_same(tensors[i])) tensors[i].copy_(c[i]);
@@ -326,12 +456,8 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& t) {
   auto c = impl_->on_backend(t).contiguous();
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < size(); ++r) out[0].push_back(torch::empty_like(c));
-  try {
-    std::vector<at::Tensor> in{c};
-    impl_->pg->allgather(out, in)->wait();
-  } catch (const std::exception& e) {
-    impl_->fail("an all-gather", e);
-  }
+  std::vector<at::Tensor> in{c};
+  impl_->wait(issue(*impl_, "an all-gather", [&] { return impl_->pg->allgather(out, in); }), "an all-gather");
   if (t.device() != c.device())
     for (auto& o : out[0]) o = o.to(t.device());
   return out[0];
@@ -408,78 +534,16 @@ std::vector<int> Group::await_acknowledged(const std::string& key, double second
   return missing;
 }
 
+std::optional<Loss> Group::lost() const {
+  std::lock_guard<std::mutex> lock(impl_->loss_mu);
+  return impl_->loss;
+}
+
 void Group::report_failure(const std::string& what) noexcept {
   impl_->failed = true;
   try {
     impl_->store->set("failed", fmt::format("rank {} failed: {}", rank(), what.substr(0, 2000)));
   } catch (...) {
-  }
-}
-
-// ---- gradient averaging ---------------------------------------------------------------
-
-struct GradSync::State {
-  Group* group = nullptr;
-  std::shared_ptr<c10d::Reducer> reducer;
-  size_t buckets = 0;
-};
-
-GradSync::GradSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb)
-    : state_(std::make_unique<State>()) {
-  state_->group = &group;
-  // Buckets as PyTorch DDP ends up with them once it has rebuilt them in gradient-ready
-  // order after its first step: filled from the last parameter backwards (backward produces
-  // the last layers' gradients first), the first bucket capped at 1 MiB so communication
-  // starts early, the others at bucket_mb MiB. Bucket 0 is ready first and all-reduced first.
-  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
-  const int64_t first = 1024 * 1024;
-  const std::vector<bool> sparse(params.size(), false);
-  std::vector<int64_t> backward_order;  // the original index of each tensor in `reversed`
-  std::vector<torch::Tensor> reversed;
-  for (size_t i = params.size(); i-- > 0;) {
-    backward_order.push_back(static_cast<int64_t>(i));
-    reversed.push_back(params[i]);
-  }
-  auto [indices, limits] = c10d::compute_bucket_assignment_by_size(
-      reversed, {static_cast<size_t>(first), static_cast<size_t>(std::max<int64_t>(cap, 1))}, sparse, backward_order);
-  std::vector<int64_t> limit_list(limits.begin(), limits.end());
-  state_->buckets = indices.size();
-  state_->reducer = std::make_shared<c10d::Reducer>(
-      std::move(params), std::move(indices), group.impl_->pg, sparse, cap, /*find_unused_parameters=*/false,
-      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{}, first,
-      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, std::move(limit_list));
-}
-
-GradSync::~GradSync() = default;
-
-void GradSync::prepare(const torch::Tensor& loss) {
-  // As DDP before each forward: after the first synchronised backward the Reducer re-buckets in
-  // the order the gradients arrived (a collective: every rank reaches it at the same step). Until
-  // it has, each backward appends every parameter to its record of that order, which would
-  // grow by a few KB a step for the whole run.
-  if (state_->reducer->rebuild_buckets())
-    log0::info("dist: gradient buckets rebuilt in the order the first step's gradients arrived");
-  state_->reducer->prepare_for_forward();
-  state_->reducer->prepare_for_backward({loss});
-}
-
-size_t GradSync::buckets() const { return state_->buckets; }
-
-torch::Tensor GradSync::any_rank(const torch::Tensor& flag) {
-  auto t = flag.to(torch::kInt32);
-  state_->group->all_reduce(t, Reduce::kMax);
-  return t.gt(0);
-}
-
-void GradSync::average(const std::vector<torch::Tensor>& grads) {
-  // One tensor at a time, in place: no copy of all the gradients at once, in a step that has
-  // just run out of memory (a contiguous copy only for a tensor that is not).
-  const double n = state_->group->size();
-  for (const auto& g : grads) {
-    torch::Tensor t = g.is_contiguous() ? g : g.contiguous();
-    state_->group->all_reduce(t, Reduce::kSum);
-    t.div_(n);
-    if (!t.is_same(g)) g.copy_(t);
   }
 }
 

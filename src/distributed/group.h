@@ -8,10 +8,13 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "config/options.h"
+#include "distributed/heartbeat.h"
 #include "world/world.h"
 
 namespace dlrun::dist {
@@ -22,6 +25,14 @@ enum class Reduce { kSum, kMax, kMin };
 /// rank waits for the rendezvous store or for the other ranks: nothing has been trained, and a
 /// peer stopped by the same request would never arrive. `dlrun train` exits 75.
 class StoppedDuringRendezvous : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown where this rank waited for a collective that a lost peer ended (dist.peer_timeout_s:
+/// a silent heartbeat, a store that does not answer, a peer's connection closed): the survivors
+/// save what they hold instead of failing (rescue.h, and the trainer's rescue).
+class PeerLost : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -82,12 +93,18 @@ class Group {
   /// a bare "connection closed" (and close this group by abort). Never throws.
   void report_failure(const std::string& what) noexcept;
 
+  /// The first peer loss this rank learned of (its heartbeat's watch, another rank's record of
+  /// one, a collective that failed under it), or nullopt. Once there is one, every collective
+  /// waiting or started ends with PeerLost.
+  std::optional<Loss> lost() const;
+
   struct Impl;
 
  private:
   explicit Group(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   friend class GradSync;
+  friend class Rescue;
 };
 
 /// Gradient averaging for one model, PyTorch DDP-style: buckets of dist.bucket_mb (the
@@ -103,6 +120,10 @@ class GradSync {
   /// called for the other micro-batches, whose backward stays local.
   void prepare(const torch::Tensor& loss);
   size_t buckets() const;
+  /// Before the optimizer's update (dist.peer_timeout_s): throws PeerLost when a peer is lost. With
+  /// NCCL it first waits, on the host, for what the device has queued (the gradients' all-reduce),
+  /// so that an update never runs on gradients a loss cut short: the state stays the boundary's.
+  void settle(const torch::Device& device);
   /// A boolean flag (0-dim, on the model's device) true on every rank when it is on any: an
   /// all-reduce MAX (with NCCL queued on the device like the gradients'; with gloo and a CUDA
   /// model a copy to the host and back, as gloo's gradients are).

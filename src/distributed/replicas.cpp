@@ -7,7 +7,6 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "checkpoint/rng.h"
 #include "distributed/group.h"
 #include "distributed/sync_bn.h"
 #include "models/batchnorm.h"
@@ -123,25 +122,6 @@ void Replicas::share_checkpoint(std::optional<ckpt::Loaded>& from) {
   group_->broadcast(tensors);
 }
 
-std::vector<ckpt::TensorDict> Replicas::rng_states() {
-  const ckpt::TensorDict mine = ckpt::rng_states(device_);
-  if (!group_) return {mine};
-  std::vector<torch::Tensor> parts;
-  for (const auto& [name, t] : mine) parts.push_back(t.to(torch::kCPU).contiguous().view(-1));
-  const auto all = group_->all_gather(torch::cat(parts));  // (bytes) per rank: every rank has the same layout
-  std::vector<ckpt::TensorDict> out;
-  for (const auto& packed : all) {
-    ckpt::TensorDict d;
-    int64_t at = 0;
-    for (const auto& [name, t] : mine) {
-      d.emplace_back(name, packed.narrow(0, at, t.numel()).view(t.sizes()).clone());
-      at += t.numel();
-    }
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
 void Replicas::sync_buffers(torch::nn::Module& model) {
   if (group_ && !cfg_.dist.sync_bn) broadcast_module(*group_, model, /*buffers_only=*/true);
 }
@@ -162,9 +142,27 @@ StepReplication Replicas::replicate(models::Model& model) {
   for (auto& p : model.parameters())
     if (p.requires_grad()) params.push_back(p);
   grad_sync_ = std::make_unique<GradSync>(*group_, params, cfg_.dist.bucket_mb);
+  model_ = &model;
   const bool buffers = !cfg_.dist.sync_bn && !model.buffers().empty();
+  // With the watch on a lost peer, the buffers as each step finds them are kept (a few KB for a
+  // ResNet): a step the loss ends is saved as it began (buffers_at_boundary).
+  const bool keep = cfg_.dist.peer_timeout_s > 0 && !model.buffers().empty();
   std::function<void()> before_step;
-  if (buffers) before_step = [this, &model] { broadcast_module(*group_, model, /*buffers_only=*/true); };
+  if (buffers || keep)
+    before_step = [this, &model, buffers, keep] {
+      copied_ = false;
+      if (buffers) broadcast_module(*group_, model, /*buffers_only=*/true);
+      if (!keep) return;
+      torch::NoGradGuard no_grad;
+      const auto now = model.buffers();
+      if (step_start_.size() != now.size()) {
+        step_start_.clear();
+        for (const auto& b : now) step_start_.push_back(b.detach().clone());
+      } else {
+        for (size_t i = 0; i < now.size(); ++i) step_start_[i].copy_(now[i]);
+      }
+      copied_ = true;
+    };
   log0::info("gradients averaged across {} ranks in {} bucket(s) (dist.bucket_mb={}){}; rank {} trains on {} with "
              "micro-batches of {}",
              group_->size(), grad_sync_->buckets(), cfg_.dist.bucket_mb,
@@ -172,6 +170,17 @@ StepReplication Replicas::replicate(models::Model& model) {
                                : buffers ? "; BatchNorm buffers from rank 0 before each step" : "",
              group_->rank(), device_.str(), cfg_.data.batch_size / (group_->size() * cfg_.train.grad_accum));
   return {grad_sync_.get(), std::move(before_step)};
+}
+
+bool Replicas::buffers_at_boundary(bool mid_step) {
+  if (!model_ || model_->buffers().empty()) return true;
+  const bool same_everywhere = leader() || cfg_.dist.sync_bn;
+  if (!mid_step) return same_everywhere;  // after the step: this rank's own statistics of it
+  if (!copied_) return same_everywhere;   // the broadcast itself failed: the forward has not run
+  torch::NoGradGuard no_grad;
+  const auto now = model_->buffers();
+  for (size_t i = 0; i < now.size() && i < step_start_.size(); ++i) now[i].copy_(step_start_[i]);
+  return true;
 }
 
 }  // namespace dlrun::dist

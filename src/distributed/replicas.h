@@ -66,8 +66,6 @@ class Replicas {
   /// rendezvous store, the tensors broadcast. Only rank 0 reads the run directory and remote
   /// storage, so the other hosts need no shared filesystem.
   void share_checkpoint(std::optional<ckpt::Loaded>& from);
-  /// Every rank's RNG states (rng_states of its device), in rank order.
-  std::vector<ckpt::TensorDict> rng_states();
   /// Rank 0's BatchNorm running statistics on every rank, unless dist.sync_bn keeps them equal
   /// already (DDP's broadcast_buffers): before evaluations and saves.
   void sync_buffers(torch::nn::Module& model);
@@ -80,11 +78,23 @@ class Replicas {
   /// step. Nothing for a world of one.
   StepReplication replicate(models::Model& model);
 
+  /// After a lost peer (dist.peer_timeout_s), before the survivors' rescue: whether this rank's
+  /// BatchNorm buffers are what rank 0 held at the last step boundary -- what a checkpoint of
+  /// that step holds. `mid_step`: the loss ended a step under way, whose forward may have moved
+  /// them; they are put back as the step found them (after rank 0's broadcast, copied then).
+  /// True without buffers, on rank 0, and with dist.sync_bn (every rank holds the same).
+  bool buffers_at_boundary(bool mid_step);
+
  private:
   Group* group_;
   const Config& cfg_;
   torch::Device device_;
   std::unique_ptr<GradSync> grad_sync_;
+  models::Model* model_ = nullptr;  ///< replicate()'s
+  /// The buffers as the step under way found them (with dist.peer_timeout_s): a copy taken
+  /// after rank 0's broadcast, `copied` when the broadcast of the step under way completed.
+  std::vector<torch::Tensor> step_start_;
+  bool copied_ = false;
 };
 
 }  // namespace dlrun::dist

@@ -24,10 +24,12 @@
 #include "base/fault.h"
 #include "base/fsutil.h"
 #include "base/log.h"
+#include "checkpoint/rng.h"
 #include "config/loader.h"
 #include "data/shard_store.h"
 #include "distributed/group.h"
 #include "distributed/replicas.h"
+#include "distributed/rescue.h"
 #include "metrics/sink.h"
 #include "models/fingerprint.h"
 #include "preempt/preempt.h"
@@ -136,6 +138,7 @@ class Trainer {
   bool act_on_verdict();
   void save(SaveReason why, bool sync);
   int stop_and_save();
+  std::optional<int> rescue();
   int finish();
   int64_t epoch() const { return c_.train_loader->position().epoch; }
   nlohmann::json summary(const std::string& status);
@@ -157,6 +160,8 @@ class Trainer {
   CheckpointParts parts_;
   ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
   double start_mono_ = -1;    ///< when begin() ran (-1: the run directory is not ours yet)
+  data::Position boundary_;   ///< the loader's position at the last step boundary (a rescue's)
+  bool in_step_ = false;      ///< inside StepRunner::run: a loss there leaves the boundary's state
 };
 
 int Trainer::run() {
@@ -166,6 +171,7 @@ int Trainer::run() {
     act_on_verdict();  // (its best is the checkpoint resumed from)
     data::Loader& loader = *c_.train_loader;
     while (st_.step < st_.last_step) {
+      boundary_ = loader.position();
       std::vector<data::Batch> micro;
       bool epoch_done = true;  // false: the run ended in the middle of the epoch
       while (std::optional<data::Batch> b = next_batch()) {
@@ -176,6 +182,7 @@ int Trainer::run() {
         profiler_.after_step(st_.step);
         micro.clear();
         if (auto code = at_boundary(false)) return *code;
+        boundary_ = loader.position();
         if (st_.step >= st_.last_step) {
           epoch_done = loader.epoch_consumed();
           break;
@@ -191,6 +198,9 @@ int Trainer::run() {
   } catch (const data::StopWhileWaiting& e) {  // a stop request while the loader waited for a shard (one process)
     log0::info("{}", e.message());
     return stop_and_save();
+  } catch (const std::exception&) {
+    if (auto code = rescue()) return *code;  // a lost peer: the survivors save what they hold
+    throw;
   }
 }
 
@@ -245,7 +255,13 @@ std::optional<data::Batch> Trainer::next_batch() {
 
 void Trainer::step(const std::vector<data::Batch>& micro) {
   const double lr = lr_at(c_.schedule, st_.step);
-  meter_.record(runner_.run(micro, lr, st_.step + 1), st_.step + 1, lr);
+  // Several ranks: each step's draws from (run.seed, rank, step), so that any rank can write
+  // every rank's generators into a checkpoint (the state part "rng").
+  if (replicas_.size() > 1) ckpt::seed_all(ckpt::step_seed(cfg_.run.seed, replicas_.rank(), st_.step + 1));
+  in_step_ = true;
+  StepResult r = runner_.run(micro, lr, st_.step + 1);
+  in_step_ = false;
+  meter_.record(std::move(r), st_.step + 1, lr);
   st_.step += 1;  // the averages' updates inside the step came with it (StepHook)
 }
 
@@ -339,6 +355,77 @@ int Trainer::stop_and_save() {
   replicas_.outcome_read(st_.step);
   if (const int n = preempt::signals_ignored())
     log0::info("{} further signal(s) ignored: the same request delivered again, or after the commit", n);
+  return kInterrupted;
+}
+
+// A peer lost without notice (dist.peer_timeout_s; docs/design.md, "A peer lost without
+// notice"): the survivors agree which step to write and who writes it (dist::Rescue), the writer
+// commits it -- rank 0, or another rank when rank 0 is the one lost -- and every survivor exits 75.
+// nullopt when no peer is lost: the failure is another one, and goes on.
+std::optional<int> Trainer::rescue() {
+  dist::Group* group = replicas_.group();
+  if (!group || !group->lost()) return std::nullopt;
+  const dist::Loss loss = *group->lost();
+  const double lost_at = wall_now();
+  const bool mid_step = std::exchange(in_step_, false);
+  if (mid_step) {  // the optimizer has not run: the step's batches and counters are given back
+    runner_.abandon_step();
+    c_.train_loader->seek(boundary_);
+  }
+  const bool exact = replicas_.buffers_at_boundary(mid_step);
+  log::error("{}; {}: saving the checkpoint of step {} with the other survivors", loss.why,
+             mid_step ? fmt::format("step {} was under way", st_.step + 1) : "at a step boundary", st_.step);
+  dist::Rescue rescue(*group);
+  const dist::RescueDecision d = rescue.agree({replicas_.rank(), st_.step, exact});
+  if (!d.lost) return std::nullopt;
+  const std::string what = fmt::format("the checkpoint of step {} after {}", d.step, loss.why);
+  Checkpointer::StopUpload upload;
+  double commit_time = 0;
+  if (d.writer == replicas_.rank()) {
+    std::string failure;
+    try {
+      if (!leader()) ckpt_.take_over();
+      if (leader() && ckpt_.saved(st_.step)) {
+        ckpt_.wait_written(SaveReason::kPreemption, st_.step);
+      } else {
+        ckpt_.save(SaveReason::kPreemption, /*sync=*/true, st_.step,
+                   [this] { return std::optional<ckpt::Snapshot>(parts_.snapshot_alone()); });
+      }
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    rescue.committed(failure);
+    if (!failure.empty())
+      throw Error(ExitCode::kRuntime, fmt::format("{} could not be written: {}", what, failure));
+    commit_time = wall_now();
+    log::info("{} is committed{}, {:.2f} s after the loss was seen; exiting with code 75", what,
+              d.exact ? "" : " (inexact: rank 0's BatchNorm statistics of that step went with it)",
+              commit_time - lost_at);
+    upload = ckpt_.upload_before_deadline(st_.step, lost_at, "a lost peer");
+  } else {
+    const std::string failure = rescue.await_committed();
+    if (!failure.empty())
+      throw Error(ExitCode::kRuntime, fmt::format("rank {} could not write {}: {}", d.writer, what, failure));
+    log::info("rank {} committed {}; exiting with code 75", d.writer, what);
+  }
+  if (!leader()) return kInterrupted;
+  try {  // rank 0 survived: the run's records
+    metrics::Event e{"peer_lost", d.step};
+    e.message = loss.why;
+    e.scalars = {{"latency_s", commit_time > 0 ? commit_time - lost_at : 0.0}};
+    e.fields = {{"lost_ranks", loss.ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
+                {"writer", d.writer}, {"exact", d.exact}, {"survivors", d.survivors}, {"mid_step", mid_step}};
+    upload.add_to(e, lost_at);
+    account_.add_to(e.fields, "peer_lost");
+    st_.preemption = e.fields;
+    st_.preemption["event"] = "peer_lost";
+    st_.preemption["step"] = d.step;
+    report_.report(std::move(e));
+    dir_.write_summary(summary("interrupted"));
+    report_.close();
+  } catch (const std::exception& e) {
+    log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
+  }
   return kInterrupted;
 }
 

@@ -25,12 +25,6 @@ TEST_CASE("a world of one answers locally", "[train][replicas]") {
   const auto all = one.all_gather(t);
   REQUIRE(all.size() == 1);
   CHECK(torch::equal(all[0], t));
-  // This process's generator, as rank 0 of 1.
-  const auto rngs = one.rng_states();
-  REQUIRE(rngs.size() == 1);
-  const auto mine = ckpt::rng_states(torch::kCPU);
-  REQUIRE(rngs[0].size() == mine.size());
-  CHECK(torch::equal(rngs[0][0].second, mine[0].second));
   // No checkpoint to share, no model to replicate: nothing changes.
   std::optional<ckpt::Loaded> none;
   one.share_checkpoint(none);
@@ -44,4 +38,24 @@ TEST_CASE("a world of one answers locally", "[train][replicas]") {
   CHECK_FALSE(step.before_step);
   const auto after = models::state_dict(*model);
   for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i].second, after[i].second));
+}
+
+// Several ranks draw from (run.seed, rank, step) at each step, so any rank can write every rank's
+// generators (the state part "rng" after a lost peer; docs/design.md).
+TEST_CASE("a step's generators are a function of the seed, the rank and the step", "[train][replicas][rng]") {
+  CHECK(ckpt::step_seed(7, 1, 5) == ckpt::step_seed(7, 1, 5));
+  CHECK(ckpt::step_seed(7, 1, 5) != ckpt::step_seed(7, 2, 5));
+  CHECK(ckpt::step_seed(7, 1, 5) != ckpt::step_seed(7, 1, 6));
+  CHECK(ckpt::step_seed(7, 1, 5) != ckpt::step_seed(8, 1, 5));
+  const uint64_t seed = ckpt::step_seed(7, 1, 5);
+  const ckpt::TensorDict before = ckpt::rng_states(torch::kCPU);
+  const ckpt::TensorDict predicted = ckpt::seeded_rng_states(seed, torch::kCPU);
+  REQUIRE(predicted.size() == before.size());
+  CHECK(torch::equal(ckpt::rng_states(torch::kCPU)[0].second, before[0].second));  // predicting touched nothing ...
+  CHECK_FALSE(torch::equal(predicted[0].second, before[0].second));
+  ckpt::seed_all(seed);  // ... and seeding gives the predicted states
+  CHECK(torch::equal(ckpt::rng_states(torch::kCPU)[0].second, predicted[0].second));
+  const auto draw = torch::rand({4});
+  ckpt::set_rng_states(predicted, torch::kCPU);
+  CHECK(torch::equal(torch::rand({4}), draw));
 }

@@ -233,18 +233,30 @@ def test_resume_on_another_world_size_keeps_the_cursor():
         expect(d < 1e-5, f"2 -> 1 process resume vs uninterrupted: {d:.3g}")
 
 
-def test_a_failing_rank_makes_the_other_exit_1_promptly():
-    with RunDir() as r:
-        start = time.time()
-        env = {"DLRUN_FAULT": "abort_at_step:5", "DLRUN_FAULT_RANK": "1"}
-        with Ranks(2, ["train", TINY, *SAME, *MLP, "--run-dir", r.path, "dist.timeout_s=120"], env) as rs:
-            codes, outs = rs.wait(timeout=100)
-        expect(codes[0] == 1, f"rank 0 exited {codes[0]}:\n{outs[0][-2000:]}")
-        expect(codes[1] not in (0, 75), f"rank 1 exited {codes[1]}")
-        expect(time.time() - start < 60, f"took {time.time() - start:.0f} s: waited for the timeout")
-        expect(r.summary()["status"] == "failed", "summary.json does not record the failure")
-        # The survivor aborts its process group rather than shut it down on a dead peer.
-        expect("gloo process group aborted" in outs[0] and "shut down" not in outs[0], outs[0][-2000:])
+def test_a_killed_rank_makes_the_other_save_and_exit_75_promptly():
+    """Rank 1 dies (abort(), as kill -9) after step 5: rank 0 learns of it from its closed
+    connection, saves step 5 (checkpoint.every_steps is 10) and exits 75 (docs/distributed.md,
+    "When a host is lost"). With the watch off (dist.peer_timeout_s=0) it fails as before:
+    exit 1, its process group aborted rather than shut down on a dead peer."""
+    for watch in (True, False):
+        with RunDir() as r:
+            start = time.time()
+            env = {"DLRUN_FAULT": "abort_at_step:5", "DLRUN_FAULT_RANK": "1"}
+            args = ["train", TINY, *SAME, *MLP, "--run-dir", r.path, "dist.timeout_s=120", "checkpoint.every_steps=10"]
+            with Ranks(2, args + ([] if watch else ["dist.peer_timeout_s=0"]), env) as rs:
+                codes, outs = rs.wait(timeout=100)
+            expect(codes[1] not in (0, 75), f"rank 1 exited {codes[1]}")
+            expect(time.time() - start < 60, f"took {time.time() - start:.0f} s: waited for the timeout")
+            expect("gloo process group aborted" in outs[0] and "shut down" not in outs[0], outs[0][-2000:])
+            if watch:
+                expect(codes[0] == 75, f"rank 0 exited {codes[0]}:\n{outs[0][-2000:]}")
+                expect(open(r.file("checkpoints", "LATEST")).read().strip().endswith("5"), "step 5 is not saved")
+                expect(r.summary()["status"] == "interrupted", r.summary()["status"])
+                expect([m["step"] for m in r.metrics() if m.get("event") == "peer_lost"] == [5], "no peer_lost event")
+            else:
+                expect(codes[0] == 1, f"rank 0 exited {codes[0]}:\n{outs[0][-2000:]}")
+                expect(r.summary()["status"] == "failed", "summary.json does not record the failure")
+                expect(not os.path.exists(r.file("checkpoints", "LATEST")), "saved with the watch off")
 
 
 def test_a_rank_that_never_arrives_is_named():
@@ -397,7 +409,8 @@ def test_launcher_restarts_a_killed_group_and_it_resumes():
                    env={"DLRUN_FAULT": "abort_at_step:12", "DLRUN_FAULT_RANK": "1", "DLRUN_FAULT_RESTART": "0"})
         expect(p.returncode == 0, p.stdout[-3000:])
         starts = [m for m in r.metrics() if m.get("event") == "start"]
-        expect(len(starts) == 2 and starts[1]["step"] in (5, 10), f"the restart did not resume from a checkpoint: {starts}")
+        # (every 5 steps; the survivor saved step 12 itself when rank 1 went: docs/distributed.md)
+        expect(len(starts) == 2 and starts[1]["step"] == 12, f"the restart did not resume from step 12: {starts}")
         d = max_rel_diff(final_params(ref), final_params(r))
         expect(d < 1e-5, f"restarted run vs uninterrupted: {d:.3g}")
 
@@ -458,7 +471,7 @@ if __name__ == "__main__":
           test_without_sync_bn_the_statistics_are_per_rank, test_fused_conv_bn_relu_under_ddp_matches_the_modules,
           test_a_world_of_one_with_a_named_backend_runs_the_distributed_path, test_only_rank_0_writes_and_metrics_aggregate,
           test_a_signal_on_one_rank_stops_both_at_the_same_step_and_resume_continues,
-          test_resume_on_another_world_size_keeps_the_cursor, test_a_failing_rank_makes_the_other_exit_1_promptly,
+          test_resume_on_another_world_size_keeps_the_cursor, test_a_killed_rank_makes_the_other_save_and_exit_75_promptly,
           test_a_rank_that_never_arrives_is_named, test_a_stop_request_during_the_rendezvous_exits_75_promptly,
           test_a_rank_that_reaches_another_programs_store_exits_2_at_once,
           test_launcher_two_workers_finish,

@@ -44,12 +44,20 @@ void Ema::before_step(int64_t step) {
     last_decay_ = decay_at(opts_, step);
     weight_ = 1.0 - last_decay_;
     ++updates_;
+    before_last_step_ = last_step_;
     last_step_ = step;
   }
   if (weights_.empty()) return;
   torch::NoGradGuard no_grad;
   for (auto& w : distinct_weights_) w.fill_(due_ ? weight_ : 0.0);
   if (due_factor_.defined()) due_factor_.fill_(due_ ? 1 : 0);
+}
+
+void Ema::abandon_step() {
+  if (!due_) return;
+  due_ = false;
+  --updates_;
+  last_step_ = before_last_step_;
 }
 
 void Ema::after_update() {

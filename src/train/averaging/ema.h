@@ -49,6 +49,7 @@ class Ema : public WeightAverage {
   /// Before optimizer step `step` (host, before any of the step's device work): whether the
   /// update after it is due, with its decay; counts it. With device weights, fills them.
   void before_step(int64_t step) override;
+  void abandon_step() override;
   /// After the optimizer (device work only): the update before_step() decided. Eager, it is
   /// skipped when not due; with device weights it always runs, with weight 0 when not due.
   void after_update() override;
@@ -76,6 +77,7 @@ class Ema : public WeightAverage {
   std::vector<torch::Tensor> avg_other_, model_other_;  ///< copied (integer buffers)
   int64_t updates_ = 0;
   int64_t last_step_ = -1;
+  int64_t before_last_step_ = -1;  ///< last_step_ before the step under way (abandon_step)
   double last_decay_ = 0;
   bool due_ = false;     ///< the current step updates the average
   double weight_ = 0;    ///< its lerp weight, 1 - d_t

@@ -74,6 +74,8 @@ std::vector<Segment> read_segments(const std::string& metrics_jsonl, uint64_t of
       s.marks.emplace_back(step, t);
     } else if (event == "preempt") {
       s.status = "interrupted";
+    } else if (event == "peer_lost") {
+      s.status = "peer_lost";
     } else if (event == "end") {
       s.status = r.json.value("status", "failed");
     }
@@ -97,6 +99,8 @@ nlohmann::json Goodput::wall_clock_json() const {
           {"downtime_s", downtime_s},
           {"interruptions", interruptions},
           {"interruptions_s", interruptions_s},
+          {"peer_losses", peer_losses},
+          {"peer_lost_s", peer_lost_s},
           {"segments", segments}};
 }
 
@@ -127,12 +131,15 @@ Goodput account(std::vector<Segment> segments, double now, const std::string& li
       g.replayed_s += seconds;
       g.downtime_s += std::max(0.0, next.process_start - s.end);
       if (s.status != "completed") {  // (a completed run continued with more steps was not interrupted)
+        const double lost = stop_of(s) + seconds + startup_of(next);
         g.interruptions += 1;
-        g.interruptions_s += stop_of(s) + seconds + startup_of(next);
+        g.interruptions_s += lost;
+        if (s.status == "peer_lost") g.peer_losses += 1, g.peer_lost_s += lost;
       }
-    } else if (s.status == "interrupted") {  // the live process, stopping now
+    } else if (s.status == "interrupted" || s.status == "peer_lost") {  // the live process, stopping now
       g.interruptions += 1;
       g.interruptions_s += stop_of(s);
+      if (s.status == "peer_lost") g.peer_losses += 1, g.peer_lost_s += stop_of(s);
     }
   }
   return g;

@@ -32,7 +32,7 @@ struct Segment {
   int64_t start_step = 0;    ///< the step it started or resumed at
   int64_t furthest_step = 0; ///< the furthest step it recorded
   double save_stall_s = 0;   ///< training waiting for its periodic saves
-  std::string status;        ///< "completed", "interrupted", "failed"; "" when killed (no end record)
+  std::string status;        ///< "completed", "interrupted", "peer_lost", "failed"; "" when killed (no end record)
   std::vector<std::pair<int64_t, double>> marks;  ///< (step, time) of its step and checkpoint records
 
   /// When it had got to `step`: the time of its last mark at or before `step` (its first step
@@ -56,6 +56,10 @@ struct Goodput {
   double downtime_s = 0;      ///< between segments: not paid
   double interruptions_s = 0; ///< lost to interruptions: each one's stop, replay and the next start-up
   int64_t interruptions = 0;  ///< segments that ended before the run did
+  /// Of those, the ones a lost peer ended (a "peer_lost" event: dist.peer_timeout_s), and what
+  /// they cost: from the last step before the loss to the first step after the restart.
+  int64_t peer_losses = 0;
+  double peer_lost_s = 0;
   int64_t segments = 0;       ///< processes that trained the run
   double useful_s() const;
   /// summary.json's "wall_clock" and, with a price, "cost" (null without).

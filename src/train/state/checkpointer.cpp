@@ -53,7 +53,17 @@ double stop_deadline(const PreemptionOptions& opts, double stop_time, std::strin
 Checkpointer::Checkpointer(const Config& cfg, std::string checkpoints_dir, metrics::Reporter& report,
                            dist::Replicas& replicas, Clock clock)
     : cfg_(cfg), dir_(std::move(checkpoints_dir)), report_(report), replicas_(replicas), clock_(std::move(clock)) {
-  if (cfg_.checkpoint.remote.empty() || !replicas_.leader()) return;
+  if (replicas_.leader()) connect_remote();
+}
+
+void Checkpointer::take_over() {
+  if (writer_) return;
+  connect_remote();
+  open(std::nullopt);
+}
+
+void Checkpointer::connect_remote() {
+  if (cfg_.checkpoint.remote.empty()) return;
   remote_ = std::make_unique<ckpt::RemoteStore>(config::s3_config(cfg_.checkpoint),
                                                 remote::parse_s3_url(cfg_.checkpoint.remote));
   try {

@@ -56,6 +56,10 @@ class Checkpointer {
   /// local checkpoint the run resumed from (the store's LATEST is older: its upload was cut off).
   void open(std::optional<ckpt::FileSet> fetched, bool upload_resumed = false,
             std::unique_ptr<ckpt::SnapshotWriter> writer = nullptr);
+  /// A rank other than the leader that writes the survivors' checkpoint after a lost peer
+  /// (dist.peer_timeout_s; rank 0 may be the one lost): it connects to checkpoint.remote and
+  /// opens a writer of its own, into its --run-dir's checkpoints/, as the leader would have.
+  void take_over();
   /// Every rank, when training starts: the clock of every_minutes starts now.
   void start();
   /// Leader, once the run directory is ours, before open(): set aside the checkpoints of a
@@ -118,6 +122,8 @@ class Checkpointer {
   nlohmann::json summary() const;
 
  private:
+  /// With checkpoint.remote: connect, and check access (a wrong credential or bucket: exit 2).
+  void connect_remote();
   double interval_minutes(int64_t step);
   /// `why`: the failed save's reason; `during`: the save under way when it was learnt (an async
   /// write's failure surfaces at the next save).

@@ -135,15 +135,22 @@ class MicroBatchPart : public ckpt::Part {
   const LiveState& l_;
 };
 
-/// rng-rankNNNNN.pt: the CPU and CUDA generators of every rank, gathered to the leader.
+/// rng-rankNNNNN.pt: the CPU and CUDA generators of every rank. A world of one writes its own;
+/// a multi-process run seeds every rank's generators at each step from (run.seed, rank, step)
+/// (ckpt::step_seed), so any rank writes every rank's states as the next step will seed them --
+/// without a collective, and a lost rank's too (docs/design.md, "A peer lost without notice").
 class RngPart : public ckpt::Part {
  public:
   explicit RngPart(const LiveState& l) : l_(l) {}
-  void gather() override { ranks_ = l_.replicas.rng_states(); }
   void save(ckpt::Snapshot& snap) override {
-    for (size_t r = 0; r < ranks_.size(); ++r)
-      snap.tensor_files[ckpt::rng_file(static_cast<int>(r))] = ckpt::host_copy(ranks_[r]);
-    ranks_.clear();
+    const int n = l_.replicas.size();
+    if (n == 1) {
+      snap.tensor_files[ckpt::rng_file(0)] = ckpt::host_copy(ckpt::rng_states(l_.device));
+      return;
+    }
+    for (int r = 0; r < n; ++r)
+      snap.tensor_files[ckpt::rng_file(r)] = ckpt::host_copy(
+          ckpt::seeded_rng_states(ckpt::step_seed(l_.cfg.run.seed, r, l_.state.step + 1), l_.device));
   }
   void load(const ckpt::Snapshot& snap) override {
     const int rank = l_.replicas.rank();
@@ -168,7 +175,6 @@ class RngPart : public ckpt::Part {
   }
 
   const LiveState& l_;
-  std::vector<ckpt::TensorDict> ranks_;
 };
 
 /// What the evaluations decided so far: the best value, early stopping (state.json "monitor").
@@ -352,6 +358,10 @@ CheckpointParts::~CheckpointParts() = default;
 std::optional<ckpt::Snapshot> CheckpointParts::snapshot() {
   for (auto& [name, p] : parts_) p->gather();
   if (!live_.replicas.leader()) return std::nullopt;
+  return snapshot_alone();
+}
+
+ckpt::Snapshot CheckpointParts::snapshot_alone() {
   ckpt::Snapshot s;
   s.config_yaml = config::to_yaml(live_.cfg, false);
   s.config_hash = sha256_hex(s.config_yaml.data(), s.config_yaml.size());

@@ -67,6 +67,9 @@ class CheckpointParts {
   /// copy of every part with the config and versions: what training stalls for. The other
   /// ranks get nullopt.
   std::optional<ckpt::Snapshot> snapshot();
+  /// The survivors' writer after a lost peer (dist.peer_timeout_s), whichever rank it is: the
+  /// snapshot of what this rank holds, without the collectives (the group is gone).
+  ckpt::Snapshot snapshot_alone();
   /// Check every part against the config (an incompatible model or optimizer: exit 2, naming
   /// the difference; a changed schedule, batch, world size or config key: a warning), then load
   /// every part, with this rank's RNG. A checkpoint whose files hash correctly but hold values

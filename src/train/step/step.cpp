@@ -42,6 +42,10 @@ StepResult StepRunner::run(const std::vector<data::Batch>& micro, double lr, int
   return body(micro);
 }
 
+void StepRunner::abandon_step() {
+  for (StepHook* h : hooks_) h->abandon_step();
+}
+
 StepResult StepRunner::body(const std::vector<data::Batch>& micro) {
   // Phases are timed (step_timer.h) and named for the profiler's trace (profile.*); neither
   // costs anything when off. A step being captured into a CUDA graph is not timed.
@@ -137,6 +141,7 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
   // Whether to apply the update, decided on the device: the fused optimizer kernels skip it
   // where the flag is 1.
   const torch::Tensor skip = precision_.skip(found_inf, r.nonfinite);
+  sync_.before_update(device_);  // a lost peer: the step ends here, as the boundary left the state
   optimizer_step(optim_, skip);
   precision_.update(found_inf);
   for (StepHook* h : hooks_) h->after_update();

@@ -47,6 +47,9 @@ class StepRunner {
   /// One optimizer step (the `step`-th of the run: fault injection and the hooks' schedules)
   /// over `micro` (train.grad_accum micro-batches) at learning rate `lr`.
   StepResult run(const std::vector<data::Batch>& micro, double lr, int64_t step = 0);
+  /// run() ended by a lost peer, before its optimizer update (a step's collectives all come
+  /// before it): the hooks forget the step (StepHook::abandon_step).
+  void abandon_step();
   /// Multi-process: the step becomes one replica of the group (StepSync).
   void distribute(dist::StepReplication r) { sync_.connect(std::move(r)); }
   /// Why a step whose `skipped` is true was skipped (fixed by the configuration).

@@ -21,6 +21,9 @@ class StepHook {
   /// after_update() must read what before_step() decides from device memory at fixed
   /// addresses (a captured kernel replays the arguments it was captured with).
   virtual void prepare_capture() {}
+  /// The step before_step() announced ended before after_update() (a lost peer ended one of its
+  /// collectives): forget what before_step() counted, so the state is the step boundary's.
+  virtual void abandon_step() {}
 };
 
 }  // namespace dlrun::train

@@ -36,6 +36,10 @@ class StepSync {
     if (!r_.grads) return flag;
     return r_.grads->any_rank(torch::full({}, flag ? 1 : 0, torch::TensorOptions().device(device))).item<bool>();
   }
+  /// Before the update: a lost peer ends the step here, the update not applied (GradSync::settle).
+  void before_update(const torch::Device& device) const {
+    if (r_.grads) r_.grads->settle(device);
+  }
   /// The mean over ranks of `grads`, now, in place (a backward that ran without
   /// before_last_backward()).
   void average(const std::vector<torch::Tensor>& grads) const {
