@@ -246,10 +246,6 @@ Response perform(const Request& req) {
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
-  if (!req.aws_sigv4.empty()) {
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.aws_sigv4.c_str());
-    curl_easy_setopt(c, CURLOPT_USERPWD, req.userpwd.c_str());
-  }
 
   const CURLcode rc = curl_easy_perform(c);
   if (rc == CURLE_OK) {

@@ -1,7 +1,7 @@
 // A small HTTP client over libcurl (when built with it, DLRUN_HAVE_CURL), shared by the cloud
 // notice watchers (short metadata requests) and the S3 checkpoint store (large streamed
-// uploads and downloads, signed with libcurl's own AWS SigV4). Proxies are never used;
-// redirects are never followed; credentials passed in a request are never logged. https is
+// uploads and downloads, signed by remote/sigv4.h). Proxies are never used; redirects are never
+// followed; the headers of a request are never logged. https is
 // always verified (the system's CA store or a bundle the caller names, at least TLS 1.2), and a
 // server that TLS refuses is told apart from one that does not answer: the first is a setting
 // or a server to fix, the second a moment to wait out.
@@ -32,9 +32,6 @@ struct Request {
   /// (a longer one aborts the transfer) — so a sink never sees an error document.
   std::function<bool(const char*, size_t)> sink;
   size_t max_body = 64 * 1024;
-  /// AWS SigV4 signing ("aws:amz:REGION:SERVICE") with `userpwd` "KEY:SECRET"; "" for none.
-  std::string aws_sigv4;
-  std::string userpwd;
   long connect_timeout_ms = 1000;
   long timeout_ms = 2000;              ///< whole transfer; 0: no limit (see low_speed_*)
   long low_speed_bytes = 0;            ///< abort when slower than this ...

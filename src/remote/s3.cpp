@@ -1,17 +1,18 @@
 // The S3 client (see s3.h). Every request carries x-amz-content-sha256 (S3 requires it with
-// SigV4, and libcurl 7.88 takes the payload hash from it) and, with temporary credentials,
-// x-amz-security-token; both are then part of the signature, as are the server-side encryption
-// headers of a write.
+// SigV4) and, with temporary credentials, x-amz-security-token; every header sent is part of
+// the signature (sigv4.h), the server-side encryption headers of a write included.
 #include "remote/s3.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <ctime>
 
 #include "base/error.h"
 #include "base/http.h"
 #include "base/sha256.h"
 #include "base/strings.h"
+#include "remote/sigv4.h"
 #include "remote/xml.h"
 
 namespace dlrun::remote {
@@ -286,7 +287,6 @@ struct S3Client::Call {
   Call(const S3Client& c, std::string method, std::string url, std::string sha) : client(c), payload_sha256(std::move(sha)) {
     req.method = std::move(method);
     req.url = std::move(url);
-    req.aws_sigv4 = "aws:amz:" + c.config_.region + ":s3";
     req.connect_timeout_ms = 5000;
     req.timeout_ms = 0;
     req.low_speed_bytes = 1024;  // a stalled transfer (under 1 KB/s for a minute) fails
@@ -335,7 +335,9 @@ struct S3Client::Call {
     req.headers = {"x-amz-content-sha256: " + payload_sha256};
     if (!c.session_token.empty()) req.headers.push_back("x-amz-security-token: " + c.session_token);
     req.headers.insert(req.headers.end(), extra.begin(), extra.end());
-    req.userpwd = c.access_key + ":" + c.secret_key;
+    for (auto& h : sigv4_headers(req.method, req.url, req.headers, payload_sha256, c, client.config_.region, "s3",
+                                 std::time(nullptr)))
+      req.headers.push_back(std::move(h));
   }
   std::vector<std::string> extra;
 };

@@ -1,10 +1,9 @@
 // An S3 client for checkpoints: objects up and down (large files streamed, in parts above a
 // size), listings, copies, deletes, unfinished multipart uploads -- against AWS S3 or any
 // S3-compatible service (MinIO, Cloudflare R2, Google Cloud Storage's XML API with HMAC keys,
-// Alibaba OSS). Requests are signed by libcurl's own AWS SigV4 (CURLOPT_AWS_SIGV4); dlrun writes
-// no signing code, but it builds each URL in canonical form (keys and query encoded, query
-// parameters sorted), because the libcurl of Debian 12 (7.88) signs the path and query exactly
-// as given. Credentials come from a provider (credentials.h: the AWS chain), are fetched again
+// Alibaba OSS). Requests are signed with AWS Signature Version 4 (sigv4.h: libcurl's own signer
+// orders some headers wrongly), over each URL built in canonical form (keys and query encoded,
+// query parameters sorted), which is what is sent and what is signed. Credentials come from a provider (credentials.h: the AWS chain), are fetched again
 // when the service says they expired, and are never logged. What the service answers is
 // untrusted input: parsed as XML by expat (xml.h), keys URL-decoded, every malformed answer
 // an S3Error with code MalformedAnswer. Objects written carry the server-side encryption the
