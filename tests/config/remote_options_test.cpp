@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "config/remote_options.h"
+#include "support/capture.h"
 #include "support/env.h"
 #include "support/errors.h"
 #include "support/scratch_dir.h"
@@ -94,4 +95,21 @@ TEST_CASE("TLS, plain http and server-side encryption settings reach the S3 clie
   CHECK(c.sse.bucket_key);
   o.remote_sse = ServerSideEncryption::kS3;
   CHECK(config::s3_config(o).sse.algorithm == "AES256");
+}
+
+TEST_CASE("the run log says when S3 traffic is unencrypted, once per endpoint", "[remote][s3]") {
+  ScopedEnv id("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), secret("AWS_SECRET_ACCESS_KEY", "s3cr3t"),
+      token("AWS_SESSION_TOKEN", nullptr), ep("AWS_ENDPOINT_URL_S3", nullptr), ep2("AWS_ENDPOINT_URL", nullptr),
+      bundle("AWS_CA_BUNDLE", nullptr);
+  CheckpointOptions o;
+  // Another host, accepted by name (nothing is contacted: s3_config only makes the settings).
+  o.remote_endpoint = "http://unencrypted-log-test.example:9000";
+  o.remote_allow_unencrypted_http = true;
+  std::string err = dlrun::testing::capture_stderr([&] { config::s3_config(o); });
+  CHECK_THAT(err, Catch::Contains("S3 at http://unencrypted-log-test.example:9000: plain http") &&
+                      Catch::Contains("travel UNENCRYPTED") && Catch::Contains("checkpoint.remote_allow_unencrypted_http"));
+  CHECK(dlrun::testing::capture_stderr([&] { config::s3_config(o); }).find("UNENCRYPTED") == std::string::npos);
+  // https: nothing to say.
+  o.remote_endpoint = "https://minio.example:9000";
+  CHECK(dlrun::testing::capture_stderr([&] { config::s3_config(o); }).find("plain http") == std::string::npos);
 }
