@@ -1,6 +1,7 @@
 // libcurl behind http::perform (see http.h).
 #include "base/http.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,27 @@ std::string Response::header(const std::string& name) const {
   for (const auto& [k, v] : headers)
     if (k == name) return v;
   return "";
+}
+
+std::string url_host(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos) return "";
+  const size_t start = scheme + 3;
+  const std::string authority = url.substr(start, url.find_first_of("/?#", start) - start);
+  if (authority.empty() || authority.find('@') != std::string::npos) return "";  // no user:password@ tricks
+  if (authority[0] == '[') {
+    const auto close = authority.find(']');
+    return close == std::string::npos ? "" : authority.substr(0, close + 1);
+  }
+  return authority.substr(0, authority.find(':'));
+}
+
+bool is_loopback_host(const std::string& host) {
+  // A literal loopback IPv4 address: 127. and then digits and dots only (no name that merely
+  // starts so, such as 127.0.0.1.example.com).
+  const bool v4 = host.rfind("127.", 0) == 0 && std::count(host.begin(), host.end(), '.') == 3 &&
+                  host.find_first_not_of("0123456789.") == std::string::npos;
+  return v4 || lower(host) == "localhost" || host == "[::1]";
 }
 
 #ifdef DLRUN_HAVE_CURL
@@ -112,9 +134,38 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return t->req->cancel && t->req->cancel->load() ? 1 : 0;  // non-zero abandons the transfer
 }
 
+/// The words OpenSSL uses when the handshake fails over the TLS version or the server's
+/// certificate (libcurl reports these as CURLE_SSL_CONNECT_ERROR, as it does a connection cut
+/// during the handshake -- which is the network, and worth retrying).
+bool names_a_tls_refusal(const std::string& message) {
+  const std::string m = lower(message);
+  for (const char* words : {"protocol version", "unsupported protocol", "wrong version number", "no protocols available",
+                            "version too low", "certificate verify failed", "handshake failure"})
+    if (m.find(words) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace
 
 bool available() { return true; }
+
+bool tls_refusal(int curl_code, const std::string& message) {
+  switch (curl_code) {
+    case CURLE_PEER_FAILED_VERIFICATION:  // an unknown CA, an expired certificate, another host's name
+    case CURLE_SSL_CACERT_BADFILE:        // the CA file cannot be read
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+      return true;
+    case CURLE_SSL_CONNECT_ERROR:
+      return names_a_tls_refusal(message);
+    default:
+      return false;
+  }
+}
 
 Response perform(const Request& req) {
   static std::once_flag init;
@@ -163,6 +214,12 @@ Response perform(const Request& req) {
   curl_easy_setopt(c, CURLOPT_PROXY, "");
   curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  // https: the server is verified, always; the CA store is the system's unless one is named.
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+  curl_easy_setopt(c, CURLOPT_SSLVERSION,
+                   static_cast<long>(req.tls_min == Tls::k1_3 ? CURL_SSLVERSION_TLSv1_3 : CURL_SSLVERSION_TLSv1_2));
+  if (!req.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, req.ca_file.c_str());
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -189,10 +246,6 @@ Response perform(const Request& req) {
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
-  if (!req.aws_sigv4.empty()) {
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.aws_sigv4.c_str());
-    curl_easy_setopt(c, CURLOPT_USERPWD, req.userpwd.c_str());
-  }
 
   const CURLcode rc = curl_easy_perform(c);
   if (rc == CURLE_OK) {
@@ -208,6 +261,10 @@ Response perform(const Request& req) {
               : t.too_large       ? fmt::format("the answer is larger than {} bytes", req.max_body)
               : errbuf[0]         ? errbuf
                                   : curl_easy_strerror(rc);
+    r.tls_refused = !r.cancelled && tls_refusal(rc, r.error);
+    if (r.tls_refused && rc == CURLE_SSL_CONNECT_ERROR && lower(r.error).find("wrong version number") == std::string::npos &&
+        lower(r.error).find("version") != std::string::npos)  // the server and the floor have no version in common
+      r.error += fmt::format(" (this client accepts TLS {} and later)", req.tls_min == Tls::k1_3 ? "1.3" : "1.2");
     if (!t.too_large) r.status = 0;
   }
   curl_slist_free_all(hdrs);
@@ -220,6 +277,8 @@ Response perform(const Request& req) {
 #else
 
 bool available() { return false; }
+
+bool tls_refusal(int, const std::string&) { return false; }
 
 Response perform(const Request& req) {
   fail_input("{}: dlrun was built without libcurl, which HTTP requests need (install libcurl and rebuild)", req.url);

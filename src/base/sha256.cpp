@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,21 +53,34 @@ std::string Sha256::hex() {
   unsigned int len = 0;
   DLRUN_CHECK(EVP_DigestFinal_ex(impl_->ctx, md, &len) == 1 && len == 32, ExitCode::kRuntime,
               "OpenSSL: SHA-256 finalization failed");
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(64);
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(digits[md[i] >> 4]);
-    out.push_back(digits[md[i] & 0xF]);
-  }
-  impl_->digest = out;
-  return out;
+  impl_->digest = to_hex(std::string(reinterpret_cast<const char*>(md), len));
+  return impl_->digest;
 }
 
 std::string sha256_hex(const void* data, size_t n) {
   Sha256 h;
   h.update(data, n);
   return h.hex();
+}
+
+std::string to_hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 0xF]);
+  }
+  return out;
+}
+
+std::string hmac_sha256(const std::string& key, const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  DLRUN_CHECK(HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+                   data.size(), md, &len) != nullptr && len == 32,
+              ExitCode::kRuntime, "OpenSSL: HMAC-SHA-256 failed");
+  return std::string(reinterpret_cast<const char*>(md), len);
 }
 
 namespace {

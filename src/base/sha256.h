@@ -1,6 +1,7 @@
 // SHA-256, from OpenSSL's libcrypto (EVP interface): checkpoint manifests hash every file on
 // save, resume and verify, and params_sha256 fingerprints a model, so the speed of this hash
-// bounds how fast a preempted run can commit (docs/benchmarks.md has the figures).
+// bounds how fast a preempted run can commit (docs/benchmarks.md has the figures). HMAC-SHA-256
+// signs the S3 client's requests (remote/sigv4.h).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,12 @@ class Sha256 {
 
 /// Digest of a buffer, lower-case hex.
 std::string sha256_hex(const void* data, size_t n);
+
+/// HMAC-SHA-256 of `data` under `key`: the 32 raw bytes (AWS Signature Version 4 chains them).
+std::string hmac_sha256(const std::string& key, const std::string& data);
+
+/// Bytes as lower-case hex.
+std::string to_hex(const std::string& bytes);
 
 /// Digest of a file's contents, read in 1 MiB chunks; `bytes` (if given) receives the size.
 /// Throws dlrun::Error (exit 2) naming the file when it cannot be read.

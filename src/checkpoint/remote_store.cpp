@@ -7,10 +7,13 @@
 #include <map>
 #include <thread>
 
+#include <unistd.h>
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/fsutil.h"
+#include "base/host.h"
 #include "base/json_limits.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -25,7 +28,42 @@ namespace {
               "`dlrun ckpt list s3://...` shows which remote checkpoints are complete");
 }
 
+/// The remote manifest's record of the server-side encryption its objects were stored with.
+constexpr const char* kEncryptionKey = "server_side_encryption";
+
+/// The record in `manifest` (nothing asked when there is none); a malformed one does not verify.
+remote::Encryption recorded_encryption(const nlohmann::json& manifest, const std::string& where) {
+  if (!manifest.contains(kEncryptionKey)) return {};
+  const auto& r = manifest[kEncryptionKey];
+  const bool ok = r.is_object() && r.contains("algorithm") && r["algorithm"].is_string() &&
+                  (!r.contains("kms_key_id") || r["kms_key_id"].is_string()) &&
+                  (!r.contains("bucket_key") || r["bucket_key"].is_boolean());
+  if (!ok) fail_verify(where, fmt::format("manifest.json: malformed '{}' (needs an algorithm)", kEncryptionKey));
+  return {r["algorithm"].get<std::string>(), r.value("kms_key_id", std::string()), r.value("bucket_key", false)};
+}
+
 }  // namespace
+
+std::string remote_hint(const remote::S3Error& e, const std::string& credentials) {
+  const std::string from = credentials.empty() ? "" : " (from " + credentials + ")";
+  if (e.transient()) return "the storage service did not answer or failed on its side; try again later";
+  if (e.code() == remote::kMalformed)
+    return "the endpoint does not answer as S3 does: check checkpoint.remote_endpoint (--remote-endpoint)";
+  if (e.code() == remote::kTlsRefused)
+    return "the store's certificate must verify: name the CA that signed it with checkpoint.remote_ca_bundle "
+           "(--remote-ca-bundle) or AWS_CA_BUNDLE (a private CA), and check the endpoint's host name and the "
+           "certificate's dates; checkpoint.remote_tls_min: 1.3 (--remote-tls-min) needs a store that speaks TLS 1.3";
+  if (e.code() == remote::kNotEncrypted)
+    return "the store did not apply checkpoint.remote_sse (--remote-sse): some S3-compatible stores have no "
+           "server-side encryption";
+  if (e.status() == 403 && e.code() == "AccessDenied")
+    return fmt::format("give the credentials{} the permission named above: docs/security.md, \"Least privilege\", "
+                       "has the policy dlrun needs (a bucket policy may also require encryption: checkpoint.remote_sse)",
+                       from);
+  return fmt::format("check the credentials{} (docs/checkpoints.md, \"Credentials\"), the bucket and prefix, the "
+                     "endpoint (checkpoint.remote_endpoint, --remote-endpoint) and the region",
+                     from);
+}
 
 Patience::Patience(double budget_s, std::function<bool()> stop, std::function<void(double)> sleep)
     : budget_s_(budget_s), stop_(std::move(stop)), sleep_(std::move(sleep)) {}
@@ -59,16 +97,25 @@ RemoteStore::RemoteStore(remote::S3Config config, remote::S3Url url)
 }
 
 void RemoteStore::check_access() {
+  // Each request of a run, once: what the store refuses now would otherwise fail hours later.
+  const std::string probe = url_.key(fmt::format(".dlrun-access-check.{}.{}", hostname("host"), ::getpid()));
   try {
-    client_.list(url_.dir(), "/");
+    client_.list(url_.dir(), "/");            // s3:ListBucket (resume, retention)
+    latest();                                 // s3:GetObject (absent is an answer too)
+    client_.pending_uploads(url_.dir());      // s3:ListBucketMultipartUploads (retention)
+    client_.remove(probe);                    // s3:DeleteObject (absent: nothing to delete)
+    client_.put_bytes(probe, "written by dlrun to check its access; removed at once\n", "text/plain");  // s3:PutObject, KMS
+    client_.get(probe, [](const char*, size_t) {});  // kms:Decrypt where SSE-KMS applies
+    client_.remove(probe);
+    try {  // s3:AbortMultipartUpload: an upload that does not exist is 404 to whoever may abort it
+      client_.abort_upload({probe, "dlrun-access-check"});
+    } catch (const remote::S3Error& e) {
+      if (e.transient() || e.status() == 403 || e.code() == remote::kTlsRefused || e.code() == remote::kCancelled) throw;
+    }
   } catch (const remote::S3Error& e) {
     if (e.transient()) fail_runtime("checkpoint.remote {}: {}", url_.str(), e.what());
     throw Error(ExitCode::kBadInput, fmt::format("checkpoint.remote {}: bucket {}: {}", url_.str(), url_.bucket, e.what()),
-                e.code() == remote::kMalformed
-                    ? "the endpoint does not answer as S3 does: check checkpoint.remote_endpoint"
-                    : fmt::format("check the credentials (from {}), the bucket name, checkpoint.remote_endpoint and "
-                                  "checkpoint.remote_region (docs/checkpoints.md, \"Credentials\")",
-                                  config_.credentials->source()));
+                remote_hint(e, config_.credentials->source()));
   }
 }
 
@@ -88,11 +135,22 @@ uint64_t RemoteStore::upload(const std::string& local_dir) {
     sent += bytes;
   }
   fault::at_upload_point("files");
-  uint64_t manifest_bytes = 0;
-  const std::string manifest = local_dir + "/" + detail::kManifest;
-  const std::string manifest_sha = sha256_file(manifest, &manifest_bytes);
-  client_.put_file(url_.key(name + "/" + detail::kManifest), manifest, manifest_bytes, manifest_sha);
-  sent += manifest_bytes;
+  const std::string manifest = local_dir + "/" + detail::kManifest, manifest_key = url_.key(name + "/" + detail::kManifest);
+  const remote::Encryption& sse = config_.sse;
+  if (sse.algorithm.empty() && !v.manifest.contains(kEncryptionKey)) {  // the local manifest as it is
+    uint64_t manifest_bytes = 0;
+    const std::string manifest_sha = sha256_file(manifest, &manifest_bytes);
+    client_.put_file(manifest_key, manifest, manifest_bytes, manifest_sha);
+    sent += manifest_bytes;
+  } else {  // with the record of the encryption this upload asked for (and the service confirmed)
+    nlohmann::json m = v.manifest;
+    m.erase(kEncryptionKey);  // a downloaded checkpoint's record is of its earlier upload
+    if (!sse.algorithm.empty())
+      m[kEncryptionKey] = {{"algorithm", sse.algorithm}, {"kms_key_id", sse.kms_key_id}, {"bucket_key", sse.bucket_key}};
+    const std::string text = m.dump(1) + "\n";
+    client_.put_bytes(manifest_key, text, "application/json");
+    sent += text.size();
+  }
   fault::at_upload_point("manifest");
   client_.put_bytes(url_.key(detail::kLatest), name + "\n", "text/plain");
   fault::at_upload_point("latest");
@@ -133,8 +191,9 @@ std::optional<std::string> RemoteStore::latest() {
 FileSet RemoteStore::download(const std::string& name, bool keep) {
   const std::string where = url_.str(name);
   std::string manifest_text;
+  remote::Encryption manifest_sse;
   try {
-    client_.get(url_.key(name + "/" + detail::kManifest), [&](const char* p, size_t n) {
+    manifest_sse = client_.get(url_.key(name + "/" + detail::kManifest), [&](const char* p, size_t n) {
       if (manifest_text.size() + n > size_t(detail::kMaxManifestBytes))  // the local reader's cap
         fail_verify(where, fmt::format("manifest.json: larger than {} bytes, not a dlrun manifest",
                                        detail::kMaxManifestBytes));
@@ -164,6 +223,15 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
                              "--run-dir and another checkpoint.remote prefix)");
     fail_verify(where, why);
   }
+  // Every object must be stored as the manifest records (an object replaced by one written
+  // without encryption is not this checkpoint's).
+  const remote::Encryption recorded = recorded_encryption(set.manifest, where);
+  auto check_stored = [&](const std::string& file, const remote::Encryption& got) {
+    if (!remote::satisfies(got, recorded))
+      fail_verify(where, fmt::format("{}: stored with server-side encryption {}; manifest.json records {}", file,
+                                     got.describe(), recorded.describe()));
+  };
+  check_stored(detail::kManifest, manifest_sse);
   for (const auto& f : set.manifest["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
@@ -174,9 +242,10 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
     Sha256 h;
     std::vector<char> bytes;
     uint64_t size = 0;
+    remote::Encryption stored;
     const auto expected = f["bytes"].get<uint64_t>();
     try {
-      client_.get(url_.key(name + "/" + file), [&](const char* p, size_t n) {
+      stored = client_.get(url_.key(name + "/" + file), [&](const char* p, size_t n) {
         if (size + n > expected)  // never hold more than the manifest promises
           fail_verify(where, fmt::format("{}: larger than the {} bytes manifest.json lists", file, expected));
         h.update(p, n);
@@ -189,6 +258,7 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
     }
     const std::string why = detail::file_mismatch(f, size, h.hex());
     if (!why.empty()) fail_verify(where, why);
+    check_stored(file, stored);
     set.files.emplace_back(file, std::move(bytes));
   }
   set.files.emplace_back(detail::kManifest, std::vector<char>(manifest_text.begin(), manifest_text.end()));

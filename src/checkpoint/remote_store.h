@@ -8,7 +8,9 @@
 //
 // A reader that sees LATEST sees a checkpoint whose every file is there; a step directory
 // without its manifest (an upload cut short) is incomplete and never used. Downloads are
-// checked against the manifest's sizes and SHA-256 as they stream in.
+// checked against the manifest's sizes and SHA-256 as they stream in. With server-side
+// encryption asked for (checkpoint.remote_sse), the uploaded manifest records it
+// ("server_side_encryption") and a download checks every object is stored so.
 #pragma once
 
 #include <atomic>
@@ -77,15 +79,24 @@ class Patience {
   int retries_ = 0;
 };
 
+/// What to do about a failed request to the store: retry later, fix the endpoint, the CAs or
+/// the TLS floor, the encryption, a permission (docs/security.md), or the credentials (from
+/// `credentials`, a source's name, when known) and the bucket.
+std::string remote_hint(const remote::S3Error& e, const std::string& credentials = {});
+
 class RemoteStore {
  public:
   RemoteStore(remote::S3Config config, remote::S3Url url);
   const remote::S3Url& url() const { return url_; }
   const remote::S3Config& config() const { return config_; }
 
-  /// A listing of the prefix: a wrong credential, bucket or endpoint, missing credentials or an
-  /// answer that is not S3's is dlrun::Error (exit 2) naming the bucket and the reason; no
-  /// answer at all is exit 1 (transient).
+  /// Every kind of request a training run makes, once, before it starts: list the prefix,
+  /// read LATEST, list unfinished uploads, write, read back and delete a small probe object
+  /// under the prefix (with the encryption asked for), abort an upload that does not exist. A
+  /// wrong credential, bucket or endpoint, a missing permission (named), a server TLS refuses,
+  /// a store that ignores the encryption asked for, missing credentials or an answer that is
+  /// not S3's is dlrun::Error (exit 2) naming the bucket and the reason; no answer at all is
+  /// exit 1 (transient).
   void check_access();
   /// Upload a committed local checkpoint: every file its manifest lists, then the manifest,
   /// then LATEST. Returns the bytes sent. Throws remote::S3Error on failure.

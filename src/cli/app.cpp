@@ -10,6 +10,7 @@
 #include "base/build_info.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoint/remote_store.h"
 #include "preempt/preempt.h"
 #include "remote/s3.h"
 
@@ -85,12 +86,7 @@ int main(int argc, char** argv) {
     // Object storage that answered "no" (credentials, bucket, key) is bad input; one that did
     // not answer, or failed on its side, is a runtime failure worth retrying.
     const bool bad = !e.transient() && e.code() != remote::kCancelled;
-    std::fprintf(stderr, "dlrun: %s: %s\n  hint: %s\n", bad ? "error" : "fatal", e.what(),
-                 !bad ? "the storage service did not answer or failed on its side; try again later"
-                 : e.code() == remote::kMalformed
-                     ? "the endpoint does not answer as S3 does: check --remote-endpoint (or checkpoint.remote_endpoint)"
-                     : "check the credentials (docs/checkpoints.md, \"Credentials\"), the bucket and prefix, the "
-                       "endpoint (--remote-endpoint or checkpoint.remote_endpoint) and the region");
+    std::fprintf(stderr, "dlrun: %s: %s\n  hint: %s\n", bad ? "error" : "fatal", e.what(), ckpt::remote_hint(e).c_str());
     return static_cast<int>(bad ? ExitCode::kBadInput : ExitCode::kRuntime);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "dlrun: fatal: torch: %s\n", e.what_without_backtrace());

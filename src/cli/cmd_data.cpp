@@ -1,9 +1,11 @@
 // `dlrun data pack|index|verify`: WebDataset shards from a dataset dlrun reads, the index of
 // shards written elsewhere, and a check of shards against their index (data/pack.h).
 //   dlrun data pack --dataset image_folder --root DIR [--split train|eval] --to DIR|s3://...
-//                   [--prefix NAME] [--shard-size-mb N] [--samples-per-shard N]
+//                   [--prefix NAME] [--shard-size-mb N] [--samples-per-shard N] [--remote-* ...]
 //   dlrun data index SHARDS     (a directory, a brace pattern or an s3:// prefix)
 //   dlrun data verify SHARDS    (exit 0: every shard matches its index; 2: the list of those that do not)
+// The --remote-* options (cli/remote_args.h) say how to reach an s3:// store and, for pack and
+// index, the server-side encryption of what they write.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "cli/app.h"
+#include "cli/remote_args.h"
 #include "data/pack.h"
 
 namespace dlrun::cli {
@@ -23,6 +26,7 @@ struct PackArgs {
   std::string dataset = "image_folder", root, split = "train", to, prefix;
   int64_t shard_mb = 256;
   int64_t shard_samples = 0;
+  RemoteArgs remote;
 };
 
 /// A progress line on stderr, redrawn at most a few times a second (only on a terminal).
@@ -51,6 +55,7 @@ void run_pack(const PackArgs& a) {
   spec.prefix = a.prefix.empty() ? a.split : a.prefix;
   spec.shard_bytes = static_cast<uint64_t>(a.shard_mb) << 20;
   spec.shard_samples = a.shard_samples;
+  spec.remote = remote_options(a.remote);
   Progress bar;
   const double t0 = mono_now();
   spec.progress = [&](int64_t done, int64_t all, uint64_t bytes) {
@@ -65,11 +70,11 @@ void run_pack(const PackArgs& a) {
               r.samples / std::max(1e-9, r.seconds), r.bytes / 1e6 / std::max(1e-9, r.seconds), r.index.c_str());
 }
 
-void run_verify(const std::string& shards) {
+void run_verify(const std::string& shards, const RemoteArgs& remote) {
   Progress bar;
-  const data::VerifyResult r = data::verify_shards(shards, [&](int64_t done, int64_t all) {
-    bar.show(fmt::format("verified {}/{} shards", done, all), done == all);
-  });
+  const data::VerifyResult r = data::verify_shards(
+      shards, [&](int64_t done, int64_t all) { bar.show(fmt::format("verified {}/{} shards", done, all), done == all); },
+      remote_options(remote));
   for (const auto& p : r.problems) std::printf("BAD %s\n", p.c_str());
   if (!r.problems.empty())
     throw Error(ExitCode::kBadInput, fmt::format("{}: {} of {} shard(s) do not match their index", shards,
@@ -96,18 +101,25 @@ void setup_data(CLI::App& app) {
   pack->add_option("--shard-size-mb", a->shard_mb, "start a new shard past this size")->check(CLI::Range(1, 1 << 20));
   pack->add_option("--samples-per-shard", a->shard_samples, "start a new shard after this many samples (0: no limit)")
       ->check(CLI::Range(0, 1 << 30));
+  add_remote_args(pack, a->remote, true);
   pack->callback([a] { run_pack(*a); });
 
   auto index_spec = std::make_shared<std::string>();
   auto* index = cmd->add_subcommand("index", "index shards (written by Python's webdataset, say) and write "
                                              "shardindex.json beside them");
   index->add_option("SHARDS", *index_spec, "a directory of .tar, a brace pattern, or an s3:// prefix")->required();
-  index->callback([index_spec] { std::printf("wrote %s\n", data::index_shards(*index_spec).c_str()); });
+  auto index_remote = std::make_shared<RemoteArgs>();
+  add_remote_args(index, *index_remote, true);
+  index->callback([index_spec, index_remote] {
+    std::printf("wrote %s\n", data::index_shards(*index_spec, remote_options(*index_remote)).c_str());
+  });
 
   auto verify_spec = std::make_shared<std::string>();
   auto* verify = cmd->add_subcommand("verify", "check shards against their shardindex.json (exit 0 ok, 2 not)");
   verify->add_option("SHARDS", *verify_spec, "a directory of .tar, a brace pattern, or an s3:// prefix")->required();
-  verify->callback([verify_spec] { run_verify(*verify_spec); });
+  auto verify_remote = std::make_shared<RemoteArgs>();
+  add_remote_args(verify, *verify_remote);
+  verify->callback([verify_spec, verify_remote] { run_verify(*verify_spec, *verify_remote); });
 }
 
 }  // namespace dlrun::cli

@@ -34,6 +34,8 @@ enum class NoticeSource { kNone, kAws, kGcp, kAzure, kFile };
 enum class ProgressMode { kAuto, kBar, kLines, kNone };
 enum class NonfinitePolicy { kStop, kSkip };
 enum class S3Addressing { kAuto, kPath, kVirtual };
+enum class TlsFloor { k1_2, k1_3 };
+enum class ServerSideEncryption { kNone, kS3, kKms };
 enum class SaveErrorPolicy { kContinue, kStop };
 enum class FusedKernels { kAuto, kOn, kOff };
 enum class MicroBatch { kOff, kAuto };
@@ -59,6 +61,11 @@ template <> struct EnumNames<NoticeSource> {
 template <> struct EnumNames<ProgressMode> { static constexpr std::array<const char*, 4> names{"auto", "bar", "lines", "none"}; };
 template <> struct EnumNames<NonfinitePolicy> { static constexpr std::array<const char*, 2> names{"stop", "skip"}; };
 template <> struct EnumNames<S3Addressing> { static constexpr std::array<const char*, 3> names{"auto", "path", "virtual"}; };
+template <> struct EnumNames<TlsFloor> { static constexpr std::array<const char*, 2> names{"1.2", "1.3"}; };
+// S3's own names (x-amz-server-side-encryption): SSE-S3 is AES256, SSE-KMS aws:kms.
+template <> struct EnumNames<ServerSideEncryption> {
+  static constexpr std::array<const char*, 3> names{"none", "AES256", "aws:kms"};
+};
 template <> struct EnumNames<SaveErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
 template <> struct EnumNames<EvalMetric> {
   static constexpr std::array<const char*, 4> names{"none", "accuracy", "top5", "loss"};
@@ -161,6 +168,7 @@ struct DataOptions {
   std::string cache_dir;         ///< local copies of remote shards ("": ~/.cache/dlrun/shards)
   double cache_limit_gb = 20.0;  ///< the cache's size limit
   double retry_s = 120.0;        ///< how long an unreachable store is retried before the run fails
+  bool allow_unencrypted_http = false;  ///< s3:// shards over plain http:// to a host that is not this one
   bool jpeg_roi_decode = true;   ///< decode JPEGs at a DCT scale, only the rows and columns the crop needs
 
   /// The directory the dataset reads from: `root`, or the dataset's default location
@@ -255,6 +263,12 @@ struct CheckpointOptions {
   std::string remote_region;
   S3Addressing remote_addressing = S3Addressing::kAuto;
   int64_t remote_part_mb = 512;
+  std::string remote_ca_bundle;               ///< the CAs to trust, a PEM file ("": $AWS_CA_BUNDLE, else the system's)
+  TlsFloor remote_tls_min = TlsFloor::k1_2;   ///< a store that offers less is refused
+  bool remote_allow_unencrypted_http = false; ///< plain http:// to a host that is not this one
+  ServerSideEncryption remote_sse = ServerSideEncryption::kNone;  ///< asked of every object uploaded
+  std::string remote_sse_kms_key_id;          ///< aws:kms: the key ("": the account's aws/s3 key)
+  bool remote_sse_bucket_key = false;         ///< aws:kms: an S3 Bucket Key
   SaveErrorPolicy on_error = SaveErrorPolicy::kContinue;  ///< a failed periodic write or upload
   int64_t max_failed_saves = 3;  ///< consecutive failed periodic saves before exit 1 (0: no limit)
   double remote_wait_s = 300;    ///< an unreachable store at resume: retries before exit 75

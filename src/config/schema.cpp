@@ -179,6 +179,9 @@ std::vector<Section> describe(Config& c) {
       Snull("cache_dir", o.cache_dir, "webdataset: where copies of remote shards are kept (empty: ~/.cache/dlrun/shards)"),
       F("cache_limit_gb", o.cache_limit_gb, 0, 1e6, "webdataset: the shard cache's size limit in GB", true),
       F("retry_s", o.retry_s, 0, 1e6, "webdataset: how long an unreachable store is retried before the run fails"),
+      B("allow_unencrypted_http", o.allow_unencrypted_http,
+        "webdataset: accept s3:// shards from a plain http:// endpoint ($AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL) on "
+        "another host: requests and the session token then travel unencrypted (loopback is always accepted)"),
       B("jpeg_roi_decode", o.jpeg_roi_decode,
         "decode JPEGs at the smallest DCT scale that covers the crop, and only its rows and columns (false: full decode)"),
     }});
@@ -302,6 +305,19 @@ std::vector<Section> describe(Config& c) {
          "bucket in the host name (virtual) or the path (path); auto: virtual on AWS, path elsewhere"),
       I("remote_part_mb", o.remote_part_mb, 5, 5120,
         "files larger than this go up in parts of this size (MiB); one PUT below"),
+      Snull("remote_ca_bundle", o.remote_ca_bundle,
+            "PEM file of the certificate authorities that may sign the store's certificate, instead of the system's "
+            "(empty: $AWS_CA_BUNDLE, else the system's store)"),
+      En("remote_tls_min", o.remote_tls_min, "the lowest TLS version accepted from an https store: 1.2 or 1.3"),
+      B("remote_allow_unencrypted_http", o.remote_allow_unencrypted_http,
+        "accept a plain http:// remote_endpoint on another host: checkpoints, requests and the session token then "
+        "travel unencrypted (loopback is always accepted)"),
+      En("remote_sse", o.remote_sse,
+         "server-side encryption of every object uploaded: none (the bucket's default), AES256 (SSE-S3) or aws:kms "
+         "(SSE-KMS)"),
+      Snull("remote_sse_kms_key_id", o.remote_sse_kms_key_id,
+            "with remote_sse: aws:kms, the KMS key (id, ARN or alias/NAME; empty: the account's aws/s3 key)"),
+      B("remote_sse_bucket_key", o.remote_sse_bucket_key, "with remote_sse: aws:kms, use an S3 Bucket Key (fewer KMS requests)"),
       En("on_error", o.on_error, "a periodic checkpoint that cannot be written or uploaded: continue (reported, tried again at the next save) or stop (exit 1); a failed final or preemption save always exits 1"),
       I("max_failed_saves", o.max_failed_saves, 0, 1e9,
         "with on_error: continue, this many periodic saves failing in a row stop the run (exit 1, saying how much "

@@ -5,7 +5,9 @@
 
 #include <filesystem>
 
+#include "base/fsutil.h"
 #include "base/http.h"
+#include "config/remote_options.h"
 #include "remote/s3.h"
 
 namespace fs = std::filesystem;
@@ -165,6 +167,25 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
     if (!http::available())
       c.refuse("checkpoint.remote", "this dlrun was built without libcurl, which remote checkpoints need",
           "install libcurl4-openssl-dev and rebuild (scripts/setup.sh does)");
+    const std::string& endpoint = c.checkpoint.remote_endpoint;
+    if (!endpoint.empty() && !plain_http_allowed(endpoint, c.checkpoint.remote_allow_unencrypted_http))
+      c.refuse("checkpoint.remote_endpoint",
+               fmt::format("{} is plain http to another host: checkpoints, requests and the session token would travel "
+                           "unencrypted", endpoint),
+               "use https://; or, on a network you trust, say so: checkpoint.remote_allow_unencrypted_http: true");
+    const std::string& ca = c.checkpoint.remote_ca_bundle;
+    if (!ca.empty() && !fsutil::is_regular_file(ca))
+      c.refuse("checkpoint.remote_ca_bundle", ca + " is not a file",
+               "name the PEM file of the certificate authorities that sign the store's certificate");
+  }
+  // Server-side encryption: the key and the bucket key belong to SSE-KMS.
+  if (c.checkpoint.remote_sse != ServerSideEncryption::kKms) {
+    if (!c.checkpoint.remote_sse_kms_key_id.empty())
+      c.refuse("checkpoint.remote_sse_kms_key_id", "a KMS key is used by SSE-KMS only",
+               "set checkpoint.remote_sse: aws:kms as well");
+    if (c.checkpoint.remote_sse_bucket_key)
+      c.refuse("checkpoint.remote_sse_bucket_key", "an S3 Bucket Key belongs to SSE-KMS only",
+               "set checkpoint.remote_sse: aws:kms as well");
   }
   if (is_auto(c.checkpoint.every_minutes) && !(c.preemption.mtbf_hours > 0))
     c.refuse("checkpoint.every_minutes",

@@ -70,7 +70,7 @@ PackResult pack_shards(const PackSpec& spec) {
   remote::S3Url url;
   if (remote) {
     url = remote::parse_s3_url(spec.dest, "data pack --to");
-    s3 = std::make_unique<remote::S3Client>(config::s3_config(CheckpointOptions{}), url.bucket);
+    s3 = std::make_unique<remote::S3Client>(config::s3_config(spec.remote), url.bucket);
     dir = fmt::format("{}/dlrun-pack-{}", temp_dir(), ::getpid());
   }
   if (!remote && fsutil::is_directory(dir))  // a second pack would leave the first one's extra shards listed
@@ -155,8 +155,8 @@ PackResult pack_shards(const PackSpec& spec) {
   return r;
 }
 
-std::string index_shards(const std::string& spec) {
-  std::unique_ptr<ShardSource> src = open_source(spec, "shards");
+std::string index_shards(const std::string& spec, const CheckpointOptions& remote) {
+  std::unique_ptr<ShardSource> src = open_source(spec, "shards", remote);
   const std::string tmp = fmt::format("{}/dlrun-index-{}", temp_dir(), ::getpid());
   ShardIndex idx;
   try {
@@ -170,8 +170,9 @@ std::string index_shards(const std::string& spec) {
   return src->describe() + "/shardindex.json";
 }
 
-VerifyResult verify_shards(const std::string& spec, const std::function<void(int64_t, int64_t)>& progress) {
-  std::unique_ptr<ShardSource> src = open_source(spec, "shards");
+VerifyResult verify_shards(const std::string& spec, const std::function<void(int64_t, int64_t)>& progress,
+                           const CheckpointOptions& remote) {
+  std::unique_ptr<ShardSource> src = open_source(spec, "shards", remote);
   const auto text = src->read_index();
   DLRUN_CHECK_INPUT(text.has_value(), "{} has no shardindex.json to verify against (`dlrun data index {}` writes one)",
                     src->describe(), spec);

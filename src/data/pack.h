@@ -20,6 +20,9 @@ struct PackSpec {
   std::string prefix = "train";  ///< shard names: PREFIX-000000.tar, ...
   uint64_t shard_bytes = 256ull << 20;
   int64_t shard_samples = 0;  ///< also start a new shard after this many samples (0: no limit)
+  /// An s3:// dest: how to reach the store and the server-side encryption of every object
+  /// written (the remote_* settings, as checkpoint.remote takes them; config::s3_config).
+  CheckpointOptions remote;
   /// Called after each sample: (samples done, samples in all, bytes written).
   std::function<void(int64_t, int64_t, uint64_t)> progress;
 };
@@ -36,9 +39,9 @@ struct PackResult {
 /// dataset's order; each is KEY.jpg|png + KEY.cls, KEY the sample's number (9 digits).
 PackResult pack_shards(const PackSpec& spec);
 
-/// Indexes the shards `spec` names (data.shards forms) and writes shardindex.json beside them.
-/// Returns its location.
-std::string index_shards(const std::string& spec);
+/// Indexes the shards `spec` names (data.shards forms) and writes shardindex.json beside them
+/// (an s3:// store reached with `remote`'s settings). Returns its location.
+std::string index_shards(const std::string& spec, const CheckpointOptions& remote = {});
 
 struct VerifyResult {
   int64_t shards = 0, samples = 0;
@@ -48,6 +51,7 @@ struct VerifyResult {
 
 /// Every shard of `spec` read once and checked against its shardindex.json: size, SHA-256, and
 /// the tar's members against the per-sample tables. Exit 2 when there is no index to check.
-VerifyResult verify_shards(const std::string& spec, const std::function<void(int64_t, int64_t)>& progress);
+VerifyResult verify_shards(const std::string& spec, const std::function<void(int64_t, int64_t)>& progress,
+                           const CheckpointOptions& remote = {});
 
 }  // namespace dlrun::data

@@ -91,9 +91,10 @@ class LocalSource : public ShardSource {
 
 class S3Source : public ShardSource {
  public:
-  S3Source(remote::S3Url dir, std::vector<std::string> pattern_urls, std::string index_key, std::string what)
+  S3Source(remote::S3Url dir, std::vector<std::string> pattern_urls, std::string index_key, std::string what,
+           const CheckpointOptions& remote)
       : dir_(std::move(dir)), urls_(std::move(pattern_urls)), index_key_(std::move(index_key)), what_(std::move(what)) {
-    config_ = config::s3_config(CheckpointOptions{});  // the environment's endpoint, region and credentials
+    config_ = config::s3_config(remote);
   }
   std::string describe() const override { return dir_.str(); }
   std::vector<std::string> list() override {
@@ -203,7 +204,8 @@ std::vector<std::string> brace_expand(const std::string& pattern, const std::str
   return out;
 }
 
-std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::string& what) {
+std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::string& what,
+                                         const CheckpointOptions& remote) {
   DLRUN_CHECK_INPUT(!spec.empty(), "data.name=webdataset needs {}", what);
   if (remote::is_s3_url(spec)) {
     const bool pattern = spec.find('{') != std::string::npos || ends_with(spec, ".tar");
@@ -211,7 +213,7 @@ std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::str
     remote::S3Url url = remote::parse_s3_url(pattern || index ? dir_part(spec) : spec, what);
     std::vector<std::string> urls;
     if (pattern) urls = brace_expand(file_part(spec), what);
-    return std::make_unique<S3Source>(url, urls, index ? url.key(file_part(spec)) : "", what);
+    return std::make_unique<S3Source>(url, urls, index ? url.key(file_part(spec)) : "", what, remote);
   }
   if (ends_with(spec, ".json")) {
     DLRUN_CHECK_INPUT(is_regular_file(spec), "{}: shard index {} does not exist", what, spec);

@@ -58,8 +58,11 @@ class ShardSource {
 
 /// The source data.shards names: an s3:// prefix (or brace pattern of keys), a brace pattern of
 /// files, a directory of *.tar, or a shard index (.json) whose urls are relative to its folder.
-/// `what` names the key in messages (data.shards / data.eval_shards).
-std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::string& what);
+/// `what` names the key in messages (data.shards / data.eval_shards). An s3:// source reaches
+/// the store with `remote`'s settings (config::s3_config: the environment's endpoint, region and
+/// credentials unless they say otherwise; TLS; the encryption of the index it writes).
+std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::string& what,
+                                         const CheckpointOptions& remote = {});
 
 /// Expands "{000..012}" ranges (zero-padded to the width written) and "{a,b}" lists; throws
 /// dlrun::Error (exit 2) naming `what` when a brace is unbalanced or a range is empty or huge.

@@ -149,7 +149,9 @@ std::shared_ptr<Dataset> open_webdataset(const DataOptions& opts, Split split) {
   DLRUN_CHECK_INPUT(train || !spec.empty(),
                     "data.name=webdataset needs data.eval_shards for evaluation (the shards of the evaluation set)");
   const std::string cache = default_cache_dir(opts);
-  std::unique_ptr<ShardSource> src = open_source(spec, what);
+  CheckpointOptions remote;  // s3:// shards: the environment's endpoint, CAs and credentials
+  remote.remote_allow_unencrypted_http = opts.allow_unencrypted_http;
+  std::unique_ptr<ShardSource> src = open_source(spec, what, remote);
   ShardIndex index = load_index(*src, cache, what);
   apply_limit(index, train ? opts.limit_train : opts.limit_eval);
   StoreOptions so;

@@ -99,17 +99,10 @@ CredentialFetch imds_fetch(std::string base) {
 bool allowed_container_url(const std::string& url) {
   const bool https = url.rfind("https://", 0) == 0;
   if (!https && url.rfind("http://", 0) != 0) return false;
-  const std::string authority = url.substr(https ? 8 : 7, url.find_first_of("/?#", https ? 8 : 7) - (https ? 8 : 7));
-  if (authority.empty() || authority.find('@') != std::string::npos) return false;  // no user:password@ tricks
+  const std::string host = http::url_host(url);
+  if (host.empty()) return false;
   if (https) return true;
-  std::string host = authority;
-  if (host[0] == '[') host = host.substr(0, host.find(']') + 1);
-  else host = host.substr(0, host.find(':'));
-  // A literal loopback IPv4 address: 127. and then digits and dots only.
-  const bool loopback4 = host.rfind("127.", 0) == 0 && std::count(host.begin(), host.end(), '.') == 3 &&
-                         host.find_first_not_of("0123456789.") == std::string::npos;
-  return loopback4 || host == "localhost" || host == "[::1]" || host == "169.254.170.2" ||
-         host == "169.254.170.23" || host == "[fd00:ec2::23]";
+  return http::is_loopback_host(host) || host == "169.254.170.2" || host == "169.254.170.23" || host == "[fd00:ec2::23]";
 }
 
 std::shared_ptr<CredentialProvider> container_credentials(const std::string& url) {

@@ -1,13 +1,14 @@
 // An S3 client for checkpoints: objects up and down (large files streamed, in parts above a
 // size), listings, copies, deletes, unfinished multipart uploads -- against AWS S3 or any
 // S3-compatible service (MinIO, Cloudflare R2, Google Cloud Storage's XML API with HMAC keys,
-// Alibaba OSS). Requests are signed by libcurl's own AWS SigV4 (CURLOPT_AWS_SIGV4); dlrun writes
-// no signing code, but it builds each URL in canonical form (keys and query encoded, query
-// parameters sorted), because the libcurl of Debian 12 (7.88) signs the path and query exactly
-// as given. Credentials come from a provider (credentials.h: the AWS chain), are fetched again
+// Alibaba OSS). Requests are signed with AWS Signature Version 4 (sigv4.h: libcurl's own signer
+// orders some headers wrongly), over each URL built in canonical form (keys and query encoded,
+// query parameters sorted), which is what is sent and what is signed. Credentials come from a provider (credentials.h: the AWS chain), are fetched again
 // when the service says they expired, and are never logged. What the service answers is
 // untrusted input: parsed as XML by expat (xml.h), keys URL-decoded, every malformed answer
-// an S3Error with code MalformedAnswer.
+// an S3Error with code MalformedAnswer. Objects written carry the server-side encryption the
+// config asks for, and the service's answer must say it was applied; a request the service
+// refuses as AccessDenied names the IAM permission it needs (docs/security.md).
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/http.h"
 #include "remote/credentials.h"
 #include "remote/s3_error.h"
 
@@ -37,6 +39,22 @@ bool is_s3_url(const std::string& s);
 /// Parse "s3://bucket[/prefix]"; throws dlrun::Error (exit 2) naming `what` when malformed.
 S3Url parse_s3_url(const std::string& url, const std::string& what = "checkpoint.remote");
 
+inline constexpr const char* kSseS3 = "AES256";    ///< SSE-S3: keys S3 manages
+inline constexpr const char* kSseKms = "aws:kms";  ///< SSE-KMS: a key of AWS KMS
+
+/// Server-side encryption of an object, as S3's x-amz-server-side-encryption headers say it.
+struct Encryption {
+  std::string algorithm;    ///< "" (none asked or reported), kSseS3 or kSseKms
+  std::string kms_key_id;   ///< aws:kms: the key (id, ARN or alias/NAME); "": the account's aws/s3 key
+  bool bucket_key = false;  ///< aws:kms: with an S3 Bucket Key (fewer requests to KMS)
+  /// "aws:kms (key K, bucket key)", "AES256", "none".
+  std::string describe() const;
+};
+/// Whether an object stored with `got` has the encryption `asked` asks for: the same algorithm
+/// and, where both name a key and neither is an alias, the same key (an ARN ending in the id
+/// counts). Nothing asked is always satisfied.
+bool satisfies(const Encryption& got, const Encryption& asked);
+
 /// Where and how to reach the service.
 struct S3Config {
   std::string endpoint;     ///< "https://s3.us-east-1.amazonaws.com" or the service's URL
@@ -44,6 +62,9 @@ struct S3Config {
   bool path_style = false;  ///< https://host/bucket/key instead of https://bucket.host/key
   std::shared_ptr<CredentialProvider> credentials;  ///< required
   uint64_t part_bytes = 512ull << 20;  ///< files above go up in parts of this size
+  std::string ca_file;                 ///< the CAs that may sign the service's certificate ("": the system's)
+  http::Tls tls_min = http::Tls::k1_2; ///< a service that offers less is refused
+  Encryption sse;                      ///< asked of every object written: PUT, each multipart upload, copy
 };
 
 struct ObjectInfo {
@@ -102,8 +123,9 @@ class S3Client {
   void put_bytes(const std::string& key, const std::string& data, const std::string& content_type = {});
   /// A small object in memory (limit 64 MiB).
   std::string get_bytes(const std::string& key);
-  /// An object streamed to `sink`.
-  void get(const std::string& key, const std::function<void(const char*, size_t)>& sink);
+  /// An object streamed to `sink`; returns the server-side encryption the service says it is
+  /// stored with.
+  Encryption get(const std::string& key, const std::function<void(const char*, size_t)>& sink);
   /// Every key under `prefix` (all pages); with a delimiter, common prefixes separately.
   Listing list(const std::string& prefix, const std::string& delimiter = {});
   /// Delete one object (absent is fine).
@@ -121,6 +143,8 @@ class S3Client {
  private:
   std::string url(const std::string& key, const std::vector<std::pair<std::string, std::string>>& query = {}) const;
   struct Call;
+  /// What a request on `key` ("": the bucket) needs from IAM, for the message of an AccessDenied.
+  std::string needs(const std::string& action, const std::string& key, bool object = true) const;
   void multipart(const std::string& key, uint64_t size, uint64_t part,
                  const std::function<std::string(uint64_t, uint64_t, uint64_t, const std::string&)>& put_part);
   std::string describe(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }

@@ -46,9 +46,11 @@ CredentialFetch web_identity_fetch(std::string token_file, std::string role_arn,
     req.connect_timeout_ms = 5000;
     req.timeout_ms = 15000;
     req.cancel = cancel;
+    req.ca_file = env("AWS_CA_BUNDLE");  // as the SDKs read it, for every service they call
     const http::Response r = http::perform(req);
     const std::string where = "STS AssumeRoleWithWebIdentity at " + url;
     if (r.cancelled) throw S3Error(where + ": cancelled", 0, kCancelled);
+    if (r.tls_refused) throw S3Error(where + ": TLS refused the service: " + r.error, 0, kTlsRefused);
     if (r.status == 0) throw S3Error(where + ": no answer: " + r.error, 0, "");
     if (r.status != 200) {
       const ErrorAnswer err = parse_error_answer(r.body);

@@ -1,12 +1,17 @@
 // The HTTP client's controls that the S3 store relies on: a cancel flag that abandons a
 // transfer under way (a stop that gave up waiting must not be held up by a hung upload),
-// and an exception from a response sink ending the transfer and reaching the caller.
+// and an exception from a response sink ending the transfer and reaching the caller; a server
+// TLS refuses told apart from a network that fails (the first is exit 2, the second a retry).
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
+
+#ifdef DLRUN_HAVE_CURL
+#include <curl/curl.h>
+#endif
 
 #include "base/clock.h"
 #include "base/http.h"
@@ -194,6 +199,83 @@ TEST_CASE("a 2xx answer over the size cap is refused as malformed, not read cut 
     CHECK(e.code() == remote::kMalformed);
     CHECK_FALSE(e.transient());
     CHECK_THAT(e.what(), Catch::Contains("larger than 67108864 bytes"));
+  }
+}
+
+
+TEST_CASE("TLS refusing the server is told apart from a network that fails", "[http]") {
+  // The certificate: an unknown CA, expired, another host's name -- all CURLE_PEER_FAILED_VERIFICATION.
+  CHECK(http::tls_refusal(CURLE_PEER_FAILED_VERIFICATION, "SSL certificate problem: certificate has expired"));
+  CHECK(http::tls_refusal(CURLE_SSL_CACERT_BADFILE, "error setting certificate file: /x.pem"));
+  // A handshake that fails over the version is refused; one cut by the network is not.
+  CHECK(http::tls_refusal(CURLE_SSL_CONNECT_ERROR, "OpenSSL/3.0.19: error:0A00042E:SSL routines::tlsv1 alert protocol version"));
+  CHECK(http::tls_refusal(CURLE_SSL_CONNECT_ERROR, "error:0A00010B:SSL routines::wrong version number"));  // https to http
+  CHECK_FALSE(http::tls_refusal(CURLE_SSL_CONNECT_ERROR, "OpenSSL SSL_connect: SSL_ERROR_SYSCALL in connection to x:443"));
+  CHECK_FALSE(http::tls_refusal(CURLE_SSL_CONNECT_ERROR, "Connection reset by peer"));
+  CHECK_FALSE(http::tls_refusal(CURLE_COULDNT_CONNECT, "Failed to connect to 127.0.0.1 port 9: Connection refused"));
+  CHECK_FALSE(http::tls_refusal(CURLE_OPERATION_TIMEDOUT, "Operation timed out"));
+  CHECK(http::url_host("https://s3.eu-west-1.amazonaws.com/bucket?x") == "s3.eu-west-1.amazonaws.com");
+  CHECK(http::url_host("http://127.0.0.1:9000") == "127.0.0.1");
+  CHECK(http::url_host("http://[::1]:9000/x") == "[::1]");
+  CHECK(http::url_host("http://user:pw@127.0.0.1/") == "");  // no user:password@ tricks
+  CHECK(http::url_host("127.0.0.1") == "");
+  for (const char* local : {"127.0.0.1", "127.1.2.3", "localhost", "LocalHost", "[::1]"}) CHECK(http::is_loopback_host(local));
+  for (const char* other : {"127.0.0.1.nip.io", "10.0.0.1", "[::2]", "", "s3.amazonaws.com", "127.0.0.1a"})
+    CHECK_FALSE(http::is_loopback_host(other));
+}
+
+namespace {
+/// A plain HTTP server that answers every connection at once, before reading anything (a
+/// TLS ClientHello too), and hangs up: an https endpoint that is really http.
+struct EagerHttpServer {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  EagerHttpServer() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port = ntohs(addr.sin_port);
+    thread = std::thread([this] {
+      static const char answer[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      while (!stop) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 20) <= 0) continue;
+        const int c = ::accept(fd, nullptr, nullptr);
+        if (c < 0) continue;
+        (void)::send(c, answer, sizeof(answer) - 1, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the client read it first
+        ::close(c);
+      }
+    });
+  }
+  ~EagerHttpServer() {
+    stop = true;
+    thread.join();
+    ::close(fd);
+  }
+};
+}  // namespace
+
+TEST_CASE("an https request to a plain http server is refused as TLS, not retried as a store that is down", "[http][s3]") {
+  EagerHttpServer server;
+  HttpTestServer unused([](const HttpTestServer::Request&) { return HttpTestServer::Response{200, "", {}}; });
+  remote::S3Config cfg = s3_config_for(unused);
+  cfg.endpoint = "https://127.0.0.1:" + std::to_string(server.port);
+  remote::S3Client client(cfg, "bucket");
+  try {
+    client.list("runs/");
+    FAIL("an https request to an http server succeeded");
+  } catch (const remote::S3Error& e) {
+    INFO(e.what());
+    CHECK_FALSE(e.transient());
+    CHECK(e.code() == remote::kTlsRefused);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("TLS refused the service at " + cfg.endpoint + ": "));
   }
 }
 

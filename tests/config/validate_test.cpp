@@ -173,6 +173,30 @@ TEST_CASE("checkpoint.remote must be an s3:// URL with a valid bucket", "[config
   CHECK(config::validate(config::load_text(kMin + "checkpoint: {remote: s3://my-bucket/runs/exp1}\n", "mem.yaml")).empty());
 }
 
+TEST_CASE("remote storage: plain http to another host, a missing CA file and KMS keys without SSE-KMS are refused",
+          "[config][validate][remote]") {
+  const std::string remote = kMin + "checkpoint:\n  remote: s3://my-bucket/runs\n";
+  expect_invalid(remote + "  remote_endpoint: http://minio.lan:9000\n",
+                 {"checkpoint.remote_endpoint", "", 5, 20,
+                  "travel unencrypted\nuse https://; or, on a network you trust, say so: "
+                  "checkpoint.remote_allow_unencrypted_http: true"});
+  for (const char* ok : {"  remote_endpoint: http://127.0.0.1:9000\n", "  remote_endpoint: https://minio.lan\n",
+                         "  remote_endpoint: http://minio.lan:9000\n  remote_allow_unencrypted_http: true\n",
+                         "  remote_sse: aws:kms\n  remote_sse_kms_key_id: alias/ckpt\n  remote_sse_bucket_key: true\n",
+                         "  remote_sse: AES256\n  remote_tls_min: 1.3\n"}) {
+    INFO(ok);
+    CHECK(config::validate(config::load_text(remote + ok, "mem.yaml")).empty());
+  }
+  expect_invalid(remote + "  remote_ca_bundle: /nonexistent/ca.pem\n",
+                 {"checkpoint.remote_ca_bundle", "", 5, 21, "/nonexistent/ca.pem is not a file"});
+  expect_invalid(kMin + "checkpoint:\n  remote_sse_kms_key_id: alias/ckpt\n",
+                 {"checkpoint.remote_sse_kms_key_id", "", 4, 26, "set checkpoint.remote_sse: aws:kms as well"});
+  expect_invalid(kMin + "checkpoint:\n  remote_sse: AES256\n  remote_sse_bucket_key: true\n",
+                 {"checkpoint.remote_sse_bucket_key", "", 5, 26, "belongs to SSE-KMS only"});
+  expect_error([&] { config::load_text(remote + "  remote_sse: kms\n", "mem.yaml"); },
+               {"checkpoint.remote_sse", "mem.yaml", 5, 15, "aws:kms"});
+}
+
 TEST_CASE("`auto` is a value of every_minutes and deadline_s only, and every_minutes: auto needs an MTBF",
           "[config][validate][remote]") {
   Config c = config::load_text(kMin + "checkpoint: {every_minutes: auto}\npreemption: {mtbf_hours: 6}\n", "mem.yaml");

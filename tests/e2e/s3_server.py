@@ -12,10 +12,16 @@ a TCP proxy the test can take down and bring back to play "the service is unreac
         s3.restrict(["s3:ListBucket"])    # the key may do these only
         s3.role_credentials(lifetime_s)   # temporary credentials of a role (STS, with a session
                                           # token), refused with ExpiredToken after lifetime_s
+        s3.user("ro", policy)             # another IAM user holding `policy`: its env
+        s3.kms_key()                      # a KMS key (moto's KMS): (id, arn)
+        s3.create_bucket(name)            # another bucket
+        s3.enforce_bucket_policy(name, policy)  # a bucket policy, evaluated by the gate (moto
+                                          # cannot evaluate its conditions)
 
 With temporary credentials the endpoint is an HTTP gate in front of the proxy that answers
 ExpiredToken, as AWS does, to a request signed with credentials past their lifetime (moto keeps
-accepting them). Nothing here contacts anything but 127.0.0.1; the servers stop with the block.
+accepting them); the same gate enforces a bucket policy's Deny statements on the encryption
+headers of object writes (moto's server cannot evaluate their conditions). Nothing here contacts anything but 127.0.0.1; the servers stop with the block.
 """
 import http.client
 import json
@@ -37,6 +43,24 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def relay(a, b, stopped=lambda: False):
+    """Copies what `a` receives to `b` until either end closes (or `stopped()`), then shuts both down."""
+    try:
+        while True:
+            data = a.recv(1 << 16)
+            if not data or stopped():
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except (OSError, ValueError):
+                pass
 
 
 class Proxy:
@@ -78,25 +102,9 @@ class Proxy:
             conn.close()
             return
 
-        def pipe(a, b):
-            try:
-                while True:
-                    data = a.recv(1 << 16)
-                    if not data or self.is_down:
-                        break
-                    b.sendall(data)
-            except OSError:
-                pass
-            finally:
-                for s in (a, b):
-                    try:
-                        s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-
-        t = threading.Thread(target=pipe, args=(upstream, conn), daemon=True)
+        t = threading.Thread(target=relay, args=(upstream, conn, lambda: self.is_down), daemon=True)
         t.start()
-        pipe(conn, upstream)
+        relay(conn, upstream, lambda: self.is_down)
         t.join()
         conn.close()
         upstream.close()
@@ -123,6 +131,13 @@ class _GateHandler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _refuse(self, status, body):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def _forward(self):
         gate = self.server.gate
         length = int(self.headers.get("Content-Length") or 0)
@@ -130,11 +145,11 @@ class _GateHandler(BaseHTTPRequestHandler):
         m = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization", ""))
         if m and gate.expired(m.group(1)):
             gate.refused += 1
-            self.send_response(400)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(EXPIRED)))
-            self.end_headers()
-            self.wfile.write(EXPIRED)
+            self._refuse(400, EXPIRED)
+            return
+        if gate.denied_by_policy(self.command, self.path, self.headers):
+            gate.denied += 1
+            self._refuse(403, ACCESS_DENIED)
             return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
         try:
@@ -157,13 +172,24 @@ class _GateHandler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = _forward
 
 
+ACCESS_DENIED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+                 b'<Message>Access Denied</Message><RequestId>0</RequestId></Error>')
+
+# A bucket policy's condition keys on the request headers of an object write.
+_CONDITION_HEADERS = {"s3:x-amz-server-side-encryption": "x-amz-server-side-encryption",
+                      "s3:x-amz-server-side-encryption-aws-kms-key-id": "x-amz-server-side-encryption-aws-kms-key-id"}
+
+
 class Gate:
-    """An HTTP reverse proxy to `target` that refuses requests signed with expired credentials."""
+    """An HTTP reverse proxy to `target` that refuses requests signed with expired credentials,
+    and the object writes a bucket policy's Deny statements refuse."""
 
     def __init__(self, target):
         self.target = target
         self.expiry = {}  # access key id -> wall time after which it is refused
         self.refused = 0
+        self.policies = {}  # bucket -> its policy document (dict), enforced
+        self.denied = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _GateHandler)
         self.server.daemon_threads = True
         self.server.gate = self
@@ -172,6 +198,30 @@ class Gate:
 
     def expired(self, key_id):
         return key_id in self.expiry and time.time() > self.expiry[key_id]
+
+    def denied_by_policy(self, method, path, headers):
+        """Whether the policy's Deny statements on s3:PutObject refuse this request. They apply where
+        S3 takes the encryption headers: a PUT of an object or a copy, and the start of a multipart
+        upload (its parts and its completion carry none: the upload's own settings apply to them)."""
+        where, _, query = path.partition("?")
+        bucket, _, key = where.strip("/").partition("/")  # path-style requests
+        policy = self.policies.get(bucket)
+        writes = (method == "PUT" and key and "partNumber=" not in query) or \
+            (method == "POST" and re.search(r"(^|&)uploads(=|&|$)", query))
+        if not policy or not writes:
+            return False
+        for st in policy["Statement"]:
+            if st.get("Effect") != "Deny" or "s3:PutObject" not in ([st["Action"]] if isinstance(st["Action"], str)
+                                                                     else st["Action"]):
+                continue
+            for op, conds in st.get("Condition", {}).items():
+                for key, want in conds.items():
+                    got = headers.get(_CONDITION_HEADERS[key])
+                    if op == "Null" and (got is None) == (str(want).lower() == "true"):
+                        return True
+                    if op == "StringNotEquals" and got is not None and got not in ([want] if isinstance(want, str) else want):
+                        return True
+        return False
 
     def close(self):
         self.server.shutdown()
@@ -325,21 +375,62 @@ class S3Server:
         iam.put_user_policy(UserName="dlrun", PolicyName="s3", PolicyDocument=json.dumps(
             {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
 
+    def _gate(self):
+        """The endpoint becomes the gate (in front of the proxy)."""
+        if not getattr(self, "gate", None):
+            self.gate = Gate(self.proxy.port)
+            self.endpoint = f"http://127.0.0.1:{self.gate.port}"
+        return self.gate
+
+    def iam(self):
+        import boto3
+        return boto3.client("iam", endpoint_url=self.direct, region_name=REGION, **self.admin)
+
+    def user(self, name, policy):
+        """An IAM user `name` holding exactly `policy` (a dict; replaced when the user exists): its
+        credentials as environment variables."""
+        iam = self.iam()
+        try:
+            iam.create_user(UserName=name)
+            key = iam.create_access_key(UserName=name)["AccessKey"]
+            self.users = getattr(self, "users", {})
+            self.users[name] = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+                                "AWS_REGION": REGION}
+        except iam.exceptions.EntityAlreadyExistsException:
+            pass
+        iam.put_user_policy(UserName=name, PolicyName="dlrun", PolicyDocument=json.dumps(policy))
+        return self.users[name]
+
+    def kms_key(self):
+        """A new symmetric key in moto's KMS: (key id, key ARN)."""
+        import boto3
+        kms = boto3.client("kms", endpoint_url=self.direct, region_name=REGION, **self.admin)
+        meta = kms.create_key(Description="dlrun checkpoints")["KeyMetadata"]
+        return meta["KeyId"], meta["Arn"]
+
+    def create_bucket(self, name):
+        import boto3
+        boto3.client("s3", endpoint_url=self.direct, region_name=REGION, **self.admin).create_bucket(Bucket=name)
+
+    def enforce_bucket_policy(self, bucket, policy):
+        """The gate evaluates `policy`'s Deny statements on the object writes to `bucket`. (Not put into
+        moto: its server evaluates a Deny statement without its conditions, so it would deny every put.)"""
+        self._gate().policies[bucket] = policy
+
     def role_credentials(self, lifetime_s):
         """New temporary credentials of a role allowed everything on S3 (moto's STS AssumeRole), as a
         dict with AccessKeyId, SecretAccessKey, SessionToken; requests signed with them are refused
         with ExpiredToken once `lifetime_s` seconds have passed (through self.endpoint, which this
         turns into the gate)."""
         import boto3
-        if not getattr(self, "gate", None):
-            iam = boto3.client("iam", endpoint_url=self.direct, region_name=REGION, **self.admin)
+        if not getattr(self, "role_arn", None):
+            iam = self.iam()
             trust = {"Version": "2012-10-17", "Statement": [
                 {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}
             self.role_arn = iam.create_role(RoleName="dlrun-role", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
             iam.put_role_policy(RoleName="dlrun-role", PolicyName="s3", PolicyDocument=json.dumps(
                 {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
-            self.gate = Gate(self.proxy.port)
-            self.endpoint = f"http://127.0.0.1:{self.gate.port}"
+            self._gate()
             self.issued = 0
         sts = boto3.client("sts", endpoint_url=self.direct, region_name=REGION, **self.admin)
         self.issued += 1

@@ -11,7 +11,7 @@ import tempfile
 from common import RunDir, expect, main
 from cred_server import CredentialServer
 from s3_server import S3Server
-from test_remote import run
+from test_remote import run, started, training, wait_for
 
 NO_KEYS = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None}
 
@@ -91,13 +91,25 @@ def test_credentials_revoked_early_are_fetched_again():
 
 
 def test_a_run_whose_checkpoints_never_reach_the_store_is_not_a_success():
-    with S3Server() as s3, RunDir() as r:
-        s3.restrict(["s3:ListBucket", "s3:GetObject"])  # it can look, not write
-        p = run(s3, r, *s3.overrides("readonly"), check=1)
-        expect("none of this run's checkpoints reached" in p.stdout and "HTTP 403" in p.stdout, p.stdout[-1500:])
-        s = r.summary()
-        expect(s["status"] == "failed" and s["remote"]["uploads"] == 0 and s["remote"]["given_up"] >= 1, s)
-        expect(os.path.isdir(r.file("checkpoints", "step-00000048")), "the local checkpoints are gone")
+    with S3Server() as s3:
+        with RunDir() as r:  # a key that can look, not write: refused at start, nothing trained in vain
+            s3.restrict(["s3:ListBucket", "s3:GetObject", "s3:ListBucketMultipartUploads", "s3:DeleteObject"])
+            p = run(s3, r, *s3.overrides("readonly"), check=2)
+            expect("this request needs s3:PutObject" in p.stdout and "HTTP 403" in p.stdout, p.stdout[-1500:])
+            expect(not os.listdir(r.path), "a refused start wrote into the run directory")
+        s3.restrict(["s3:*"])
+        with RunDir() as r:  # the permission taken away once the run has started
+            # A first save at step 20, a second of training after the start: the permission is gone by then.
+            with training(s3, r, *s3.overrides("readonly", "checkpoint.every_steps=20"),
+                          env={"DLRUN_FAULT": "slow_batch:50"}) as p:
+                wait_for(started(r), p)
+                s3.restrict(["s3:ListBucket", "s3:GetObject"])
+                out, _ = p.communicate(timeout=300)
+            expect(p.returncode == 1, f"exit {p.returncode}\n{out[-1500:]}")
+            expect("none of this run's checkpoints reached" in out and "HTTP 403" in out, out[-1500:])
+            s = r.summary()
+            expect(s["status"] == "failed" and s["remote"]["uploads"] == 0 and s["remote"]["given_up"] >= 1, s)
+            expect(os.path.isdir(r.file("checkpoints", "step-00000048")), "the local checkpoints are gone")
 
 
 if __name__ == "__main__":

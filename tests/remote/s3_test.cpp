@@ -182,4 +182,6 @@ TEST_CASE("which S3 failures are worth retrying", "[remote][s3]") {
   CHECK_FALSE(remote::S3Error("x", 0, remote::kNoCredentials).transient());
   CHECK_FALSE(remote::S3Error("x", 400, "ExpiredToken").transient());      // fixed keys: they stay expired
   CHECK(remote::S3Error("x", 400, "ExpiredToken", true).transient());      // a source that hands out new ones
+  CHECK_FALSE(remote::S3Error("x", 0, remote::kTlsRefused).transient());   // an unknown CA stays unknown
+  CHECK_FALSE(remote::S3Error("x", 200, remote::kNotEncrypted).transient());
 }
