@@ -268,7 +268,8 @@ void Trainer::step(const std::vector<data::Batch>& micro) {
 std::optional<int> Trainer::at_boundary(bool epoch_end) {
   const Boundary b{st_.step, epoch(), st_.last_step, epoch_end};
   ckpt_.report_uploads();
-  if (leader() && !ckpt_.resumed_from().empty() && st_.step == ckpt_.resumed_step() + 1)
+  // (once: an epoch that ends at that step brings a second boundary, epoch_end)
+  if (leader() && !epoch_end && !ckpt_.resumed_from().empty() && st_.step == ckpt_.resumed_step() + 1)
     if (auto e = account_.resume_event(st_.step, ckpt_.resumed_step())) report_.report(std::move(*e));
   if (!epoch_end) report_.tick({st_.step, b.epoch, meter_.samples_per_s(mono_now()), meter_.lr()});
   if (log_due(cfg_.log, b)) meter_.log(b.epoch, replicas_);  // the record of a step that has happened

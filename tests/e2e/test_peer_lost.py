@@ -5,6 +5,7 @@ the step at which the peer goes, so that only that save can keep the work.
 - a worker killed (abort(), as kill -9 or the OOM killer) under the launcher: the others save, the
   launcher restarts the group (--max-restarts), it resumes from that save and ends with the
   uninterrupted run's parameters, bit for bit (float64, BatchNorm, dropout);
+- the same under real torchrun (its agent SIGTERMs the survivors mid-save; torchrun restarts);
 - a peer that goes silent without closing anything (SIGSTOP: no FIN, no error, as a host whose
   link went down): the others notice within dist.peer_timeout_s, save and exit 75.
 
@@ -49,6 +50,7 @@ def test_a_killed_worker_costs_no_step():
         expect(lost is not None and lost["step"] == 9, events.keys())
         expect(lost["writer"] == 0 and lost["exact"] and sorted(lost["survivors"]) == [0, 2], lost)
         expect(events["resume"]["steps_replayed"] == 0, events["resume"])
+        expect(sum(m.get("event") == "resume" for m in r.metrics()) == 1, "the resume recorded more than once")
         s, s_ref = r.summary(), ref.summary()
         expect(s["status"] == "completed" and s["steps"] == 24, (s.get("status"), s.get("steps")))
         expect(s["params_sha256"] == s_ref["params_sha256"],
@@ -57,6 +59,23 @@ def test_a_killed_worker_costs_no_step():
         expect(wc["peer_losses"] == 1 and wc["peer_lost_s"] > 0 and wc["interruptions"] == 1, wc)
         print(f"  a worker lost at step 9: saved by rank 0, {lost['latency_s']:.2f} s from the loss to the commit; "
               f"the interruption cost {wc['peer_lost_s']:.1f} s of wall clock")
+
+
+def test_real_torchrun_restarts_from_the_survivors_save():
+    """torchrun's agent sees the worker die and sends the others SIGTERM: they finish the save
+    they started (the loss came first), and torchrun's own restart resumes from it."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    with RunDir() as r:
+        e = dict(os.environ, DLRUN_FAULT="abort_at_step:9", DLRUN_FAULT_RANK="1", DLRUN_FAULT_RESTART="0")
+        p = subprocess.run([torchrun, "--no-python", "--nproc-per-node", "3", "--max-restarts", "1", "--master-port",
+                            str(free_port()), DLRUN, "train", TINY, *RUN, "--run-dir", r.path],
+                           env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        expect(p.returncode == 0, p.stdout[-4000:])
+        lost = [m for m in r.metrics() if m.get("event") == "peer_lost"]
+        expect(len(lost) == 1 and lost[0]["step"] == 9, lost)
+        resume = [m for m in r.metrics() if m.get("event") == "resume"]
+        expect(len(resume) == 1 and resume[0]["steps_replayed"] == 0, resume)
+        expect(r.summary()["status"] == "completed", r.summary().get("status"))
 
 
 def test_a_silent_peer_is_lost_within_peer_timeout():
@@ -98,4 +117,5 @@ def test_a_silent_peer_is_lost_within_peer_timeout():
 
 
 if __name__ == "__main__":
-    main([test_a_killed_worker_costs_no_step, test_a_silent_peer_is_lost_within_peer_timeout])
+    main([test_a_killed_worker_costs_no_step, test_real_torchrun_restarts_from_the_survivors_save,
+          test_a_silent_peer_is_lost_within_peer_timeout])
