@@ -139,6 +139,9 @@ class Trainer {
   void save(SaveReason why, bool sync);
   int stop_and_save();
   std::optional<int> rescue();
+  void record_interruption(metrics::Event e, const std::string& status, double since,
+                           const Checkpointer::StopUpload& upload, bool read_loss,
+                           const nlohmann::json& record_extra = nlohmann::json::object());
   int finish();
   int64_t epoch() const { return c_.train_loader->position().epoch; }
   nlohmann::json summary(const std::string& status);
@@ -336,23 +339,11 @@ int Trainer::stop_and_save() {
   const double commit_time = wall_now();
   log0::info("local checkpoint committed {:.2f} s after {}", commit_time - signal_time, reason);
   const Checkpointer::StopUpload upload = ckpt_.upload_before_deadline(st_.step, signal_time, reason);
-  try {
-    meter_.read_last_loss();
-    metrics::Event e{"preempt", st_.step};
-    e.scalars = {{"latency_s", commit_time - signal_time}};
-    e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
-    upload.add_to(e, signal_time);
-    account_.add_to(e.fields, "interrupted");
-    st_.preemption = e.fields;
-    st_.preemption["event"] = "preempt";
-    st_.preemption["latency_s"] = commit_time - signal_time;
-    st_.preemption["step"] = st_.step;
-    report_.report(std::move(e));
-    dir_.write_summary(summary("interrupted"));
-    report_.close();
-  } catch (const std::exception& e) {
-    log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
-  }
+  metrics::Event e{"preempt", st_.step};
+  e.scalars = {{"latency_s", commit_time - signal_time}};
+  e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
+  record_interruption(std::move(e), "interrupted", signal_time, upload, /*read_loss=*/true,
+                      {{"latency_s", commit_time - signal_time}});
   replicas_.outcome_read(st_.step);
   if (const int n = preempt::signals_ignored())
     log0::info("{} further signal(s) ignored: the same request delivered again, or after the commit", n);
@@ -410,24 +401,35 @@ std::optional<int> Trainer::rescue() {
     log::info("rank {} committed {}; exiting with code 75", d.writer, what);
   }
   if (!leader()) return kInterrupted;
-  try {  // rank 0 survived: the run's records
-    metrics::Event e{"peer_lost", d.step};
-    e.message = loss.why;
-    e.scalars = {{"latency_s", commit_time > 0 ? commit_time - lost_at : 0.0}};
-    e.fields = {{"lost_ranks", loss.ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
-                {"writer", d.writer}, {"exact", d.exact}, {"survivors", d.survivors}, {"mid_step", mid_step}};
-    upload.add_to(e, lost_at);
-    account_.add_to(e.fields, "peer_lost");
+  metrics::Event e{"peer_lost", d.step};  // rank 0 survived: the run's records
+  e.message = loss.why;
+  e.scalars = {{"latency_s", commit_time > 0 ? commit_time - lost_at : 0.0}};
+  e.fields = {{"lost_ranks", loss.ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
+              {"writer", d.writer}, {"exact", d.exact}, {"survivors", d.survivors}, {"mid_step", mid_step}};
+  record_interruption(std::move(e), "peer_lost", lost_at, upload, /*read_loss=*/false);
+  return kInterrupted;
+}
+
+// The event of an interruption whose checkpoint is committed (a stop request or a lost peer), in
+// metrics.jsonl, state.json's record (st_.preemption, with `record_extra`) and summary.json. A failure here loses no
+// work: it is logged.
+void Trainer::record_interruption(metrics::Event e, const std::string& status, double since,
+                                  const Checkpointer::StopUpload& upload, bool read_loss,
+                                  const nlohmann::json& record_extra) {
+  try {
+    if (read_loss) meter_.read_last_loss();
+    upload.add_to(e, since);
+    account_.add_to(e.fields, status);
     st_.preemption = e.fields;
-    st_.preemption["event"] = "peer_lost";
-    st_.preemption["step"] = d.step;
+    st_.preemption["event"] = e.kind;
+    st_.preemption.update(record_extra);
+    st_.preemption["step"] = e.step;
     report_.report(std::move(e));
     dir_.write_summary(summary("interrupted"));
     report_.close();
-  } catch (const std::exception& e) {
-    log::error("the checkpoint is committed, but the run's records could not be written: {}", e.what());
+  } catch (const std::exception& ex) {
+    log::error("the checkpoint is committed, but the run's records could not be written: {}", ex.what());
   }
-  return kInterrupted;
 }
 
 int Trainer::finish() {
