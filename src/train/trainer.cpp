@@ -47,126 +47,9 @@
 #include "train/state/resume.h"
 #include "train/start.h"
 #include "train/step/step.h"
+#include "train/trainer_loop.h"
 
 namespace dlrun::train {
-namespace {
-
-constexpr int kInterrupted = static_cast<int>(ExitCode::kInterrupted);
-
-// In a multi-process run every rank runs a Trainer in lockstep: the same steps, the same
-// decisions at each step boundary (the ones that depend on a rank's own clock or signals are
-// agreed by a collective), the same collectives in the same order. Rank 0 (the leader) alone
-// writes the run directory, the metrics and the checkpoints, and talks to remote storage.
-class Trainer {
- public:
-  Trainer(const Config& cfg, RunDir dir, const Placement& placement, dist::Group* group)
-      : cfg_(cfg),
-        dir_(std::move(dir)),
-        endpoint_(open_endpoint(cfg_, placement)),  // a port in use is refused before the data is read
-        c_(build_components(cfg_, placement, Purpose::kTrain)),
-        runner_(cfg_.train, cfg_.amp, *c_.model, *c_.optimizer, c_.placement.device, c_.averages.hooks()),
-        profiler_(cfg_.profile, c_.placement.device,
-                  cfg_.profile.path.empty() ? dir_.path() + "/profile" : cfg_.profile.path, c_.placement.rank),
-        replicas_(group, cfg_, c_.placement.device),
-        optimizers_(cfg_.optim, *c_.optimizer, *c_.model),
-        meter_(cfg_, c_.placement.device, runner_, st_, report_, replicas_.leader()),
-        account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
-        ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
-        evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.averages.all()),
-        parts_({cfg_, *c_.model, optimizers_, runner_.precision().scaler(), runner_.micro_batches(), st_,
-                *c_.train_loader, replicas_, c_.total_steps, c_.placement.device, &evals_.monitor(),
-                dataset_record(cfg_, c_.data.info), c_.averages.all()}) {
-    st_.last_step = c_.total_steps;
-    if (cfg_.train.cuda_graphs) {
-      const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
-      if (why.empty()) runner_.use_cuda_graphs();
-      else log0::warn("train.cuda_graphs: the step runs eagerly: {}", why);
-    }
-    replicas_.sync_batchnorm(*c_.model);
-    log0::info("model {}: {} parameters; data {}: {}; {} steps/epoch, {} steps on {}", cfg_.model.name,
-               models::num_parameters(*c_.model), cfg_.data.name, c_.data.describe(), c_.steps_per_epoch,
-               c_.total_steps, c_.placement.device.str());
-    log0::info("{}", describe_fast_paths(cfg_, c_.placement.device));
-  }
-
-  /// Load what --resume asks for into the parts (refusals: exit 2). Multi-process: `plan` is
-  /// rank 0's (the others pass an empty one and receive its checkpoint), then every rank
-  /// starts from rank 0's parameters and buffers, and the gradient all-reduce is set up.
-  void resume(ResumePlan plan) {
-    replicas_.share_checkpoint(plan.from);
-    if (plan.from) {
-      parts_.restore(plan.from->snapshot);
-      ckpt_.resumed(plan.from->path, st_.step);
-      plan.from.reset();  // the snapshot's host tensors are released here
-      const data::Position at = c_.train_loader->position();
-      log0::info("resumed from {} at step {} (epoch {}, sample {})", ckpt_.resumed_from(), st_.step, at.epoch,
-                 at.cursor);
-      if (evals_.monitor().stopped()) st_.last_step = st_.step;  // ended by train.early_stop: only the end is left
-    } else if (replicas_.leader()) {
-      parts_.start_fresh();  // model.init: a fresh run only (the others get rank 0's weights)
-    } else if (replicas_.distributed()) {
-      torch::manual_seed(cfg_.run.seed + static_cast<uint64_t>(replicas_.rank()));  // own dropout draws per rank
-    }
-    runner_.distribute(replicas_.replicate(*c_.model));
-    if (ckpt_.resumed_from().empty()) c_.averages.restart();  // a fresh start: the weights every rank has
-    plan_ = std::move(plan);
-  }
-
-  /// --save-init: the initial weights of a fresh run, written before the run directory is
-  /// touched (a bad path is a failed start, not a half-written run).
-  void save_init(const std::string& path) const {
-    if (path.empty() || !ckpt_.resumed_from().empty()) return;
-    DLRUN_CHECK_INPUT(fsutil::is_directory(fsutil::parent_of(path)), "--save-init {}: the directory {} does not exist",
-                      path, fsutil::parent_of(path));
-    save_weights(*c_.model, path);
-  }
-
-  int run();
-  ckpt::RemoteStore* remote_store() { return ckpt_.remote(); }
-  bool leader() const { return replicas_.leader(); }
-  /// After an exception: record it in metrics.jsonl and summary.json when the run directory
-  /// is already ours (never throws; before that, the directory stays untouched).
-  void record_failure(const std::string& what, const char* status = "failed") noexcept;
-
- private:
-  void begin();
-  std::optional<data::Batch> next_batch();
-  void step(const std::vector<data::Batch>& micro);
-  std::optional<int> at_boundary(bool epoch_end);
-  bool any_rank_asked_to_stop() { return replicas_.any(preempt::stop_requested()); }  // a collective
-  bool run_eval();
-  bool act_on_verdict();
-  void save(SaveReason why, bool sync);
-  int stop_and_save();
-  std::optional<int> rescue();
-  void record_interruption(metrics::Event e, const std::string& status, double since,
-                           const Checkpointer::StopUpload& upload, bool read_loss,
-                           const nlohmann::json& record_extra = nlohmann::json::object());
-  int finish();
-  int64_t epoch() const { return c_.train_loader->position().epoch; }
-  nlohmann::json summary(const std::string& status);
-
-  const Config& cfg_;
-  RunDir dir_;
-  std::unique_ptr<metrics::Endpoint> endpoint_;  ///< log.metrics_port's, until begin() hands it to the reporter
-  Components c_;
-  StepRunner runner_;
-  StepProfiler profiler_;
-  dist::Replicas replicas_;
-  Optimizers optimizers_;
-  TrainState st_;
-  metrics::Reporter report_;  ///< sinks on the leader only
-  StepMeter meter_;
-  RunAccount account_;        ///< what the run's wall clock went to (goodput.h)
-  Checkpointer ckpt_;
-  Evaluations evals_;         ///< periodic and test evaluations, the best checkpoint, early stopping
-  CheckpointParts parts_;
-  ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
-  double start_mono_ = -1;    ///< when begin() ran (-1: the run directory is not ours yet)
-  data::Position boundary_;   ///< the loader's position at the last step boundary (a rescue's)
-  bool in_step_ = false;      ///< inside StepRunner::run: a loss there leaves the boundary's state
-};
-
 int Trainer::run() {
   begin();
   try {
@@ -350,88 +233,6 @@ int Trainer::stop_and_save() {
   return kInterrupted;
 }
 
-// A peer lost without notice (dist.peer_timeout_s; docs/design.md, "A peer lost without
-// notice"): the survivors agree which step to write and who writes it (dist::Rescue), the writer
-// commits it -- rank 0, or another rank when rank 0 is the one lost -- and every survivor exits 75.
-// nullopt when no peer is lost: the failure is another one, and goes on.
-std::optional<int> Trainer::rescue() {
-  dist::Group* group = replicas_.group();
-  if (!group || !group->lost()) return std::nullopt;
-  const dist::Loss loss = *group->lost();
-  const double lost_at = wall_now();
-  const bool mid_step = std::exchange(in_step_, false);
-  if (mid_step) {  // the optimizer has not run: the step's batches and counters are given back
-    runner_.abandon_step();
-    c_.train_loader->seek(boundary_);
-  }
-  const bool exact = replicas_.buffers_at_boundary(mid_step);
-  log::error("{}; {}: saving the checkpoint of step {} with the other survivors", loss.why,
-             mid_step ? fmt::format("step {} was under way", st_.step + 1) : "at a step boundary", st_.step);
-  dist::Rescue rescue(*group);
-  const dist::RescueDecision d = rescue.agree({replicas_.rank(), st_.step, exact});
-  if (!d.lost) return std::nullopt;
-  const std::string what = fmt::format("the checkpoint of step {} after {}", d.step, loss.why);
-  Checkpointer::StopUpload upload;
-  double commit_time = 0;
-  if (d.writer == replicas_.rank()) {
-    std::string failure;
-    try {
-      if (!leader()) ckpt_.take_over();
-      if (leader() && ckpt_.saved(st_.step)) {
-        ckpt_.wait_written(SaveReason::kPreemption, st_.step);
-      } else {
-        ckpt_.save(SaveReason::kPreemption, /*sync=*/true, st_.step,
-                   [this] { return std::optional<ckpt::Snapshot>(parts_.snapshot_alone()); });
-      }
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    rescue.committed(failure);
-    if (!failure.empty())
-      throw Error(ExitCode::kRuntime, fmt::format("{} could not be written: {}", what, failure));
-    commit_time = wall_now();
-    log::info("{} is committed{}, {:.2f} s after the loss was seen; exiting with code 75", what,
-              d.exact ? "" : " (inexact: rank 0's BatchNorm statistics of that step went with it)",
-              commit_time - lost_at);
-    upload = ckpt_.upload_before_deadline(st_.step, lost_at, "a lost peer");
-  } else {
-    const std::string failure = rescue.await_committed();
-    if (!failure.empty())
-      throw Error(ExitCode::kRuntime, fmt::format("rank {} could not write {}: {}", d.writer, what, failure));
-    log::info("rank {} committed {}; exiting with code 75", d.writer, what);
-  }
-  if (!leader()) return kInterrupted;
-  metrics::Event e{"peer_lost", d.step};  // rank 0 survived: the run's records
-  e.message = loss.why;
-  e.scalars = {{"latency_s", commit_time > 0 ? commit_time - lost_at : 0.0}};
-  e.fields = {{"lost_ranks", loss.ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
-              {"writer", d.writer}, {"exact", d.exact}, {"survivors", d.survivors}, {"mid_step", mid_step}};
-  record_interruption(std::move(e), "peer_lost", lost_at, upload, /*read_loss=*/false);
-  return kInterrupted;
-}
-
-// The event of an interruption whose checkpoint is committed (a stop request or a lost peer), in
-// metrics.jsonl, state.json's record (st_.preemption, with `record_extra`) and summary.json. A failure here loses no
-// work: it is logged.
-void Trainer::record_interruption(metrics::Event e, const std::string& status, double since,
-                                  const Checkpointer::StopUpload& upload, bool read_loss,
-                                  const nlohmann::json& record_extra) {
-  try {
-    if (read_loss) meter_.read_last_loss();
-    upload.add_to(e, since);
-    account_.add_to(e.fields, status);
-    st_.preemption = e.fields;
-    st_.preemption["event"] = e.kind;
-    st_.preemption.update(record_extra);
-    st_.preemption["step"] = e.step;
-    report_.report(std::move(e));
-    dir_.write_summary(summary("interrupted"));
-    report_.close();
-  } catch (const std::exception& ex) {
-    log::error("the checkpoint is committed, but the run's records could not be written: {}", ex.what());
-  }
-}
-
 int Trainer::finish() {
   profiler_.finish(st_.step);
   meter_.check_finite();  // also counts the last skipped steps
@@ -507,8 +308,6 @@ void Trainer::record_failure(const std::string& what, const char* status) noexce
   } catch (...) {
   }
 }
-
-}  // namespace
 
 int train_in(const TrainArgs& args, const RunDir& dir, const Placement& placement, dist::Group* group) {
   Trainer trainer(args.cfg, dir, placement, group);  // data files, model, optimizer: the cheap failures first
