@@ -30,6 +30,7 @@ DEBS=(cmake ninja-build ccache g++ pkg-config
       dataset-fashion-mnist python3-venv
       prometheus  # the real scraper of the live metrics endpoint's e2e test
       munge slurmctld slurmd slurm-client iproute2  # the real single-node Slurm and the two-host namespaces of the e2e tests
+      openssl ca-certificates  # the TLS test's CA and certificates (e2e:remote_security), the system CA store
       clang libclang-rt-14-dev)  # the sanitizer + fuzz build (scripts/harden.sh)
 missing=()
 for p in "${DEBS[@]}"; do
