@@ -504,6 +504,9 @@ def test_bad_usage_exits_2():
                  (["--max-restarts", "-1"], {}, "--max-restarts -1"),
                  (["--shutdown-timeout", "-3"], {}, "--shutdown-timeout -3"),
                  (["--nnodes", "x"], {}, "--nnodes"),
+                 (["--nnodes", "2:1"], {}, "MAX is below MIN"),
+                 (["--nnodes", "1:2", "--node-rank", "1"], {}, "--node-rank with --nnodes 1:2"),
+                 (["--nnodes", "1:2", "--rdzv-timeout", "-1"], {}, "--rdzv-timeout -1"),
                  (["--bogus", "1"], {}, "--bogus")]
         for options, env, message in cases:
             with Job(*options, env=env) as j:
@@ -523,12 +526,48 @@ def test_bad_usage_exits_2():
         shutil.rmtree(tmp)
 
 
+def test_an_elastic_job_forms_its_rounds_and_refuses_another_job():
+    """--nnodes 1:2: the launcher that can bind --master-addr:--master-port hosts the rendezvous and
+    is node 0 (its first worker rank 0); the workers' store is on the next port; a launcher of
+    another job (another --rdzv-id) reaching that rendezvous is refused (exit 2) and changes nothing."""
+    port = free_port()
+    common = ("--nnodes", "1:2", "--nproc-per-node", "2", "--master-port", str(port), "--rdzv-last-call", "60")
+    with Job(*common, "--rdzv-id", "job-a") as host, Job(*common, "--rdzv-id", "job-b") as other, \
+            Job(*common, "--rdzv-id", "job-a") as second:
+        host.start()
+        deadline = time.time() + 60
+        while not rdzv_answers(port):
+            expect(host.proc.poll() is None and time.time() < deadline, f"no rendezvous on port {port}")
+            time.sleep(0.05)
+        expect(other.run() == 2 and "give every node the same --rdzv-id" in other.err, other.log())
+        expect(not other.records(), "a launcher of another job started workers")
+        expect(second.run() == 0, second.log())
+        expect(host.finish() == 0, host.log())
+        expect("hosting the job's rendezvous" in host.err and "round 0: 2 node(s), world size 4" in host.err, host.log())
+        for job, ranks, group in ((host, (0, 1), "0"), (second, (2, 3), "1")):
+            recs = job.records()
+            expect(sorted(recs) == [(r, 0) for r in ranks], f"{sorted(recs)}{job.log()}")
+            for r in ranks:
+                e = recs[r, 0]["env"]
+                expect((e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"]) == ("4", "2", group), e)
+                expect((e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"]) == (str(port + 1), "job-a"), e)
+
+
+def rdzv_answers(port):
+    """Whether something accepts connections on 127.0.0.1:port (the hosting launcher's rendezvous)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_help():
     expect(os.access(LAUNCH, os.X_OK), f"{LAUNCH} is not executable")
     p = subprocess.run([LAUNCH, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
     expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
     for word in ("75", "--max-restarts", "--shutdown-timeout", "LOCAL_RANK", "[rank N]", "--resume auto", "--rdzv-id",
-                 "--standalone", "TORCHELASTIC_RUN_ID", "is in use"):
+                 "--standalone", "TORCHELASTIC_RUN_ID", "is in use", "MIN:MAX", "--rdzv-last-call"):
         expect(word in p.stdout, f"--help does not mention {word}")
 
 
@@ -543,4 +582,4 @@ if __name__ == "__main__":
           test_a_failure_while_stopping_sends_no_second_signal,
           test_a_worker_ignoring_sigterm_is_killed_after_the_timeout, test_a_restart_resumes_a_train_command,
           test_a_worker_failing_every_time_ends_the_restarts, test_a_bare_subcommand_runs_dlrun, test_gpu_counts,
-          test_bad_usage_exits_2, test_help])
+          test_bad_usage_exits_2, test_an_elastic_job_forms_its_rounds_and_refuses_another_job, test_help])
