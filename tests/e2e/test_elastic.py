@@ -8,7 +8,9 @@ host A (10.231.77.1) hosting the rendezvous. docs/distributed.md ("The elastic l
   both hosts go on (world size 2). The final parameters equal, bit for bit, a run on one machine
   that followed the same world sizes at the same steps (2 ranks, then 1, then 2);
 - host A taken (the rendezvous and rank 0 with it): host B's worker saves into its run directory,
-  and its launcher, finding no rendezvous, exits 75 for the scheduler to restart the job."""
+  and its launcher, finding no rendezvous, exits 75 for the scheduler to restart the job;
+- real `torchrun --nnodes 1:2` launching dlrun, host B taken: dlrun saves, torchrun's own
+  rendezvous re-forms the group on host A alone and the run completes."""
 import os
 import subprocess
 import sys
@@ -155,6 +157,46 @@ def test_host_a_taken_host_b_saves_and_hands_the_job_to_the_scheduler():
         print(f"  host A taken: host B saved {latest} and its launcher exited 75 {time.time() - taken:.1f} s later")
 
 
+def torchrun(hosts, host, run_dir, logs):
+    """Real `torchrun --nnodes 1:2` (its c10d rendezvous on host A) launching dlrun. is_host is said
+    outright: torchrun recognises the endpoint's host by its name, and both namespaces share this
+    machine's."""
+    e = environment(dict(SLOW, GLOO_SOCKET_IFNAME=hosts.dev[host]))
+    cmd = ["ip", "netns", "exec", hosts.ns[host], os.path.join(os.path.dirname(sys.executable), "torchrun"),
+           "--no-python", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"{ADDR['a']}:{PORT}", "--rdzv-id", "torchrun-test", "--max-restarts", "3",
+           "--local-addr", ADDR[host], "--rdzv-conf", f"last_call_timeout=2,is_host={int(host == 'a')}",
+           DLRUN, "train", TINY, *ARGS, "--run-dir", run_dir]
+    path = os.path.join(logs, f"torchrun-{host}.log")
+    with open(path, "w") as log:
+        p = subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT, text=True)
+    p.log = path
+    return p
+
+
+def test_real_torchrun_elastic_goes_on_without_host_b():
+    """dlrun under torchrun's own elastic agent: dlrun notices and saves, torchrun re-forms the group."""
+    with RunDir() as r, RunDir() as scratch, TwoHosts() as hosts:
+        a = torchrun(hosts, "a", r.path, scratch.path)
+        b = torchrun(hosts, "b", os.path.join(scratch.path, "b"), scratch.path)
+        wait_for_step(r, 12, a)
+        expect(a.poll() is None, f"host A's torchrun ended before host B was taken:\n{output(a)[-3000:]}")
+        taken = time.time()
+        hosts.take("b")
+        finish(b, timeout=30)
+        out_a, = finish(a)
+        expect(a.returncode == 0, f"torchrun on host A exited {a.returncode}:\n{out_a[-3000:]}")
+        lost = events(r, "peer_lost")
+        expect(len(lost) == 1 and lost[0]["exact"], lost)
+        starts = events(r, "start")
+        expect([(m["world_size"], m["step"]) for m in starts] == [(2, 0), (1, lost[0]["step"])], starts)
+        expect(r.summary()["status"] == "completed", r.summary().get("status"))
+        went_on = min(m["time"] for m in r.metrics() if "event" not in m and "loss" in m and m["time"] > starts[1]["time"])
+        print(f"  torchrun --nnodes 1:2, host B taken: step {lost[0]['step']} saved {lost[0]['time'] - taken:.1f} s "
+              f"after the loss, host A went on alone {went_on - taken:.1f} s after it (torchrun's rendezvous)")
+
+
 if __name__ == "__main__":
     main([test_host_b_taken_the_job_goes_on_alone_and_grows_back,
-          test_host_a_taken_host_b_saves_and_hands_the_job_to_the_scheduler])
+          test_host_a_taken_host_b_saves_and_hands_the_job_to_the_scheduler,
+          test_real_torchrun_elastic_goes_on_without_host_b])
