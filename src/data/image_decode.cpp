@@ -17,6 +17,7 @@
 #include <memory>
 
 #include <jpeglib.h>
+#include <jerror.h>
 
 #include "base/error.h"
 #include "base/strings.h"
@@ -80,6 +81,20 @@ void check_pixels(uint64_t w, uint64_t h, const char* kind, const std::string& n
                     w, h, kMaxPixels);
 }
 
+/// libjpeg warnings that mean pixels were made up: the data ended early (the rest of the image
+/// is filled in gray), a segment ended early, a bad Huffman code, a lost restart marker. Others
+/// (extraneous bytes before a marker, an unknown JFIF revision) leave every pixel decoded.
+bool damaging_warning(int msg_code) {
+  return msg_code == JWRN_JPEG_EOF || msg_code == JWRN_HIT_MARKER || msg_code == JWRN_HUFF_BAD_CODE ||
+         msg_code == JWRN_MUST_RESYNC;
+}
+bool damaging_warning_text(const std::string& text) {
+  for (const char* start : {"Premature end of JPEG file", "Corrupt JPEG data: premature end of data segment",
+                            "Corrupt JPEG data: bad Huffman code", "Corrupt JPEG data: found marker"})
+    if (text.rfind(start, 0) == 0) return true;
+  return false;
+}
+
 /// Bad input naming the image, with a fresh decompressor left for the next one.
 [[noreturn]] void jpeg_fail(tjhandle h, const std::string& name) {
   const std::string why = tjGetErrorStr2(h);
@@ -127,8 +142,9 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& b, const std::string& name,
   }
   int fmt = channels == 3 ? TJPF_RGB : TJPF_GRAY;
   int rc = tjDecompress2(h, b.data(), size, img.pixels.data(), w, 0, ht, fmt, kJpegFlags);
-  // A warning (e.g. premature end of data) still yields an image; an error does not.
-  if (rc != 0 && tjGetErrorCode(h) != TJERR_WARNING) jpeg_fail(h, name);
+  // A warning still yields an image; one that made pixels up (a truncated or corrupt file) is a
+  // damaged image, refused like an undecodable one.
+  if (rc != 0 && (tjGetErrorCode(h) != TJERR_WARNING || damaging_warning_text(tjGetErrorStr2(h)))) jpeg_fail(h, name);
   return img;
 }
 
@@ -162,6 +178,7 @@ struct JpegError {
   jpeg_error_mgr mgr;
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
+  bool damaged;  ///< a warning that made pixels up (damaging_warning); `message` says which
 };
 
 void jpeg_error_exit(j_common_ptr c) {
@@ -169,7 +186,14 @@ void jpeg_error_exit(j_common_ptr c) {
   (*c->err->format_message)(c, e->message);
   std::longjmp(e->jump, 1);
 }
-void jpeg_quiet(j_common_ptr, int) {}  // warnings (corrupt data that still decodes) are accepted, as above
+/// Trace messages are dropped; a damaging warning is kept and fails the decode when it ends.
+void jpeg_quiet(j_common_ptr c, int level) {
+  auto* e = reinterpret_cast<JpegError*>(c->err);
+  if (level == -1 && !e->damaged && damaging_warning(c->err->msg_code)) {
+    (*c->err->format_message)(c, e->message);
+    e->damaged = true;
+  }
+}
 
 /// TJFLAG_LIMITSCANS for the libjpeg API: a progressive JPEG of more than 500 scans is refused.
 void jpeg_scan_limit(j_common_ptr c) {
@@ -205,6 +229,7 @@ bool jpeg_region(const std::vector<uint8_t>& b, int channels, const RegionReques
   err.mgr.error_exit = jpeg_error_exit;
   err.mgr.emit_message = jpeg_quiet;
   err.message[0] = 0;
+  err.damaged = false;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     *why = err.message;
@@ -254,6 +279,10 @@ bool jpeg_region(const std::vector<uint8_t>& b, int channels, const RegionReques
   }
   jpeg_abort_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
+  if (err.damaged) {
+    *why = err.message;
+    return false;
+  }
   out->image.height = static_cast<int>(rows);
   out->image.width = static_cast<int>(cols);
   out->image.channels = channels;

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/sha256.h"
+#include "base/strings.h"
 #include "config/remote_options.h"
 #include "data/image_decode.h"
 #include "data/shard_index.h"
@@ -27,6 +29,10 @@ using fsutil::remove_tree;
 using fsutil::write_file_atomic;
 
 namespace {
+
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 /// A (C, H, W) uint8 image as PNG bytes.
 std::vector<uint8_t> encode_png(const torch::Tensor& chw) {
@@ -73,11 +79,27 @@ PackResult pack_shards(const PackSpec& spec) {
     s3 = std::make_unique<remote::S3Client>(config::s3_config(spec.remote), url.bucket);
     dir = fmt::format("{}/dlrun-pack-{}", temp_dir(), ::getpid());
   }
-  if (!remote && fsutil::is_directory(dir))  // a second pack would leave the first one's extra shards listed
-    for (const std::string& n : fsutil::list_names(dir))
-      DLRUN_CHECK_INPUT(!(n.rfind(spec.prefix + "-", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".tar"),
+  if (!remote && fsutil::is_directory(dir)) {  // a second pack would leave the first one's extra shards listed
+    for (const std::string& n : fsutil::list_names(dir)) {
+      if (!has_suffix(n, ".tar")) continue;
+      DLRUN_CHECK_INPUT(n.rfind(spec.prefix + "-", 0) != 0,
                         "{} already holds shards named {}-*.tar ({}): choose another --to or --prefix, or remove them",
                         dir, spec.prefix, n);
+      throw Error(ExitCode::kBadInput,
+                  fmt::format("{} already holds other shards ({}: another split?): a folder holds one split, and its "
+                              "shardindex.json lists every shard in it; pack this one into a folder of its own (such "
+                              "as --to {}-{})", dir, n, strip_trailing(dir, '/'), spec.prefix));
+    }
+    DLRUN_CHECK_INPUT(!fsutil::is_regular_file(dir + "/shardindex.json"),
+                      "{} already holds a shardindex.json (another split's?): pack into a folder of its own", dir);
+  }
+  if (remote) {  // the same for a prefix in a bucket: its shardindex.json would be replaced
+    std::unique_ptr<ShardSource> there = open_source(spec.dest, "data pack --to", spec.remote);
+    DLRUN_CHECK_INPUT(!there->read_index().has_value(),
+                      "{} already holds a shardindex.json (another split's?): a prefix holds one split; pack this one "
+                      "under a prefix of its own (such as --to {}-{}/)", spec.dest, strip_trailing(spec.dest, '/'),
+                      spec.prefix);
+  }
   make_dirs(dir);
   ShardIndex index;
   index.channels = static_cast<int>(info.channels);
@@ -160,7 +182,7 @@ std::string index_shards(const std::string& spec, const CheckpointOptions& remot
   const std::string tmp = fmt::format("{}/dlrun-index-{}", temp_dir(), ::getpid());
   ShardIndex idx;
   try {
-    idx = load_index(*src, tmp, "shards");
+    idx = load_index(*src, tmp, "shards", /*reindex=*/true);
   } catch (...) {
     remove_tree(tmp);
     throw;
@@ -181,6 +203,14 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
   DLRUN_CHECK_INPUT(tables, "{}/shardindex.json is a plain wids index without dlrun's sample tables; `dlrun data index "
                     "{}` rewrites it with them", src->describe(), spec);
   VerifyResult r;
+  if (!has_suffix(spec, ".json") && spec.find('{') == std::string::npos) {  // a folder or prefix: all of it
+    std::set<std::string> listed;
+    for (const auto& s : idx.shards) listed.insert(s.url);
+    for (const auto& n : src->list())
+      if (!listed.count(n))
+        r.problems.push_back(fmt::format("{}/{}: not in the index (another split's shard? a folder holds one split, "
+                                         "and training on the folder would refuse it)", src->describe(), n));
+  }
   const std::string tmp = fmt::format("{}/dlrun-verify-{}.tar", temp_dir(), ::getpid());
   for (size_t i = 0; i < idx.shards.size(); ++i) {
     const ShardEntry& want = idx.shards[i];
@@ -212,6 +242,18 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
             size, want.url, shown);
         if (got.offsets != want.offsets || got.sizes != want.sizes || got.labels != want.labels)
           why = "its samples differ from the index's tables";
+        // Every image decodes whole, as training would decode it (a truncated JPEG is refused there).
+        for (size_t k = 0; why.empty() && k < got.offsets.size(); ++k) {
+          std::vector<uint8_t> bytes(got.sizes[k]);
+          f.clear();
+          f.seekg(static_cast<std::streamoff>(got.offsets[k]));
+          f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+          try {
+            decode_image_bytes(bytes, fmt::format("of sample {} (byte {})", k, got.offsets[k]), idx.channels);
+          } catch (const Error& e) {
+            why = e.message();
+          }
+        }
       }
       if (!why.empty()) r.problems.push_back(fmt::format("{}: {}", shown, why));
       r.bytes += size;

@@ -60,8 +60,21 @@ ShardEntry index_tar(const ReadAt& read, uint64_t file_size, const std::string& 
   std::vector<TarMember> members = scan_tar(read, file_size, shown);
   Pending cur;
   bool open = false;
+  // WebDataset reads a sample's files as one run of consecutive members: the same key further on
+  // (GNU tar writes a folder in directory order unless told --sort=name) is the usual cause of a
+  // sample that seems to lack its image or label.
+  auto scattered = [&](const std::string& key, size_t run_end) {
+    for (size_t i = run_end; i < members.size(); ++i)
+      if (split_key(members[i].name).first == key) return true;
+    return false;
+  };
+  size_t next = 0;  // the member after the current sample's run
   auto close = [&] {
     if (!open) return;
+    DLRUN_CHECK_INPUT(!((cur.image_rank == 0 || !cur.label_seen) && scattered(cur.key, next)),
+                      "shard {}: the files of sample {} are not adjacent in the tar (a sample's files must follow each "
+                      "other, as WebDataset reads them): write the tar with `tar --sort=name` (GNU tar) or with "
+                      "`dlrun data pack`", shown, cur.key);
     DLRUN_CHECK_INPUT(cur.image_rank > 0, "shard {}: sample {} has no image (.jpg, .jpeg or .png)", shown, cur.key);
     DLRUN_CHECK_INPUT(cur.label_seen, "shard {}: sample {} has no label (.cls, or .json with \"label\")", shown,
                       cur.key);
@@ -71,6 +84,7 @@ ShardEntry index_tar(const ReadAt& read, uint64_t file_size, const std::string& 
     open = false;
   };
   for (const TarMember& m : members) {
+    ++next;
     auto [key, ext] = split_key(m.name);
     const std::string base = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
     if (ext.empty() || base.empty() || base.rfind("__", 0) == 0) continue;  // WebDataset skips these too

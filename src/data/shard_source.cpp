@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "base/clock.h"
 #include "base/env.h"
@@ -244,7 +245,7 @@ std::string default_cache_dir(const DataOptions& o) {
   return (home.empty() ? "/tmp" : home) + "/.cache/dlrun/shards";
 }
 
-ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std::string& what) {
+ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std::string& what, bool reindex) {
   const std::vector<std::string> urls = src.list();
   auto usable = [&](const ShardIndex& idx) {
     if (idx.shards.size() != urls.size()) return false;
@@ -252,10 +253,23 @@ ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std:
       if (idx.shards[i].url != urls[i]) return false;
     return true;
   };
-  if (auto text = src.read_index()) {
+  if (auto text = reindex ? std::nullopt : src.read_index()) {
     bool tables = false;
     ShardIndex idx = index_from_json(*text, src.describe() + "/shardindex.json", &tables);
     if (tables && usable(idx)) return idx;
+    // An index that lists some of the folder's shards and not others: the others are most likely
+    // another split's (packed into the same folder). Indexing them all would mix the splits.
+    std::set<std::string> here(urls.begin(), urls.end());
+    std::vector<std::string> extra;
+    bool all_here = !idx.shards.empty();
+    for (const auto& s : idx.shards) all_here = all_here && here.erase(s.url) > 0;
+    if (all_here && !here.empty())
+      throw Error(ExitCode::kBadInput,
+                  fmt::format("{}: {} lists {} shard(s), but {} also holds {} other(s) ({}{}): another split's shards? "
+                              "A folder holds one split; move them to a folder of their own, or name this split's "
+                              "shards with a brace pattern or its index file", what, src.describe() + "/shardindex.json",
+                              idx.shards.size(), src.describe(), here.size(), *here.begin(),
+                              here.size() > 1 ? ", ..." : ""));
     log0::info("{}: {} has no dlrun sample tables or lists other shards; indexing the shards", what,
                src.describe() + "/shardindex.json");
   }

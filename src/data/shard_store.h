@@ -70,8 +70,11 @@ std::vector<std::string> brace_expand(const std::string& pattern, const std::str
 
 /// The index of a source: its shardindex.json when that has dlrun's tables and lists the shards
 /// the spec selects, else a copy cached in `cache_dir` from an earlier run (when the shards'
-/// sizes still match), else built by reading every shard once (and then cached).
-ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std::string& what);
+/// sizes still match), else built by reading every shard once (and then cached). A folder whose
+/// shardindex.json lists some of its shards and not the others is refused (exit 2: another
+/// split's shards would be mixed in), unless `reindex` (`dlrun data index`: every shard there
+/// is indexed, the existing index ignored).
+ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std::string& what, bool reindex = false);
 
 /// Where the cache keeps copies of `src`'s shards: CACHE_DIR/s3/BUCKET/PREFIX for s3://BUCKET/PREFIX.
 std::string cache_root(const std::string& cache_dir, const ShardSource& src);

@@ -377,10 +377,77 @@ def test_hostile_shards_are_refused_by_name():
             expect("train-000000.tar is truncated" in p.stdout, p.stdout[-2000:])
 
 
+def test_splits_never_mix_in_one_folder():
+    """A second split packed into the same folder is refused (its index would replace the first's);
+    a folder holding shards its index does not list (packed there by hand, or by an older dlrun)
+    is refused by training and named by verify, instead of training on both splits."""
+    with Scratch() as s:
+        image_folder(s.file("folder"))
+        out = s.file("packed")
+        dlrun("data", "pack", "--dataset", "image_folder", "--root", s.file("folder"), "--to", out,
+              "--samples-per-shard", "16", check=0)
+        index = open(os.path.join(out, "shardindex.json"), "rb").read()
+        p = dlrun("data", "pack", "--dataset", "image_folder", "--root", s.file("folder"), "--split", "eval",
+                  "--prefix", "val", "--to", out, check=2)
+        expect("already holds other shards" in p.stdout and "a folder of its own" in p.stdout, p.stdout)
+        expect(open(os.path.join(out, "shardindex.json"), "rb").read() == index, "the first split's index changed")
+        expect(sorted(os.listdir(out)) == ["shardindex.json", "train-000000.tar", "train-000001.tar"], os.listdir(out))
+        # The validation split in a folder of its own, then one of its shards copied beside the training ones.
+        dlrun("data", "pack", "--dataset", "image_folder", "--root", s.file("folder"), "--split", "eval",
+              "--prefix", "val", "--to", s.file("packed-val"), check=0)
+        shutil.copy(s.file("packed-val", "val-000000.tar"), out)
+        p = dlrun("data", "verify", out, check=2)
+        expect("val-000000.tar: not in the index" in p.stdout, p.stdout)
+        with RunDir() as r:
+            p = train(config(s.file("c.yaml"), out, s.file("cache")), r.path, "train.epochs=1", check=2)
+            expect("also holds 1 other(s) (val-000000.tar)" in p.stdout and "another split's" in p.stdout,
+                   p.stdout[-2000:])
+        # Asked for explicitly, the folder is indexed whole (a split that grew by new shards).
+        dlrun("data", "index", out, check=0)
+        p = dlrun("data", "verify", out, check=0)
+        expect("ok (3 shards, 28 samples" in p.stdout, p.stdout)
+
+
+def test_a_tar_with_scattered_samples_and_a_truncated_jpeg_are_named():
+    import tarfile
+    with Scratch() as s:
+        os.makedirs(s.file("scattered"))
+        # GNU tar without --sort=name writes a folder in directory order: all images, then all labels.
+        with tarfile.open(s.file("scattered", "a.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
+            for name, data in [(f"{k:05d}.jpg", jpeg(k)) for k in range(4)] + [(f"{k:05d}.cls", b"1") for k in range(4)]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        p = dlrun("data", "index", s.file("scattered"), check=2)
+        expect("the files of sample 00000 are not adjacent" in p.stdout and "--sort=name" in p.stdout, p.stdout)
+        # The first half of a JPEG: decoding it would fill the rest in gray. verify and predict refuse it.
+        os.makedirs(s.file("cut"))
+        with tarfile.open(s.file("cut", "a.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
+            for k in range(4):
+                img = jpeg(k, 256, 192)
+                for name, data in ((f"{k:05d}.jpg", img[:len(img) // 2] if k == 2 else img), (f"{k:05d}.cls", b"1")):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+        dlrun("data", "index", s.file("cut"), check=0)
+        p = dlrun("data", "verify", s.file("cut"), check=2)
+        expect("a.tar" in p.stdout and "sample 2" in p.stdout and "Premature end of JPEG file" in p.stdout, p.stdout)
+        img = jpeg(5, 256, 192)
+        with open(s.file("half.jpg"), "wb") as f:
+            f.write(img[:len(img) // 2])
+        python_shards(s.file("good"), n=24, per_shard=24)
+        cfg = config(s.file("c.yaml"), s.file("good"), s.file("cache"))
+        with RunDir() as r:
+            train(cfg, r.path, "train.max_steps=1", check=0)
+            p = dlrun("predict", cfg, s.file("half.jpg"), "--checkpoint", "auto", "--run-dir", r.path, check=2)
+            expect("half.jpg" in p.stdout and "Premature end of JPEG file" in p.stdout, p.stdout[-2000:])
+
+
 if __name__ == "__main__":
     main([test_python_webdataset_shards_train_and_index_reads_in_wids,
           test_pack_reads_back_in_python_and_verify_catches_corruption,
           test_pack_of_images_in_memory_writes_lossless_png,
           test_kill_mid_epoch_on_2_ranks_resume_on_1_and_3_same_samples,
           test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails,
-          test_hostile_shards_are_refused_by_name])
+          test_hostile_shards_are_refused_by_name, test_splits_never_mix_in_one_folder,
+          test_a_tar_with_scattered_samples_and_a_truncated_jpeg_are_named])
