@@ -10,10 +10,12 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "base/error.h"
 #include "checkpoint/remote_store.h"
 #include "cli/app.h"
 #include "cli/remote_args.h"
@@ -28,9 +30,38 @@ struct ExportOptions {
   std::string checkpoint;  ///< checkpoint dir, a run / checkpoints dir (uses LATEST), or s3://...
   exporting::ExportOptions to;
   RemoteArgs remote;
+  bool format_given = false;
 };
 
+/// The format a file name's extension names (.safetensors, .onnx, .pt / .pth), or "".
+std::string format_of_extension(const std::string& path) {
+  const size_t dot = path.rfind('.'), slash = path.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string ext = path.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == "safetensors") return "safetensors";
+  if (ext == "onnx") return "onnx";
+  if (ext == "pt" || ext == "pth") return "torch";
+  return "";
+}
+
+/// --format from --output's extension when it was not given; a given one that contradicts a
+/// known extension is refused (an ONNX runtime would fail on safetensors bytes in x.onnx).
+void settle_format(ExportOptions& o) {
+  const std::string named = format_of_extension(o.to.output);
+  if (!o.format_given) {
+    if (!named.empty()) o.to.format = named;
+    return;
+  }
+  if (!named.empty() && named != o.to.format)
+    throw Error(ExitCode::kBadInput,
+                fmt::format("--format {} but --output {} names a {} file", o.to.format, o.to.output, named),
+                fmt::format("drop --format (the extension decides), or name the output for {} (.safetensors, .onnx, "
+                            ".pt)", o.to.format));
+}
+
 void run_export(ExportOptions o) {
+  settle_format(o);
   for (const train::AverageKind& k : train::average_kinds())
     if (o.to.weights == k.name) o.to.weights_setting = k.setting;
   exporting::Source from;
@@ -57,10 +88,11 @@ void setup_export(CLI::App& app) {
                   "checkpoint directory, a run directory (uses LATEST), or s3://BUCKET/PREFIX[/step-N]")
       ->required();
   add_remote_args(cmd, o->remote);
-  cmd->add_option("--format", o->to.format,
-                  "safetensors | torch (a torch.load-able dict of tensors) | onnx (the network, for onnxruntime)")
-      ->check(CLI::IsMember(exporting::format_names()))
-      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--format", [o](const std::string& f) { o->to.format = f, o->format_given = true; },
+         "safetensors | torch (a torch.load-able dict of tensors) | onnx (the network, for onnxruntime); default: "
+         "from --output's extension (.safetensors, .pt or .pth, .onnx), else safetensors")
+      ->check(CLI::IsMember(exporting::format_names()));
   cmd->add_option("--output", o->to.output, "file to write")->required();
   cmd->add_flag("--fold-batchnorm", o->to.fold_batchnorm,
                 "fold every BatchNorm that follows a convolution into it (weights w*s, a bias per convolution, "

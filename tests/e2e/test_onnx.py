@@ -97,5 +97,23 @@ def test_image_size_comes_from_the_run_or_the_flag():
         expect(p.returncode == 2 and "config.yaml" in p.stdout and not os.path.exists(run.file("x.onnx")), p.stdout)
 
 
+def test_the_format_follows_the_output_extension():
+    """x.onnx without --format is ONNX, x.pt a torch file; a --format that contradicts a known
+    extension is refused and writes nothing."""
+    with RunDir() as run:
+        train(cfg("tiny.yaml"), run.path, *SMALL)
+        dlrun("export", "--checkpoint", run.path, "--output", run.file("m.onnx"), check=0)
+        onnx.checker.check_model(onnx.load(run.file("m.onnx")), full_check=True)
+        p = dlrun("export", "--checkpoint", run.path, "--output", run.file("m.pt"), check=0)
+        expect("written as torch" in p.stdout, p.stdout)
+        p = dlrun("export", "--checkpoint", run.path, "--output", run.file("m.weights"), check=0)
+        expect("written as safetensors" in p.stdout, p.stdout)
+        expect(len(load_file(run.file("m.weights"))) > 0, "m.weights")
+        p = dlrun("export", "--checkpoint", run.path, "--format", "safetensors", "--output", run.file("x.onnx"), check=2)
+        expect("--format safetensors but --output" in p.stdout and "onnx file" in p.stdout, p.stdout)
+        expect(not os.path.exists(run.file("x.onnx")), "x.onnx was written")
+
+
 if __name__ == "__main__":
-    main([test_every_zoo_model_runs_in_onnxruntime, test_image_size_comes_from_the_run_or_the_flag])
+    main([test_every_zoo_model_runs_in_onnxruntime, test_image_size_comes_from_the_run_or_the_flag,
+          test_the_format_follows_the_output_extension])
