@@ -36,7 +36,10 @@ void write(Level level, bool rank0_only, std::string_view message) {
   // DLRUN_LOG_LEVEL=debug asks for everything.
   if (g_rank != 0 && level < Level::kWarn && g_level != Level::kDebug) return;
   const char* tag = level == Level::kWarn ? "warning: " : level == Level::kError ? "error: " : "";
-  std::string prefix = g_world > 1 ? fmt::format("dlrun[r{}]: ", g_rank) : std::string("dlrun: ");
+  // dlrun-launch prefixes every line with "[rank N] " already: no second rank in the prefix.
+  static const bool launcher_names_rank = std::getenv("DLRUN_LAUNCHER_PID") != nullptr;
+  std::string prefix =
+      g_world > 1 && !launcher_names_rank ? fmt::format("dlrun[r{}]: ", g_rank) : std::string("dlrun: ");
   std::lock_guard<std::mutex> lock(g_mutex);
   std::fputs(fmt::format("{}{}{}\n", prefix, tag, message).c_str(), stderr);
   std::fflush(stderr);

@@ -72,7 +72,10 @@ World world_from_env(const Getenv& getenv, bool rendezvous) {
   w.master_addr = env.str("MASTER_ADDR", w.master_addr);
   w.master_port = env.num("MASTER_PORT", w.master_port);
   if (env.has("RANK") || env.has("WORLD_SIZE")) {  // torchrun, dlrun-launch, or set by hand
-    w.launcher = "torchrun";
+    // dlrun-launch names itself (DLRUN_LAUNCHER_PID); torchrun's agent sets TORCHELASTIC_RUN_ID.
+    w.launcher = env.has("DLRUN_LAUNCHER_PID")     ? "dlrun-launch"
+                 : env.has("TORCHELASTIC_RUN_ID") || env.has("TORCHELASTIC_RESTART_COUNT") ? "torchrun"
+                                                   : "RANK/WORLD_SIZE variables";
     w.rank = env.num("RANK", 0);
     w.size = env.num("WORLD_SIZE", 1);
     w.local_rank = env.num("LOCAL_RANK", w.rank);

@@ -131,6 +131,8 @@ def test_host_b_taken_the_job_goes_on_alone_and_grows_back():
         s2 = starts[2]["step"]
         grown_s = min(m["time"] for m in r.metrics() if "event" not in m and "loss" in m and m["time"] > starts[2]["time"]) - joined
         expect("a node waits to join the job" in out_a and "round 2: 2 node(s)" in out_a, out_a[-3000:])
+        # The workers name their launcher, and the launcher's "[rank N]" is the only rank in a line.
+        expect("launched by dlrun-launch" in out_a and "dlrun[r" not in out_a + out_b, out_a[-3000:])
         wc = r.summary()["wall_clock"]
         print(f"  host B taken: step {s1} saved, host A went on alone {went_on_s:.1f} s after the loss; host B back: "
               f"step {s2} saved, world size 2 again {grown_s:.1f} s after its launcher started; "

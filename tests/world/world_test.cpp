@@ -34,6 +34,13 @@ TEST_CASE("no launcher variables: one process", "[dist]") {
   CHECK(w.launcher == "none");
 }
 
+TEST_CASE("the launcher is named: dlrun-launch, torchrun, or the variables set by hand", "[dist]") {
+  CHECK(from({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RUN_ID", "x"}, {"DLRUN_LAUNCHER_PID", "7"}}).launcher ==
+        "dlrun-launch");
+  CHECK(from({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RUN_ID", "none"}}).launcher == "torchrun");
+  CHECK(from({{"RANK", "0"}, {"WORLD_SIZE", "1"}}).launcher == "RANK/WORLD_SIZE variables");
+}
+
 TEST_CASE("torchrun's variables", "[dist]") {
   const World w = from({{"RANK", "5"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"},
                         {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29600"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
