@@ -101,6 +101,12 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
       held.push_back(a.name);
       if (a.name == o.weights) average = a;
     }
+    // The run keeps the average but had taken nothing into it by this checkpoint's step.
+    const nlohmann::json* entry = state.is_object() && state.contains(o.weights) ? &state[o.weights] : nullptr;
+    DLRUN_CHECK_INPUT(average.has_value() || !entry || !entry->is_object() || entry->value("updates", int64_t{-1}) != 0,
+                      "{}: the checkpoint of step {} has no {}: its run keeps one ({}), but had averaged nothing by "
+                      "that step (averages are taken at epoch ends); export a later checkpoint",
+                      r.source, r.step, file, o.weights_setting.empty() ? o.weights : o.weights_setting);
     DLRUN_CHECK_INPUT(average.has_value(), "{}: the checkpoint has no {}: its run kept no such average{}; --weights "
                       "takes raw{}{}",
                       r.source, file, o.weights_setting.empty() ? "" : " (" + o.weights_setting + " keeps one)",

@@ -5,9 +5,11 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "config/remote_options.h"
 #include "config/validate.h"
 #include "data/subset.h"
 #include "preempt/preempt.h"
+#include "train/observe/outputs.h"
 #include "train/state/init_weights.h"
 #include "train/step/optim.h"
 
@@ -56,6 +58,24 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
   return d;
 }
 
+/// optim.swa_start_epoch must leave at least one epoch end to average at: the average takes the
+/// weights at epoch ends from epoch swa_start_epoch on (0-based: the end of that epoch, step
+/// (start + 1) x steps per epoch), so a run that ends before it averages nothing. `train` and
+/// `config validate` both check it.
+static void check_swa_averages(const Config& c, int64_t steps_per_epoch) {
+  if (c.optim.swa_start_epoch <= 0) return;
+  const int64_t total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * steps_per_epoch;
+  const int64_t first_average = (c.optim.swa_start_epoch + 1) * steps_per_epoch;
+  if (first_average > total_steps)
+    throw Error(ExitCode::kBadInput, c.where("optim.swa_start_epoch"), "optim.swa_start_epoch",
+                fmt::format("the first average would be taken at the end of epoch {} (step {}, {} steps an epoch), "
+                            "but the run ends at step {}{}: nothing would be averaged",
+                            c.optim.swa_start_epoch + 1, first_average, steps_per_epoch, total_steps,
+                            c.train.max_steps > 0 ? " (train.max_steps)" : ""),
+                "averages are taken at epoch ends: start it a few epochs before the end (the SWA paper averages "
+                "the last 25 % of the epochs)");
+}
+
 Components build_components(const Config& c, const Placement& placement, Purpose purpose) {
   Components out;
   out.placement = placement;
@@ -73,13 +93,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     out.total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * out.steps_per_epoch;
     out.schedule = ScheduleSpec{c.sched, c.optim.lr, out.total_steps, out.steps_per_epoch,
                                 c.optim.swa_start_epoch, c.optim.swa_lr, c.optim.swa_anneal_epochs};
-    if (c.optim.swa_start_epoch > 0 && c.optim.swa_start_epoch * out.steps_per_epoch >= out.total_steps)
-      throw Error(ExitCode::kBadInput, c.where("optim.swa_start_epoch"), "optim.swa_start_epoch",
-                  fmt::format("averaging would begin at step {} (epoch {} of {} steps each), but the run ends at step "
-                              "{}: nothing would be averaged",
-                              c.optim.swa_start_epoch * out.steps_per_epoch + 1, c.optim.swa_start_epoch,
-                              out.steps_per_epoch, out.total_steps),
-                  "start it a few epochs before the end (the SWA paper averages the last 25 % of the epochs)");
+    check_swa_averages(c, out.steps_per_epoch);
   }
   if (out.data.train) {  // what an average reads at the end (update_bn): every rank reads all of it
     data::LoaderSpec whole = spec;
@@ -142,6 +156,10 @@ void preflight(const Config& cfg) {
     load_init_weights(cfg, *model);
   }
   preempt::check_notice_source(cfg.preemption);
+  // What `train` meets before its first step, checked the same way.
+  if (d.train) check_swa_averages(cfg, d.train->size() / cfg.data.batch_size);
+  if (!cfg.checkpoint.remote.empty()) (void)config::s3_config(cfg.checkpoint);  // AWS_PROFILE, the endpoint, ...
+  (void)open_endpoint(cfg, Placement{});  // log.metrics_port free (bound, then closed again)
 }
 
 }  // namespace dlrun::train

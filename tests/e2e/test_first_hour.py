@@ -7,6 +7,7 @@ checkpoint and early stopping, resumed exactly; `dlrun predict` with the run's c
 import glob
 import json
 import os
+import socket
 import re
 import subprocess
 import time
@@ -88,6 +89,32 @@ def test_validate_accepts_exactly_what_train_accepts():
         v = dlrun("config", "validate", TINY, "data.name=image_folder", f"data.root={d.file('imgs')}", check=2)
         expect("data.image_size: the images of an image_folder vary in size" in v.stdout, v.stdout)
         check_agreement(TINY, ("data.name=image_folder", f"data.root={d.file('imgs')}"))
+
+
+def test_validate_checks_what_train_meets_before_its_first_step():
+    """An average that would take nothing, a profile that does not exist, a metrics port in use:
+    refused by validate as by train, with the same error."""
+    swa = ("optim.swa_start_epoch=1", "optim.swa_lr=0.01")
+    expect(check_agreement(TINY, (*swa, "train.max_steps=24")) == 2, "16 steps an epoch: no epoch end before step 24")
+    v = dlrun("config", "validate", TINY, *swa, "train.max_steps=24", check=2)
+    expect("end of epoch 2 (step 32" in v.stdout and "nothing would be averaged" in v.stdout, v.stdout)
+    expect(check_agreement(TINY, (*swa, "train.max_steps=32")) == 0, "step 32 ends epoch 2: one average")
+    with RunDir() as d:
+        for name in ("config", "credentials"):
+            open(d.file(name), "w").close()
+        env = {"AWS_PROFILE": "nope", "AWS_CONFIG_FILE": d.file("config"), "AWS_SHARED_CREDENTIALS_FILE":
+               d.file("credentials"), "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": None,
+               "AWS_SECRET_ACCESS_KEY": None}
+        expect(check_agreement(TINY, ("checkpoint.remote=s3://bucket/runs",), env=env) == 2, "AWS_PROFILE=nope")
+        v = dlrun("config", "validate", TINY, "checkpoint.remote=s3://bucket/runs", env=env, check=2)
+        expect("AWS_PROFILE=nope: no such profile" in v.stdout, v.stdout)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        expect(check_agreement(TINY, (f"log.metrics_port={port}",)) == 2, f"port {port} in use")
+        v = dlrun("config", "validate", TINY, f"log.metrics_port={port}", check=2)
+        expect(f"cannot listen on 127.0.0.1:{port}" in v.stdout, v.stdout)
 
 
 def test_show_and_info_need_no_data():
@@ -332,7 +359,8 @@ def test_predict_with_the_class_names_the_run_recorded():
 
 
 if __name__ == "__main__":
-    main([test_validate_accepts_exactly_what_train_accepts, test_show_and_info_need_no_data,
+    main([test_validate_accepts_exactly_what_train_accepts, test_validate_checks_what_train_meets_before_its_first_step,
+          test_show_and_info_need_no_data,
           test_force_without_resume_never_is_refused, test_eval_reads_what_export_writes,
           test_fine_tune_from_pretrained_weights, test_a_torch_save_state_dict_as_torchvision_publishes_it,
           test_validation_split_best_checkpoint_and_early_stop, test_predict_with_the_class_names_the_run_recorded])
