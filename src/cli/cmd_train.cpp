@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "cli/app.h"
 #include "cli/config_args.h"
+#include "config/diff.h"
 #include "config/loader.h"
 #include "world/world.h"
 #include "preempt/preempt.h"
@@ -17,6 +18,7 @@ void setup_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model from an experiment file");
   auto o = std::make_shared<ConfigArgs>();
   auto t = std::make_shared<train::TrainArgs>();
+  auto print_config = std::make_shared<bool>(false);
   add_config_args(cmd, *o);
   cmd->add_option("--run-dir", t->run_dir, "run directory (default: run.dir, else runs/<run.name>)");
   cmd->add_option("--resume", t->resume,
@@ -24,7 +26,9 @@ void setup_train(CLI::App& app) {
                   "PATH: continue from that checkpoint directory");
   cmd->add_flag("--force", t->force, "with --resume never: set the earlier run in the run directory aside (nothing is deleted) and start fresh");
   cmd->add_option("--save-init", t->save_init, "write the initial weights (torch.load-able dict) to this file");
-  cmd->callback([o, t] {
+  cmd->add_flag("--print-config", *print_config,
+                "print the whole resolved config at start (it is written to RUN_DIR/config.yaml in any case)");
+  cmd->callback([o, t, print_config] {
     preempt::install_signal_handlers();  // first: SIGTERM while loading still means "requeue me" (75)
     // --force alone used to be ignored and the earlier run continued: say so instead.
     DLRUN_CHECK_INPUT(!t->force || t->resume == "never",
@@ -36,7 +40,15 @@ void setup_train(CLI::App& app) {
     train::TrainArgs args = *t;
     args.cfg = load_validated(*o);
     args.run_dir = train::resolve_run_dir(args.cfg, t->run_dir);
-    log0::info("{}", "resolved config:\n" + config::to_yaml(args.cfg, false));
+    if (*print_config) {
+      log0::info("{}", "resolved config:\n" + config::to_yaml(args.cfg, false));
+    } else {  // a short header: what this config sets; the whole of it is in the run directory
+      std::string set;
+      for (const config::Change& c : config::changes(Config{}, args.cfg)) set += "\n  " + c.key + ": " + c.after;
+      log0::info("config {}, run directory {}; set apart from the defaults:{}\n(the whole resolved config: "
+                 "{}/config.yaml, or --print-config)",
+                 o->path, args.run_dir, set.empty() ? " nothing" : set, args.run_dir);
+    }
     int code = train::run(args);
     if (code != 0) throw CLI::RuntimeError(code);
   });

@@ -117,6 +117,20 @@ def test_validate_checks_what_train_meets_before_its_first_step():
         expect(f"cannot listen on 127.0.0.1:{port}" in v.stdout, v.stdout)
 
 
+def test_train_prints_a_short_header_and_the_whole_config_on_request():
+    with RunDir() as r:
+        p = train(TINY, r.path, "train.max_steps=1", "optim.lr=0.07")
+        head = p.stdout.split("dlrun: model ")[0]
+        expect(f"config {TINY}, run directory {r.path}" in head and "  optim.lr: 0.07" in head, head)
+        # tiny.yaml sets optim.momentum to its default (0.9): not a difference.
+        expect("  model.name: convnet" in head and "  optim.momentum" not in head, head)
+        expect(len(head.splitlines()) < 40 and "dlrun: resolved config:" not in head, head)
+        expect(open(r.file("config.yaml")).read().count("\n") > 100, "config.yaml is not the whole config")
+    with RunDir() as r:
+        p = train(TINY, r.path, "train.max_steps=1", "--print-config")
+        expect("dlrun: resolved config:" in p.stdout and "  metrics_port: 0" in p.stdout, p.stdout[:3000])
+
+
 def test_show_and_info_need_no_data():
     for c in shipped_configs():
         env = {"CIFAR10_ROOT": "/nonexistent/cifar", "IMAGENET_ROOT": "/nonexistent/imagenet"}
@@ -360,7 +374,7 @@ def test_predict_with_the_class_names_the_run_recorded():
 
 if __name__ == "__main__":
     main([test_validate_accepts_exactly_what_train_accepts, test_validate_checks_what_train_meets_before_its_first_step,
-          test_show_and_info_need_no_data,
+          test_train_prints_a_short_header_and_the_whole_config_on_request, test_show_and_info_need_no_data,
           test_force_without_resume_never_is_refused, test_eval_reads_what_export_writes,
           test_fine_tune_from_pretrained_weights, test_a_torch_save_state_dict_as_torchvision_publishes_it,
           test_validation_split_best_checkpoint_and_early_stop, test_predict_with_the_class_names_the_run_recorded])
