@@ -251,10 +251,19 @@ int Trainer::finish() {
   e.fields = {{"status", "completed"}};
   report_.report(std::move(e));
   report_.close();
-  log0::info("done: {} steps, eval accuracy {}, summary in {}", st_.step,
-             evals_.last().is_null() ? std::string("n/a")
-                                     : fmt::format("{:.4f}", evals_.last()["accuracy"].get<double>()),
-             dir_.summary_json());
+  // Each accuracy under its split's name: with a validation split, the test split's (the figure
+  // to report) and the validation split's (what BEST and early stopping looked at).
+  auto accuracy = [](const nlohmann::json& r) {
+    return r.is_object() && r.contains("accuracy") ? fmt::format("{:.4f}", r["accuracy"].get<double>())
+                                                   : std::string("n/a");
+  };
+  const nlohmann::json& last = evals_.last();
+  const bool val = last.is_object() && last.value("split", std::string()) == "val";
+  if (!evals_.test_result().is_null() || val)
+    log0::info("done: {} steps, test accuracy {}, validation accuracy {}, summary in {}", st_.step,
+               accuracy(evals_.test_result()), accuracy(last), dir_.summary_json());
+  else
+    log0::info("done: {} steps, eval accuracy {}, summary in {}", st_.step, accuracy(last), dir_.summary_json());
   return 0;
 }
 

@@ -91,7 +91,17 @@ class Trainer {
       const data::Position at = c_.train_loader->position();
       log0::info("resumed from {} at step {} (epoch {}, sample {})", ckpt_.resumed_from(), st_.step, at.epoch,
                  at.cursor);
-      if (evals_.monitor().stopped()) st_.last_step = st_.step;  // ended by train.early_stop: only the end is left
+      if (evals_.monitor().stopped()) {  // ended by train.early_stop: only the end is left
+        st_.last_step = st_.step;
+        nlohmann::json stop = evals_.monitor().early_stop_summary();
+        if (!stop.is_object()) stop = nlohmann::json::object();  // (train.early_stop since turned off)
+        log0::info("train.early_stop ended this run at step {}: {} had not improved on {} (step {}). It stays "
+                   "ended, whatever train.early_stop_patience says now; to train on, start a new run from its "
+                   "weights (model.init={}/checkpoints/BEST or a step-N checkpoint, in another --run-dir)",
+                   evals_.monitor().stopped_at(), stop.value("metric", std::string("the metric")),
+                   stop.value("best", nlohmann::json()).dump(), stop.value("best_step", nlohmann::json()).dump(),
+                   dir_.path());
+      }
     } else if (replicas_.leader()) {
       parts_.start_fresh();  // model.init: a fresh run only (the others get rank 0's weights)
     } else if (replicas_.distributed()) {

@@ -269,6 +269,10 @@ def test_validation_split_best_checkpoint_and_early_stop():
         p = train(TINY, r.path, *VAL)
         expect("data synthetic: 384 train / 128 validation / 128 test samples" in p.stdout, p.stdout[-3000:])
         vals, tests = events(r, "val"), events(r, "test")
+        # The last line names each split's accuracy: the test split's, and the validation split's.
+        done = [line for line in p.stdout.splitlines() if line.startswith("dlrun: done:")]
+        expect(len(done) == 1 and f"test accuracy {tests[0]['accuracy']:.4f}, validation accuracy "
+               f"{vals[-1]['accuracy']:.4f}" in done[0], done)
         expect(len(vals) == 6 and len(tests) == 1 and not events(r, "eval"), [m.get("event") for m in r.metrics()])
         s = r.summary()
         expect(s["eval"]["split"] == "val" and s["test"]["samples"] == 128 and s["eval"]["samples"] == 128, s)
@@ -297,9 +301,11 @@ def test_validation_split_best_checkpoint_and_early_stop():
         s = r.summary()
         expect(s["status"] == "completed" and s["steps"] == 24 and s["early_stop"]["stopped_at"] == 24, s)
         expect(s["test"] is not None and len(events(r, "test")) == 1, s)
-        # Run again (a requeue): it stays stopped, nothing more is trained.
-        train(TINY, r.path, *stop)
+        # Run again (a requeue, or with another patience): it stays stopped, and says so and why.
+        p = train(TINY, r.path, *stop[:-2], "train.early_stop_patience=5")
         expect(r.summary()["steps"] == 24, r.summary()["steps"])
+        expect("train.early_stop ended this run at step 24: loss had not improved" in p.stdout and
+               "model.init=" in p.stdout, p.stdout[-2000:])
     with RunDir() as r:  # interrupted before the stop, resumed: it stops at the same step
         train(TINY, r.path, *stop, env={"DLRUN_FAULT": "signal_at_step:13"}, check=75)
         train(TINY, r.path, *stop)
