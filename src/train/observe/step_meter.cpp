@@ -104,7 +104,7 @@ void StepMeter::log(int64_t epoch, dist::Replicas& replicas) {
   }
   e.fields = {{"epoch", epoch}};
   report_.report(std::move(e));
-  warn_if_loader_bound(wait_frac);
+  warn_if_loader_bound(wait, now - last_log_mono_, steps_);
   ++logs_;
   sum_.zero_();
   steps_ = 0;
@@ -114,24 +114,41 @@ void StepMeter::log(int64_t epoch, dist::Replicas& replicas) {
   last_log_mono_ = now;
 }
 
-// One warning per run when the step loop spends a large share of its time waiting for data
-// (the first log interval is left out: it includes the loader's start and the warm-up).
-void StepMeter::warn_if_loader_bound(double wait_frac) {
-  constexpr double kLoaderBound = 0.25;
-  if (told_loader_bound_ || logs_ == 0 || wait_frac < kLoaderBound || !leader_) return;
+// One warning per run when the step loop spends a large share of its time waiting for data,
+// judged over a window long enough to mean something (kWindowSteps steps and kWindowS seconds
+// after the first log interval, which includes the loader's start and the warm-up): a short
+// run, or one slow interval, says nothing about the loader.
+void StepMeter::warn_if_loader_bound(double wait_s, double interval_s, int64_t steps) {
+  constexpr double kLoaderBound = 0.25, kWindowS = 5;
+  constexpr int64_t kWindowSteps = 20;
+  if (told_loader_bound_ || !leader_) return;
+  if (logs_ == 0) return;  // (the first interval)
+  window_wait_s_ += wait_s;
+  window_s_ += interval_s;
+  window_steps_ += steps;
+  if (window_steps_ < kWindowSteps || window_s_ < kWindowS) return;
+  const double frac = window_wait_s_ / std::max(1e-9, window_s_);
+  const int64_t steps_seen = window_steps_;
+  const double seconds_seen = window_s_;
+  window_wait_s_ = window_s_ = 0;
+  window_steps_ = 0;
+  if (frac < kLoaderBound) return;
   told_loader_bound_ = true;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::string knob;
   if (cfg_.data.workers == 0)
     knob = "set data.workers (decoding and augmentation run inline in the step loop now)";
-  else
-    knob = fmt::format("raise data.workers (now {}; this host has {} cores){}", cfg_.data.workers,
-                       std::thread::hardware_concurrency(),
-                       device_.is_cuda() && !cfg_.data.device_resident
-                           ? ", or keep an in-memory dataset on the GPU (data.device_resident: true)"
-                           : "");
-  log0::warn("the data loader is the bottleneck: the step loop waited for batches {:.0f}% of the time in the last "
-             "{} steps; {} (data_wait_frac in metrics.jsonl)",
-             100 * wait_frac, cfg_.log.every_steps, knob);
+  else if (static_cast<unsigned>(cfg_.data.workers) < cores)
+    knob = fmt::format("raise data.workers (now {}; this host has {} cores)", cfg_.data.workers, cores);
+  else  // more workers than cores only share the same cores
+    knob = fmt::format("data.workers ({}) already uses this host's {} cores: the input needs a faster source, "
+                       "smaller or pre-resized images, or a host with more cores",
+                       cfg_.data.workers, cores);
+  if (device_.is_cuda() && !cfg_.data.device_resident)
+    knob += "; or keep an in-memory dataset on the GPU (data.device_resident: true)";
+  log0::warn("the data loader is the bottleneck: the step loop waited for batches {:.0f}% of the time over the last "
+             "{} steps ({:.0f} s); {} (data_wait_frac in metrics.jsonl)",
+             100 * frac, steps_seen, seconds_seen, knob);
 }
 
 // Skipped steps are decided on the device; the host counts them when it reads anyway (a

@@ -69,7 +69,7 @@ class StepMeter {
   Totals totals() const;
 
  private:
-  void warn_if_loader_bound(double wait_frac);
+  void warn_if_loader_bound(double wait_s, double interval_s, int64_t steps);
   [[noreturn]] void fail_nonfinite(int64_t step) const;
 
   const Config& cfg_;
@@ -92,6 +92,8 @@ class StepMeter {
   double data_wait_s_ = 0, data_wait_total_s_ = 0;
   PhaseTimes phase_total_s_{};
   bool told_loader_bound_ = false;
+  double window_wait_s_ = 0, window_s_ = 0;  ///< the loader-bound warning's window so far
+  int64_t window_steps_ = 0;
 };
 
 }  // namespace dlrun::train
