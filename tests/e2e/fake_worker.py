@@ -8,6 +8,7 @@ list of modes, one per global rank (the last one applies to the ranks beyond the
   ok                    exit 0
   exit75                exit 75 (interrupted with a checkpoint)
   fail                  exit 3 (once every rank of this restart has written its record)
+  bad_input             exit 2 (a refused config or data), likewise
   crash                 kill itself with SIGKILL
   fail_until_restart_N  exit 3 while TORCHELASTIC_RESTART_COUNT < N, then exit 0
   wait_for_signal       wait for SIGTERM/SIGINT/SIGUSR1, then exit 75 (what dlrun does) after
@@ -83,6 +84,9 @@ if mode == "exit75":
 if mode == "fail":
     peers_started()
     sys.exit(3)
+if mode == "bad_input":
+    peers_started()
+    sys.exit(2)
 if mode == "crash":
     os.kill(os.getpid(), signal.SIGKILL)
 if mode.startswith("fail_until_restart_"):

@@ -289,7 +289,7 @@ def test_a_worker_that_reaches_another_jobs_store_exits_2_and_that_job_goes_on()
                      command=["--", DLRUN, *TRAIN, "dist.timeout_s=60", "--run-dir", rb.path]) as b:
                 code = b.run()
                 took = time.time() - start
-                expect(code == 1 and "rank 1 failed (exit code 2)" in b.err, f"job B: exit {code}{b.log()}")
+                expect(code == 2 and "rank 1 failed (exit code 2)" in b.err, f"job B: exit {code}{b.log()}")
                 expect(took < 30, f"job B's worker took {took:.0f} s to give up")
                 text = b.out + b.err
                 expect(f"the rendezvous store at 127.0.0.1:{port} belongs to job 'job-a' (2 ranks) but this worker "
@@ -456,6 +456,15 @@ def test_a_worker_failing_every_time_ends_the_restarts():
         expect("rank 1 failed (exit code 3)" in last and "no restart left" in last, j.log())
 
 
+def test_a_worker_refusing_its_input_exits_2_without_restarts():
+    """dlrun's exit 2 (a bad config, data or checkpoint) comes through the launcher, as every
+    rank's code does without it; restarting would meet the same refusal."""
+    with Job("--nproc-per-node", "2", "--max-restarts", "2", mode="ok,bad_input") as j:
+        expect(j.run() == 2, j.log())
+        expect(sorted(j.records()) == [(0, 0), (1, 0)], sorted(j.records()))
+        expect("rank 1 refused its input (exit 2" in j.err and "no restart" in j.err, j.log())
+
+
 def test_a_bare_subcommand_runs_dlrun():
     tmp = tempfile.mkdtemp(prefix="dlrun-launch-bin-")
     try:
@@ -581,5 +590,6 @@ if __name__ == "__main__":
           test_a_worker_ended_by_the_forwarded_signal_was_interrupted,
           test_a_failure_while_stopping_sends_no_second_signal,
           test_a_worker_ignoring_sigterm_is_killed_after_the_timeout, test_a_restart_resumes_a_train_command,
-          test_a_worker_failing_every_time_ends_the_restarts, test_a_bare_subcommand_runs_dlrun, test_gpu_counts,
+          test_a_worker_failing_every_time_ends_the_restarts, test_a_worker_refusing_its_input_exits_2_without_restarts,
+          test_a_bare_subcommand_runs_dlrun, test_gpu_counts,
           test_bad_usage_exits_2, test_an_elastic_job_forms_its_rounds_and_refuses_another_job, test_help])
