@@ -61,7 +61,15 @@ VerifyResult read_manifest(const std::string& ckpt_dir) {
   if (::stat(ckpt_dir.c_str(), &st) != 0) return fail(r, "checkpoint directory not found");
   if (!S_ISDIR(st.st_mode)) return fail(r, "not a directory");
   const std::string mpath = ckpt_dir + "/" + kManifest;
-  if (::lstat(mpath.c_str(), &st) != 0) return fail(r, "missing manifest.json (partial write?)");
+  if (::lstat(mpath.c_str(), &st) != 0) {
+    // A checkpoint cut short still holds some of its files; a folder with none of them is not one.
+    struct stat other {};
+    const bool partial = ::lstat((ckpt_dir + "/" + kModelFile).c_str(), &other) == 0 ||
+                         ::lstat((ckpt_dir + "/" + kStateFile).c_str(), &other) == 0;
+    return fail(r, partial ? "missing manifest.json (partial write?)"
+                           : "not a checkpoint directory: no manifest.json, model.pt or state.json in it (a checkpoint "
+                             "is RUN_DIR/checkpoints/step-N; a run directory works too)");
+  }
   if (const std::string why = not_a_plain_file(st, kManifest); !why.empty()) return fail(r, why);
   if (st.st_size > kMaxManifestBytes)
     return fail(r, fmt::format("manifest.json: {} bytes, more than a manifest can be ({})", st.st_size,

@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "checkpoint/remote_store.h"
+#include "checkpoint/weights_file.h"
 #include "cli/app.h"
 #include "cli/remote_args.h"
 #include "export/export.h"
@@ -31,6 +32,7 @@ struct ExportOptions {
   exporting::ExportOptions to;
   RemoteArgs remote;
   bool format_given = false;
+  std::string run_dir;  ///< for --checkpoint best
 };
 
 /// The format a file name's extension names (.safetensors, .onnx, .pt / .pth), or "".
@@ -62,6 +64,10 @@ void settle_format(ExportOptions& o) {
 
 void run_export(ExportOptions o) {
   settle_format(o);
+  if (o.checkpoint == "best") {  // the checkpoint checkpoint.keep_best kept, as eval and predict take it
+    DLRUN_CHECK_INPUT(!o.run_dir.empty(), "--checkpoint best needs --run-dir (the run whose BEST to export)");
+    o.checkpoint = ckpt::best_checkpoint(o.run_dir);
+  }
   for (const train::AverageKind& k : train::average_kinds())
     if (o.to.weights == k.name) o.to.weights_setting = k.setting;
   exporting::Source from;
@@ -85,8 +91,10 @@ void setup_export(CLI::App& app) {
                                            "or its network as ONNX");
   auto o = std::make_shared<ExportOptions>();
   cmd->add_option("--checkpoint", o->checkpoint,
-                  "checkpoint directory, a run directory (uses LATEST), or s3://BUCKET/PREFIX[/step-N]")
+                  "checkpoint directory, a run directory (uses LATEST), best (with --run-dir: the checkpoint "
+                  "checkpoint.keep_best kept), or s3://BUCKET/PREFIX[/step-N]")
       ->required();
+  cmd->add_option("--run-dir", o->run_dir, "the run directory of --checkpoint best");
   add_remote_args(cmd, o->remote);
   cmd->add_option_function<std::string>(
          "--format", [o](const std::string& f) { o->to.format = f, o->format_given = true; },

@@ -27,13 +27,20 @@ void check_device_fit(const Config& c, bool cuda, const std::string& device) {
     c.refuse("dist.backend", "nccl needs CUDA devices, but " + why, "use dist.backend=gloo (or auto)");
 }
 
+bool reads_eval_split(const Config& c) {
+  const bool periodic = c.train.eval_every_epochs > 0 || c.train.eval_every_steps > 0;
+  return c.train.eval_at_end || (periodic && !(c.data.val_fraction > 0)) || c.optim.swa_start_epoch > 0;
+}
+
 void check_data_present(const Config& c) {
   const std::string& ds = c.data.name;
   if (ds == "webdataset" || ds == "synthetic") return;  // shards are opened (and named) by the dataset
   const std::string root = c.data.root_or_default();
   if (!fs::is_directory(root))
     c.refuse(c.data.root.empty() ? "data.name" : "data.root", "data directory does not exist: " + root,
-        ds == "fashion_mnist" ? "install Debian's dataset-fashion-mnist (scripts/setup.sh does)" : "");
+        ds == "fashion_mnist" && c.data.root.empty() ? "install Debian's dataset-fashion-mnist (scripts/setup.sh does)"
+        : c.data.root.empty()                        ? ""
+                                                     : "check data.root (set in the config or an override)");
 }
 
 std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
@@ -59,8 +66,10 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
     if (c.data.shards.empty())
       c.refuse("data.shards", "data.name=webdataset needs data.shards",
                "a directory of .tar shards, a brace pattern (train-{000000..000127}.tar) or an s3:// prefix");
-    if (c.data.eval_shards.empty())
-      c.refuse("data.eval_shards", "data.name=webdataset needs data.eval_shards (the evaluation set's shards)");
+    if (c.data.eval_shards.empty() && reads_eval_split(c))
+      c.refuse("data.eval_shards", "data.name=webdataset needs data.eval_shards (the evaluation set's shards)",
+               "or schedule no evaluation that reads it: train.eval_at_end: false, and train.eval_every_epochs: 0 "
+               "(or a validation split, data.val_fraction)");
     if (c.data.image_size <= 0)
       c.refuse("data.image_size", "the images of a webdataset vary in size: set data.image_size (e.g. 224)");
   } else if (ds != "synthetic") {

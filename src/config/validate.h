@@ -30,4 +30,9 @@ void check_device_fit(const Config& cfg, bool cuda, const std::string& device);
 /// the package that installs it.
 void check_data_present(const Config& cfg);
 
+/// Whether a training run reads the evaluation (test) split: an evaluation at the end, periodic
+/// evaluations without a validation split (they use it), or the SWA average's final evaluation.
+/// A webdataset run that reads none needs no data.eval_shards.
+bool reads_eval_split(const Config& cfg);
+
 }  // namespace dlrun::config

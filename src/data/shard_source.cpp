@@ -208,6 +208,11 @@ std::vector<std::string> brace_expand(const std::string& pattern, const std::str
 std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::string& what,
                                          const CheckpointOptions& remote) {
   DLRUN_CHECK_INPUT(!spec.empty(), "data.name=webdataset needs {}", what);
+  // A shell glob reaches dlrun unexpanded from a config; say what is taken instead of "does not exist".
+  DLRUN_CHECK_INPUT(spec.find_first_of("*?[") == std::string::npos,
+                    "{}: '{}' is a glob pattern, which dlrun does not expand: give the directory (every *.tar in it), "
+                    "a brace pattern such as dir/train-{{000000..000127}}.tar, a shardindex.json, or an s3:// prefix",
+                    what, spec);
   if (remote::is_s3_url(spec)) {
     const bool pattern = spec.find('{') != std::string::npos || ends_with(spec, ".tar");
     const bool index = ends_with(spec, ".json");
@@ -326,6 +331,11 @@ ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std:
     idx.shards.push_back(std::move(e));
   }
   DLRUN_CHECK_INPUT(idx.samples() > 0, "{}: the shards of {} hold no samples", what, src.describe());
+  if (reindex) {  // `dlrun data index`: the caller writes shardindex.json; no cache copy to mention
+    log0::info("{}: indexed {} samples in {} shard(s) in {:.1f} s", what, idx.samples(), idx.shards.size(),
+               mono_now() - t0);
+    return idx;
+  }
   try {
     make_dirs(cache_dir);
     write_file_atomic(cached, index_to_json(idx, file_part(src.describe())).dump());

@@ -41,7 +41,10 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
       d.val = data::open(c.data, data::Split::kVal, c.run.seed);
     }
   }
-  d.eval = data::open(c.data, data::Split::kEval, c.run.seed);
+  // (a webdataset run that reads no evaluation split may have no data.eval_shards)
+  if (!(purpose == Purpose::kTrain && c.data.name == "webdataset" && c.data.eval_shards.empty() &&
+        !config::reads_eval_split(c)))
+    d.eval = data::open(c.data, data::Split::kEval, c.run.seed);
   d.info = (d.train ? d.train : d.eval)->info();
   if (d.info.channels != c.model.in_channels)
     c.refuse("model.in_channels",

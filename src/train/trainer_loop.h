@@ -62,7 +62,7 @@ class Trainer {
         meter_(cfg_, c_.placement.device, runner_, st_, report_, replicas_.leader()),
         account_(cfg_.run.price_per_hour, dir_.metrics_jsonl()),
         ckpt_(cfg_, dir_.checkpoints(), report_, replicas_, mono_now),
-        evals_(cfg_, *c_.model, *c_.eval_loader, c_.val_loader.get(), replicas_, report_, c_.averages.all()),
+        evals_(cfg_, *c_.model, c_.eval_loader.get(), c_.val_loader.get(), replicas_, report_, c_.averages.all()),
         parts_({cfg_, *c_.model, optimizers_, runner_.precision().scaler(), runner_.micro_batches(), st_,
                 *c_.train_loader, replicas_, c_.total_steps, c_.placement.device, &evals_.monitor(),
                 dataset_record(cfg_, c_.data.info), c_.averages.all()}) {

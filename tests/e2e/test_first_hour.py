@@ -131,6 +131,24 @@ def test_train_prints_a_short_header_and_the_whole_config_on_request():
         expect("dlrun: resolved config:" in p.stdout and "  metrics_port: 0" in p.stdout, p.stdout[:3000])
 
 
+def test_what_a_user_tripped_on_is_named():
+    with RunDir() as r:
+        # A glob in data.shards (a shell would expand it; a config does not).
+        p = train(TINY, r.path, "data.name=webdataset", f"data.shards={r.path}/*.tar", "data.image_size=16",
+                  "train.eval_at_end=false", "train.eval_every_epochs=0", check=2)
+        expect("is a glob pattern, which dlrun does not expand" in p.stdout and "brace pattern" in p.stdout,
+               p.stdout[-1500:])
+        # --resume given a folder that is not a checkpoint.
+        os.makedirs(r.file("images"))
+        open(r.file("images", "a.jpg"), "wb").close()
+        p = dlrun("train", TINY, "--run-dir", r.file("run"), "--resume", r.file("images"), check=2)
+        expect("not a checkpoint directory" in p.stdout and "partial write" not in p.stdout, p.stdout[-1500:])
+        # A data.root set by hand that does not exist: no advice to install the Debian dataset.
+        p = train(TINY, r.file("run2"), "data.name=fashion_mnist", f"data.root={r.file('nowhere')}", check=2)
+        expect("data directory does not exist" in p.stdout and "dataset-fashion-mnist" not in p.stdout and
+               "check data.root" in p.stdout, p.stdout[-1500:])
+
+
 def test_show_and_info_need_no_data():
     for c in shipped_configs():
         env = {"CIFAR10_ROOT": "/nonexistent/cifar", "IMAGENET_ROOT": "/nonexistent/imagenet"}
@@ -285,6 +303,8 @@ def test_validation_split_best_checkpoint_and_early_stop():
         expect(kept == sorted({name, "step-00000072"}), f"keep_last=1 keeps the newest and the best: {kept}")
         e = eval_json("--checkpoint", "best", "--run-dir", r.path, *VAL[:1])
         expect(e["checkpoint"].endswith(name), e)
+        x = dlrun("export", "--checkpoint", "best", "--run-dir", r.path, "--output", r.file("best.safetensors"), check=0)
+        expect(f"{name} (step {best['step']})" in x.stdout, x.stdout)
         # Interrupted between two evaluations and resumed: the same parameters, the same BEST.
         ref = s["params_sha256"]
     with RunDir() as r:
@@ -380,7 +400,8 @@ def test_predict_with_the_class_names_the_run_recorded():
 
 if __name__ == "__main__":
     main([test_validate_accepts_exactly_what_train_accepts, test_validate_checks_what_train_meets_before_its_first_step,
-          test_train_prints_a_short_header_and_the_whole_config_on_request, test_show_and_info_need_no_data,
+          test_train_prints_a_short_header_and_the_whole_config_on_request, test_what_a_user_tripped_on_is_named,
+          test_show_and_info_need_no_data,
           test_force_without_resume_never_is_refused, test_eval_reads_what_export_writes,
           test_fine_tune_from_pretrained_weights, test_a_torch_save_state_dict_as_torchvision_publishes_it,
           test_validation_split_best_checkpoint_and_early_stop, test_predict_with_the_class_names_the_run_recorded])

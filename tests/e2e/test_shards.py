@@ -402,10 +402,23 @@ def test_splits_never_mix_in_one_folder():
             p = train(config(s.file("c.yaml"), out, s.file("cache")), r.path, "train.epochs=1", check=2)
             expect("also holds 1 other(s) (val-000000.tar)" in p.stdout and "another split's" in p.stdout,
                    p.stdout[-2000:])
-        # Asked for explicitly, the folder is indexed whole (a split that grew by new shards).
-        dlrun("data", "index", out, check=0)
+        # Asked for explicitly, the folder is indexed whole (a split that grew by new shards); the log
+        # names no cache copy (there is none to keep).
+        p = dlrun("data", "index", out, check=0)
+        expect("cached as" not in p.stdout and "shardindex.json" in p.stdout, p.stdout)
         p = dlrun("data", "verify", out, check=0)
         expect("ok (3 shards, 28 samples" in p.stdout, p.stdout)
+
+
+def test_training_shards_alone_train_when_no_evaluation_is_scheduled():
+    with Scratch() as s, RunDir() as r:
+        python_shards(s.file("train"), n=24, per_shard=24)
+        cfg = config(s.file("c.yaml"), s.file("train"), s.file("cache"))
+        p = train(cfg, r.path, "data.eval_shards=", "train.max_steps=2", check=2)
+        expect("needs data.eval_shards" in p.stdout and "train.eval_at_end: false" in p.stdout, p.stdout[-1500:])
+        p = train(cfg, r.path, "data.eval_shards=", "train.max_steps=2", "train.eval_at_end=false",
+                  "train.eval_every_epochs=0", check=0)
+        expect(r.summary()["steps"] == 2 and r.summary()["eval"] is None, r.summary())
 
 
 def test_a_tar_with_scattered_samples_and_a_truncated_jpeg_are_named():
@@ -450,4 +463,5 @@ if __name__ == "__main__":
           test_kill_mid_epoch_on_2_ranks_resume_on_1_and_3_same_samples,
           test_s3_outage_of_30_s_is_ridden_out_and_a_longer_one_commits_then_fails,
           test_hostile_shards_are_refused_by_name, test_splits_never_mix_in_one_folder,
+          test_training_shards_alone_train_when_no_evaluation_is_scheduled,
           test_a_tar_with_scattered_samples_and_a_truncated_jpeg_are_named])

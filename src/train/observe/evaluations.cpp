@@ -10,7 +10,7 @@
 
 namespace dlrun::train {
 
-Evaluations::Evaluations(const Config& cfg, models::Model& model, data::Loader& eval, data::Loader* val,
+Evaluations::Evaluations(const Config& cfg, models::Model& model, data::Loader* eval, data::Loader* val,
                          dist::Replicas& replicas, metrics::Reporter& report, std::vector<WeightAverage*> averages)
     : cfg_(cfg),
       model_(model),
@@ -20,6 +20,12 @@ Evaluations::Evaluations(const Config& cfg, models::Model& model, data::Loader& 
       report_(report),
       averages_(std::move(averages)),
       monitor_(cfg.checkpoint, cfg.train) {}
+
+data::Loader& Evaluations::eval_split() {
+  DLRUN_CHECK(eval_ != nullptr, ExitCode::kRuntime,
+              "an evaluation of the evaluation split, which this run does not read (config::reads_eval_split)");
+  return *eval_;
+}
 
 std::optional<EvalResult> Evaluations::pass(models::Model& model, data::Loader& loader) {
   fault::during("eval");
@@ -45,7 +51,7 @@ nlohmann::json Evaluations::both(data::Loader& loader, int64_t step, const std::
 }
 
 bool Evaluations::periodic(int64_t step, int64_t epoch) {
-  nlohmann::json j = both(val_ ? *val_ : eval_, step, val_ ? "val" : "eval");
+  nlohmann::json j = both(val_ ? *val_ : eval_split(), step, val_ ? "val" : "eval");
   if (j.is_null()) return false;
   last_step_ = step;
   last_ = std::move(j);
@@ -56,7 +62,7 @@ bool Evaluations::periodic(int64_t step, int64_t epoch) {
 
 bool Evaluations::test(int64_t step, int64_t epoch) {
   if (!val_ || !cfg_.train.eval_at_end) return true;  // the test split: read here only (and by `dlrun eval`)
-  nlohmann::json j = both(eval_, step, "test");
+  nlohmann::json j = both(eval_split(), step, "test");
   if (j.is_null()) return false;
   test_ = std::move(j);
   report_.report(eval_event(test_, epoch, false));
@@ -69,7 +75,7 @@ bool Evaluations::at_end(int64_t step, int64_t epoch) {
   for (WeightAverage* a : averages_) {
     models::Model* model = a->evaluated_with_weights() ? nullptr : a->ready();
     if (!model) continue;
-    const std::optional<EvalResult> r = pass(*model, val_ ? *val_ : eval_);
+    const std::optional<EvalResult> r = pass(*model, val_ ? *val_ : eval_split());
     if (!r) return false;
     const std::string& name = a->name();
     if (last_.is_object()) last_[name] = eval_json(*r, step, split);

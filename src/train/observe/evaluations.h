@@ -27,7 +27,7 @@ class Evaluations {
  public:
   /// `val`: the validation split's loader, or null. `averages`: the weights' averages, each
   /// evaluated under its name (the monitor watches the weights'). They outlive this.
-  Evaluations(const Config& cfg, models::Model& model, data::Loader& eval, data::Loader* val,
+  Evaluations(const Config& cfg, models::Model& model, data::Loader* eval, data::Loader* val,
               dist::Replicas& replicas, metrics::Reporter& report, std::vector<WeightAverage*> averages = {});
 
   /// The periodic evaluation at `step` (of `epoch`): its event ("val", or "eval" without a
@@ -59,7 +59,8 @@ class Evaluations {
 
   const Config& cfg_;
   models::Model& model_;
-  data::Loader& eval_;
+  data::Loader* eval_;  ///< null when the run reads no evaluation split (config::reads_eval_split)
+  data::Loader& eval_split();
   data::Loader* val_;
   dist::Replicas& replicas_;
   metrics::Reporter& report_;
