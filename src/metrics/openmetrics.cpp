@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <mutex>
 
 #include "base/clock.h"
@@ -49,6 +50,9 @@ struct Endpoint::State {
   double last_commit = 0;   // the last "checkpoint" event (a save, on local disk)
   double before_commit = 0; // the one before it, for a "checkpoint_error"
   double last_upload = 0;   // the last "upload" event
+  // The last evaluation of each split ("eval", or "val" and "test" with a validation split):
+  // its accuracy, top-5 and loss by their metrics.jsonl names.
+  std::map<std::string, std::map<std::string, double>> evals;
   std::function<double(double)> cost;  // the run's cost at a wall time, or null
 };
 
@@ -112,6 +116,9 @@ void Endpoint::write(const Event& e) {
     s_->last_commit = s_->before_commit;
   } else if (e.kind == "upload") {
     s_->last_upload = e.time;
+  } else if (e.kind == "eval" || e.kind == "val" || e.kind == "test") {
+    for (const auto& [k, v] : e.scalars)
+      if (k == "accuracy" || k == "top5" || k == "loss") s_->evals[e.kind][k] = v;
   }
 }
 
@@ -135,6 +142,17 @@ std::string Endpoint::body(double now) const {
     gauge("dlrun_epoch", "epoch of the last logged step", s_->epoch);
     for (const auto& [k, g] : train_gauges())
       if (auto it = s_->values.find(k); it != s_->values.end()) gauge(g.name, g.help, it->second);
+  }
+  // The evaluations, one series per split (label split="eval", "val" or "test").
+  for (const auto& [key, name, help] :
+       {std::tuple{"accuracy", "dlrun_eval_accuracy", "top-1 accuracy of the last evaluation of the split"},
+        std::tuple{"top5", "dlrun_eval_top5_accuracy", "top-5 accuracy of the last evaluation of the split"},
+        std::tuple{"loss", "dlrun_eval_loss", "loss of the last evaluation of the split"}}) {
+    std::string lines;
+    for (const auto& [split, values] : s_->evals)
+      if (auto it = values.find(key); it != values.end() && std::isfinite(it->second))
+        lines += fmt::format("{}{{rank=\"{}\",split=\"{}\"}} {}\n", name, o_.rank, split, it->second);
+    if (!lines.empty()) out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n", name, help) + lines;
   }
   if (s_->last_commit > 0)
     gauge("dlrun_seconds_since_checkpoint", "seconds since this process last saved a checkpoint",

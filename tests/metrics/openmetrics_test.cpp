@@ -116,6 +116,23 @@ TEST_CASE("metrics endpoint: the last train record's values, per rank, in Promet
   CHECK(scrape(port).status == 0);  // closed: nothing listens
 }
 
+TEST_CASE("metrics endpoint: each split's last evaluation, labelled by split", "[metrics][endpoint]") {
+  metrics::EndpointOptions o;
+  metrics::Endpoint ep(o);
+  CHECK(ep.body(2000).find("dlrun_eval") == std::string::npos);  // no evaluation yet
+  for (const auto& [kind, acc] : {std::pair{"val", 0.5}, std::pair{"val", 0.75}, std::pair{"test", 0.625}}) {
+    metrics::Event e{kind, 40};
+    e.scalars = {{"accuracy", acc}, {"top5", 1.0}, {"loss", 0.25}};
+    ep.write(e);
+  }
+  const std::string b = ep.body(2000);
+  CHECK(b.find("# TYPE dlrun_eval_accuracy gauge\ndlrun_eval_accuracy{rank=\"0\",split=\"test\"} 0.625\n"
+               "dlrun_eval_accuracy{rank=\"0\",split=\"val\"} 0.75\n") != std::string::npos);
+  CHECK(b.find("dlrun_eval_top5_accuracy{rank=\"0\",split=\"val\"} 1\n") != std::string::npos);
+  CHECK(b.find("dlrun_eval_loss{rank=\"0\",split=\"test\"} 0.25\n") != std::string::npos);
+  CHECK(b.find("split=\"eval\"") == std::string::npos);
+}
+
 TEST_CASE("metrics endpoint: checkpoints, work at risk and the cost at scrape time", "[metrics][endpoint]") {
   metrics::EndpointOptions o;
   metrics::Endpoint local(o);
