@@ -244,8 +244,19 @@ CheckResumeReport check_resume(const CheckResumeOptions& o) {
   std::string verdict;
   if (identical) {
     const auto delivered = std::count_if(segments.begin(), segments.end(), [](const Segment& g) { return g.at_step >= 0; });
-    verdict = fmt::format("identical: {} steps' losses and the final params_sha256 {} match after {} interruption(s)",
-                          la.size(), sha_of(sa), delivered);
+    // Name every part compared: the weights, and each average the run kept (EMA, SWA).
+    std::string averages;
+    nlohmann::json compared = nlohmann::json::array({"losses", "params_sha256"});
+    for (const AverageKind& k : average_kinds()) {
+      const auto avg = sa.value(k.name, nlohmann::json());
+      if (!avg.is_object() || !avg.contains("params_sha256") || avg["params_sha256"].is_null()) continue;
+      averages += fmt::format(", the {}'s params_sha256 {}", k.what,
+                              avg["params_sha256"].get<std::string>().substr(0, 16));
+      compared.push_back(std::string(k.name) + ".params_sha256");
+    }
+    report["compared"] = compared;
+    verdict = fmt::format("identical: {} steps' losses, the final params_sha256 {}{} match after {} interruption(s)",
+                          la.size(), sha_of(sa), averages, delivered);
   } else {
     const int64_t at = first.value_or(o.steps + 1);
     report["first_difference_step"] = first ? nlohmann::json(*first) : nlohmann::json(nullptr);

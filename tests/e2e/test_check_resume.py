@@ -33,6 +33,9 @@ def test_an_exact_config_is_identical():
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
+    # It names what it compared: the losses, the weights and the moving average.
+    expect(r["compared"] == ["losses", "params_sha256", "ema.params_sha256"], r.get("compared"))
+    expect("the moving average's params_sha256" in r["verdict"], r["verdict"])
     expect(all(s["at_step"] >= 1 for s in r["segments"][:3]), r["segments"])
     expect({s["signal"] for s in r["segments"][:3]} == {"SIGTERM", "SIGUSR1", "SIGKILL"}, r["segments"])
 
