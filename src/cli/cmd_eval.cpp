@@ -28,6 +28,7 @@ struct EvalCmdOptions {
   bool json = false;
   bool fold_batchnorm = false;
   std::string save_batch;  ///< the first batch's images, labels and logits, as safetensors
+  std::string weights = "raw";  ///< whose logits --save-batch writes: raw, or an average (ema, swa)
 };
 
 /// The evaluation split's first batch as the model sees it (after the evaluation transform) and
@@ -56,7 +57,8 @@ void run_eval(const EvalCmdOptions& o) {
   if (report.folded) log::info("{}: a folded export; its BatchNorms run as identities", w.path);
   c.model->use_folded_batchnorm(o.fold_batchnorm);
   const auto r = train::evaluate(*c.model, *c.eval_loader);
-  if (!o.save_batch.empty()) save_first_batch(*c.model, *c.eval_loader, o.save_batch);
+  if (!o.save_batch.empty() && o.weights == "raw") save_first_batch(*c.model, *c.eval_loader, o.save_batch);
+  bool saved = o.save_batch.empty() || o.weights == "raw";
   nlohmann::json j = {{"checkpoint", w.path}, {"kind", w.kind}, {"accuracy", r.accuracy}, {"top5", r.top5},
                       {"loss", r.loss}, {"samples", r.samples}, {"device", c.placement.device.str()},
                       {"fold_batchnorm", o.fold_batchnorm}, {"folded_export", report.folded}};
@@ -68,7 +70,17 @@ void run_eval(const EvalCmdOptions& o) {
     j[a.name] = {{"accuracy", e.accuracy}, {"top5", e.top5}, {"loss", e.loss}, {"samples", e.samples}};
     ema_line += fmt::format("\n{}/{}.pt ({}): accuracy {:.4f}, top-5 {:.4f}, loss {:.4f}", w.path, a.name, a.what,
                             e.accuracy, e.top5, e.loss);
+    if (!saved && a.name == o.weights) {  // the average's logits, to check its export elsewhere
+      save_first_batch(*c.model, *c.eval_loader, o.save_batch);
+      saved = true;
+    }
   }
+  DLRUN_CHECK_INPUT(saved, "--save-batch --weights {}: {} holds no such average (it has: {})", o.weights, w.path,
+                    w.averages.empty() ? std::string("none") : [&] {
+                      std::string names;
+                      for (const auto& a : w.averages) names += (names.empty() ? "" : ", ") + a.name;
+                      return names;
+                    }());
   if (o.json) std::printf("%s\n", j.dump().c_str());
   else
     std::printf("%s: accuracy %.4f, top-5 %.4f, loss %.4f on %lld samples%s\n", w.path.c_str(), r.accuracy, r.top5,
@@ -90,6 +102,11 @@ void setup_eval(CLI::App& app) {
   cmd->add_option("--save-batch", o->save_batch,
                   "write the first evaluation batch (images as the model sees them, labels) and its logits to this "
                   "safetensors file: to check an exported model in another runtime");
+  cmd->add_option("--weights", o->weights,
+                  "whose logits --save-batch writes: raw (the trained weights) or an average the checkpoint holds "
+                  "(ema, swa), as `dlrun export --weights` exports it")
+      ->check(CLI::IsMember({"raw", "ema", "swa"}))
+      ->capture_default_str();
   cmd->callback([o] { run_eval(*o); });
 }
 

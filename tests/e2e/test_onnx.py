@@ -90,6 +90,19 @@ def test_image_size_comes_from_the_run_or_the_flag():
                   ema_run.file("ema.onnx"), check=0)
             meta = {p.key: p.value for p in onnx.load(ema_run.file("ema.onnx")).metadata_props}
             expect(meta["weights"] == "ema", meta)
+            # --save-batch --weights ema: the average's logits, which its export must reproduce.
+            for weights in ("ema", "raw"):
+                dlrun("eval", cfg("tiny.yaml"), *SMALL, "train.ema_decay=0.5", "--checkpoint", ema_run.path,
+                      "--save-batch", ema_run.file(f"{weights}.safetensors"), "--weights", weights, check=0)
+            batch = load_file(ema_run.file("ema.safetensors"))
+            got = ort.InferenceSession(ema_run.file("ema.onnx"), providers=["CPUExecutionProvider"]).run(
+                ["logits"], {"images": batch["images"]})[0]
+            expect(relative_error(got, batch["logits"]) <= 1e-4, relative_error(got, batch["logits"]))
+            raw = load_file(ema_run.file("raw.safetensors"))["logits"]
+            expect(relative_error(raw, batch["logits"]) > 1e-3, "the raw and the averaged logits are the same")
+            p = dlrun("eval", cfg("tiny.yaml"), *SMALL, "--checkpoint", run.path, "--save-batch", run.file("s.st"),
+                      "--weights", "swa", check=2)
+            expect("holds no such average" in p.stdout, p.stdout)
         # A checkpoint without config.yaml cannot be lowered: the error names what is missing.
         ck = os.path.join(run.path, "checkpoints", open(run.file("checkpoints", "LATEST")).read().strip())
         os.rename(os.path.join(ck, "config.yaml"), os.path.join(ck, "config.yaml.away"))
