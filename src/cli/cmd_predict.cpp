@@ -129,13 +129,34 @@ bool is_override(const std::string& a) {
          key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") == std::string::npos;
 }
 
+bool is_yaml_name(const std::string& p) {
+  const auto dot = p.rfind('.');
+  return dot != std::string::npos && (p.substr(dot) == ".yaml" || p.substr(dot) == ".yml");
+}
+
+/// Without a config on the command line: the one a checkpoint or run directory carries.
+std::string config_of_checkpoint(const PredictOptions& o) {
+  const bool named = o.checkpoint == "auto" || o.checkpoint == "best";
+  const std::string dir = named ? o.run_dir : o.checkpoint;
+  DLRUN_CHECK_INPUT(!dir.empty() && fs::is_regular_file(dir + "/config.yaml"),
+                    "no config given, and --checkpoint {}{} carries none (config.yaml): give the experiment YAML "
+                    "first (an exported weights file holds the weights, not the model's config)",
+                    o.checkpoint, named ? (o.run_dir.empty() ? " (without --run-dir)" : " --run-dir " + o.run_dir) : "");
+  log::info("predict: the config from {}/config.yaml", dir);
+  return dir + "/config.yaml";
+}
+
 void predict(const PredictOptions& o) {
   ConfigArgs ca;
-  ca.path = o.config;
+  std::vector<std::string> args = o.args;
+  // The config is optional: a first argument that is no YAML file is an image (or an override).
+  if (is_yaml_name(o.config)) ca.path = o.config;
+  else args.insert(args.begin(), o.config);
   std::vector<std::string> images;
   std::vector<std::string> paths;
-  for (const auto& a : o.args) (is_override(a) ? ca.overrides : paths).push_back(a);
+  for (const auto& a : args) (is_override(a) ? ca.overrides : paths).push_back(a);
   DLRUN_CHECK_INPUT(!paths.empty(), "no images given: name files, folders or glob patterns after the config");
+  if (ca.path.empty()) ca.path = config_of_checkpoint(o);
   const Config cfg = load_validated(ca);
   for (const auto& p : paths) collect(p, images);
 
@@ -197,9 +218,11 @@ void predict(const PredictOptions& o) {
 void setup_predict(CLI::App& app) {
   auto* cmd = app.add_subcommand("predict", "top-k classes of image files, with their probabilities");
   auto o = std::make_shared<PredictOptions>();
-  cmd->add_option("config", o->config, "experiment YAML file (the model, the evaluation transform)")->required();
-  cmd->add_option("args", o->args, "dotted.key=value overrides, and image files, folders or glob patterns")
+  cmd->add_option("config", o->config,
+                  "experiment YAML file (the model, the evaluation transform); optional: without it, the config.yaml "
+                  "of the checkpoint or run directory --checkpoint names")
       ->required();
+  cmd->add_option("args", o->args, "dotted.key=value overrides, and image files, folders or glob patterns");
   cmd->add_option("--checkpoint", o->checkpoint, kCheckpointHelp)->required();
   cmd->add_option("--run-dir", o->run_dir, "run directory for --checkpoint auto|best");
   cmd->add_option("--top-k", o->top_k, "classes per image (at most model.num_classes)")->check(CLI::Range(1, 1000));

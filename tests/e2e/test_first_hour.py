@@ -364,6 +364,9 @@ def test_predict_with_the_class_names_the_run_recorded():
         for f, line in zip(files, lines):
             want = os.path.basename(os.path.dirname(f))
             expect(line.startswith(f"{f}: {want} "), f"{line} (expected {want})")
+        # Without a config: the run directory's own config.yaml (the model and its class names).
+        bare = dlrun("predict", *files, "--checkpoint", r.file("run"), "--top-k", "2", check=0).stdout
+        expect([x for x in bare.splitlines() if x.endswith(tuple("0123456789"))] == lines, bare[-2000:])
         # JSON lines, a folder and a glob pattern, the best checkpoint, top-1.
         out = dlrun("predict", TINY, *over, "--checkpoint", "best", "--run-dir", r.file("run"), "--json",
                     "--top-k", "1", r.file("imgs", "test", "red"), r.file("imgs", "test", "blue", "00*.png"),
@@ -378,6 +381,8 @@ def test_predict_with_the_class_names_the_run_recorded():
             dlrun("export", "--checkpoint", r.file("run"), "--format", fmt_, "--output", out_file, check=0)
             out = dlrun("predict", TINY, *over, "--checkpoint", out_file, files[0], check=0).stdout
             expect(f"{files[0]}: blue " in out, out[-1500:])
+        p = dlrun("predict", files[0], "--checkpoint", r.file("w.safetensors"), check=2)  # an export: no config in it
+        expect("no config given" in p.stdout and "give the experiment YAML" in p.stdout, p.stdout[-800:])
         # A safetensors file whose record of the data is hostile (a float, an absurd side): exit 2, no crash.
         from safetensors import safe_open
         from safetensors.torch import load_file, save_file
