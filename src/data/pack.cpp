@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/fsutil.h"
+#include "base/log.h"
 #include "base/sha256.h"
 #include "base/strings.h"
 #include "config/remote_options.h"
@@ -95,7 +97,15 @@ PackResult pack_shards(const PackSpec& spec) {
   }
   if (remote) {  // the same for a prefix in a bucket: its shardindex.json would be replaced
     std::unique_ptr<ShardSource> there = open_source(spec.dest, "data pack --to", spec.remote);
-    DLRUN_CHECK_INPUT(!there->read_index().has_value(),
+    std::optional<std::string> existing;
+    try {
+      existing = there->read_index();
+    } catch (const remote::S3Error& e) {
+      if (e.status() != 403) throw;  // a write-only policy (security.md) may not read: nothing to check then
+      log0::info("data pack: {} cannot be read (403): whether it already holds another split's index is not checked",
+                 spec.dest);
+    }
+    DLRUN_CHECK_INPUT(!existing.has_value(),
                       "{} already holds a shardindex.json (another split's?): a prefix holds one split; pack this one "
                       "under a prefix of its own (such as --to {}-{}/)", spec.dest, strip_trailing(spec.dest, '/'),
                       spec.prefix);

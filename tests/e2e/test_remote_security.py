@@ -151,8 +151,9 @@ def test_plain_http_is_refused_unless_to_loopback_or_accepted_by_name():
         expect("AWS_ENDPOINT_URL: http://192.0.2.10:9000 is plain http to another host" in out, out[-1500:])
     out = refused(["ckpt", "list", "s3://b-ucket/x", "--remote-endpoint", "http://192.0.2.10:9000"], S3.env, S3.secret)
     expect("is plain http to another host" in out and "--remote-allow-unencrypted-http" in out, out[-1500:])
+    # (with credentials: validate resolves them as train does)
     dlrun("config", "validate", TINY, *remote("http", "http://192.0.2.10:9000", "checkpoint.remote_allow_unencrypted_http=true"),
-          check=0)
+          env=S3.env, check=0)
     # Loopback is this machine: accepted, and the log says the traffic is not encrypted.
     p = dlrun("ckpt", "list", S3.url("http"), "--remote-endpoint", S3.endpoint, env=S3.env, check=0)
     expect(f"S3 at {S3.endpoint}: plain http, unencrypted (a loopback address" in p.stdout, p.stdout)
