@@ -32,6 +32,8 @@ if(DLRUN_PYTHON)
   dlrun_e2e_test(exit75 test_exit75.py)
   dlrun_e2e_test(two_hosts test_two_hosts.py)
   dlrun_e2e_test(peer_lost test_peer_lost.py)
+  # About 100 s: three two-host jobs in network namespaces (a host lost and back, the rendezvous's
+  # host lost, real torchrun), each waiting out the 5 s peer timeout and the 10 s node timeout.
   dlrun_e2e_test(elastic test_elastic.py)
   dlrun_e2e_test(slurm test_slurm.py)
   dlrun_e2e_test(recipes test_recipes.py)
