@@ -14,6 +14,10 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, s.find_last_not_of(kSpace) - b + 1));
 }
 
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string lower(std::string s) {
   for (char& c : s)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');

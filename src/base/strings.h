@@ -14,6 +14,9 @@ std::string trim(std::string_view s);
 /// `s` with ASCII letters in lower case; other bytes (UTF-8 included) unchanged.
 std::string lower(std::string s);
 
+/// Whether `s` ends with `suffix`.
+bool ends_with(std::string_view s, std::string_view suffix);
+
 /// `s` without every trailing `c` ("http://host//" and '/' give "http://host").
 std::string strip_trailing(std::string s, char c);
 

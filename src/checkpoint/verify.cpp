@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "base/fsutil.h"
 #include "base/json_limits.h"
 #include "base/sha256.h"
@@ -20,10 +21,6 @@ VerifyResult fail(VerifyResult r, std::string reason) {
   r.ok = false;
   r.reason = std::move(reason);
   return r;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace

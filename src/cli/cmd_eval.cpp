@@ -7,6 +7,7 @@
 // kept (cli/weights_arg.h).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -75,12 +76,10 @@ void run_eval(const EvalCmdOptions& o) {
       saved = true;
     }
   }
+  std::vector<std::string> held;
+  for (const auto& a : w.averages) held.push_back(a.name);
   DLRUN_CHECK_INPUT(saved, "--save-batch --weights {}: {} holds no such average (it has: {})", o.weights, w.path,
-                    w.averages.empty() ? std::string("none") : [&] {
-                      std::string names;
-                      for (const auto& a : w.averages) names += (names.empty() ? "" : ", ") + a.name;
-                      return names;
-                    }());
+                    held.empty() ? std::string("none") : fmt::format("{}", fmt::join(held, ", ")));
   if (o.json) std::printf("%s\n", j.dump().c_str());
   else
     std::printf("%s: accuracy %.4f, top-5 %.4f, loss %.4f on %lld samples%s\n", w.path.c_str(), r.accuracy, r.top5,

@@ -10,12 +10,12 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "checkpoint/remote_store.h"
 #include "checkpoint/weights_file.h"
 #include "cli/app.h"
@@ -39,8 +39,7 @@ struct ExportOptions {
 std::string format_of_extension(const std::string& path) {
   const size_t dot = path.rfind('.'), slash = path.rfind('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
-  std::string ext = path.substr(dot + 1);
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string ext = lower(path.substr(dot + 1));
   if (ext == "safetensors") return "safetensors";
   if (ext == "onnx") return "onnx";
   if (ext == "pt" || ext == "pth") return "torch";

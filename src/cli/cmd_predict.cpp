@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "base/json_limits.h"
 #include "base/log.h"
 #include "cli/app.h"
@@ -129,10 +130,7 @@ bool is_override(const std::string& a) {
          key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") == std::string::npos;
 }
 
-bool is_yaml_name(const std::string& p) {
-  const auto dot = p.rfind('.');
-  return dot != std::string::npos && (p.substr(dot) == ".yaml" || p.substr(dot) == ".yml");
-}
+bool is_yaml_name(const std::string& p) { return ends_with(p, ".yaml") || ends_with(p, ".yml"); }
 
 /// Without a config on the command line: the one a checkpoint or run directory carries.
 std::string config_of_checkpoint(const PredictOptions& o) {

@@ -32,10 +32,6 @@ using fsutil::write_file_atomic;
 
 namespace {
 
-bool has_suffix(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 /// A (C, H, W) uint8 image as PNG bytes.
 std::vector<uint8_t> encode_png(const torch::Tensor& chw) {
   const torch::Tensor hwc = chw.permute({1, 2, 0}).contiguous();
@@ -83,7 +79,7 @@ PackResult pack_shards(const PackSpec& spec) {
   }
   if (!remote && fsutil::is_directory(dir)) {  // a second pack would leave the first one's extra shards listed
     for (const std::string& n : fsutil::list_names(dir)) {
-      if (!has_suffix(n, ".tar")) continue;
+      if (!ends_with(n, ".tar")) continue;
       DLRUN_CHECK_INPUT(n.rfind(spec.prefix + "-", 0) != 0,
                         "{} already holds shards named {}-*.tar ({}): choose another --to or --prefix, or remove them",
                         dir, spec.prefix, n);
@@ -213,7 +209,7 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
   DLRUN_CHECK_INPUT(tables, "{}/shardindex.json is a plain wids index without dlrun's sample tables; `dlrun data index "
                     "{}` rewrites it with them", src->describe(), spec);
   VerifyResult r;
-  if (!has_suffix(spec, ".json") && spec.find('{') == std::string::npos) {  // a folder or prefix: all of it
+  if (!ends_with(spec, ".json") && spec.find('{') == std::string::npos) {  // a folder or prefix: all of it
     std::set<std::string> listed;
     for (const auto& s : idx.shards) listed.insert(s.url);
     for (const auto& n : src->list())

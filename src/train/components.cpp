@@ -65,9 +65,13 @@ Datasets open_datasets(const Config& c, Purpose purpose) {
 /// weights at epoch ends from epoch swa_start_epoch on (0-based: the end of that epoch, step
 /// (start + 1) x steps per epoch), so a run that ends before it averages nothing. `train` and
 /// `config validate` both check it.
+static int64_t total_steps_of(const Config& c, int64_t steps_per_epoch) {
+  return c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * steps_per_epoch;
+}
+
 static void check_swa_averages(const Config& c, int64_t steps_per_epoch) {
   if (c.optim.swa_start_epoch <= 0) return;
-  const int64_t total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * steps_per_epoch;
+  const int64_t total_steps = total_steps_of(c, steps_per_epoch);
   const int64_t first_average = (c.optim.swa_start_epoch + 1) * steps_per_epoch;
   if (first_average > total_steps)
     throw Error(ExitCode::kBadInput, c.where("optim.swa_start_epoch"), "optim.swa_start_epoch",
@@ -93,7 +97,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   if (out.data.train) {
     out.train_loader = std::make_unique<data::Loader>(out.data.train, c.data, spec);
     out.steps_per_epoch = out.train_loader->steps_per_epoch();
-    out.total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * out.steps_per_epoch;
+    out.total_steps = total_steps_of(c, out.steps_per_epoch);
     out.schedule = ScheduleSpec{c.sched, c.optim.lr, out.total_steps, out.steps_per_epoch,
                                 c.optim.swa_start_epoch, c.optim.swa_lr, c.optim.swa_anneal_epochs};
     check_swa_averages(c, out.steps_per_epoch);
