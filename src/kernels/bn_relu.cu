@@ -3,29 +3,43 @@
 // fp16 and bf16 inputs in NCHW or channels_last, any batch and spatial size, on the current
 // stream.
 //
-// Forward, training: (1) per-channel partial statistics — a grid of (channel, chunk) blocks,
-// each thread a Welford accumulator over a strided run of the chunk, merged across the block
-// with Chan's formula (stable for large N*H*W, unlike sum/sum-of-squares); (2) one thread per
-// channel merges its chunks, writes mean and inverse std and updates the running statistics
-// (unbiased variance, as BatchNorm2d); (3) one elementwise pass: normalise, scale, shift, [add
-// the residual,] ReLU. Eval skips (1) and (2). Backward: (1) per-channel partial sums of
-// g = dy * (out > 0) and g * x̂ in the same grid; (2) their totals; (3) one elementwise pass for
+// Forward, training: (1) per-channel partial statistics over chunks of the batch; (2) a
+// finalize that merges each channel's chunks, writes mean and inverse std and updates the
+// running statistics (unbiased variance, as BatchNorm2d); (3) one elementwise pass: normalise,
+// scale, shift, [add the residual,] ReLU. Eval skips (1) and (2). Backward: (1) per-channel
+// partial sums of g = dy * (out > 0) and g * x̂; (2) their totals; (3) one elementwise pass for
 // dx (and, for bn_add_relu, g itself: the residual's gradient). Statistics, parameters and
 // arithmetic in the op-math type (float32; float64 for float64 inputs).
 //
-// Memory formats. NCHW: blocks walk one channel's values; the plane and channel of a flat index
-// come from ATen's IntDivider (a multiply and a shift in 32-bit indexing, which tensors under
-// 2^31 values use; a 64-bit division per value would cost more than these memory-bound passes
-// can afford). channels_last (and H*W = 1, which lies the same way): blocks are tiles of 32
-// channels x 8 rows, so a warp reads 32 neighbouring channels of one row (coalesced) and a
-// thread keeps its channel's constants in registers — one block per channel would read one value
-// per row, C values apart.
+// Three sets of kernels, by memory format:
 //
-// The kernels themselves: bn_relu_device.cuh; this file checks the arguments, sizes the grids,
-// launches them and registers the operators for the CUDA dispatch key.
+// channels_last, vectorised (bn_relu_nhwc_vec.cuh; vec_plan below says when): fp16/bf16 with C
+// a multiple of 8, float32 with C a multiple of 4, fewer than 2^31 values, every activation
+// pointer 16-byte aligned. Each thread owns 16 bytes of a row (8 or 4 channels), loads and stores
+// them as one vector, keeps those channels' constants in registers, and indexes in 32 bits.
+// Statistics are float32 sums of x - K and (x - K)^2 with K the channel's value in row 0 (no
+// division per value; why it is accurate: the header), chunks capped at 1,024 rows a thread,
+// merged per channel in float64 by one warp per channel. Backward: one reduction pass, a warp-
+// per-channel finalize, one elementwise pass; in evaluation the reduction pass writes dx (and g)
+// itself, so the activations are read once. Grids are sized to one wave of resident blocks
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor).
 //
-// Not yet run on a GPU (none was available when it was written): the GPU-labelled tests in
-// tests/kernels/ compare it with the CPU kernels, themselves tested against the reference.
+// channels_last, scalar (bn_relu_device.cuh; the fallback: float64, other channel counts,
+// unaligned views, 2^31 values or more): blocks are tiles of 32 channels x 8 rows, so a warp
+// reads 32 neighbouring channels of one row, each thread a Welford accumulator, merged with
+// Chan's formula; one thread per channel merges the chunks.
+//
+// NCHW (bn_relu_device.cuh): blocks walk one channel's values, Welford/Chan as above; the plane
+// and channel of a flat index come from ATen's IntDivider (a multiply and a shift in 32-bit
+// indexing, which tensors under 2^31 values use). H*W = 1 lies as channels_last does and takes
+// the channels_last kernels.
+//
+// This file checks the arguments, sizes the grids, launches the kernels and registers the
+// operators for the CUDA dispatch key.
+//
+// The vectorised kernels have not yet run on a GPU (none was available when they were written):
+// the GPU-labelled tests in tests/kernels/ compare them with the CPU kernels, themselves tested
+// against the reference, and the first-use self-check (self_check.cpp: 40 channels) takes them.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -36,8 +50,16 @@
 #include <torch/library.h>
 
 #include "kernels/bn_relu_device.cuh"
+#include "kernels/bn_relu_nhwc_vec.cuh"
 
+#include <cstdint>
 #include <limits>
+
+// The dtypes of the vectorised path (float64 keeps the scalar kernels).
+#define DLRUN_DISPATCH_VEC_TYPES(TYPE, NAME, ...)                                                   \
+  AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)                          \
+                                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)                       \
+                                         AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
 
 namespace dlrun::kernels {
 namespace {
@@ -93,6 +115,73 @@ const dim3 kTile(kTileC, kTileR);
 // IntDivider's multiply-and-shift division).
 bool small_indices(const Shape& s) { return s.numel < (int64_t{1} << 31); }
 
+// ---- the vectorised channels_last path (bn_relu_nhwc_vec.cuh) ------------------------------------
+
+// Where it applies and how its blocks lie: channels_last with C a multiple of the vector's lanes
+// (8 for fp16/bf16, 4 for float32; float64 keeps the scalar kernels), fewer than 2^31 values
+// (32-bit indices), every activation pointer 16-byte aligned. Blocks: the cv vector columns split
+// into `tiles` of tx <= 32 (as even as possible), ty = 256 / tx rows.
+struct VecPlan {
+  bool ok = false;
+  uint32_t cv = 0, rows = 0;
+  unsigned tiles = 0;
+  dim3 block;
+};
+
+int vec_lanes(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 ? 8 : t == at::kFloat ? 4 : 0;
+}
+
+VecPlan vec_plan(const Shape& s, at::ScalarType dtype, std::initializer_list<const void*> pointers) {
+  VecPlan p;
+  const int lanes = vec_lanes(dtype);
+  if (!s.nhwc || lanes == 0 || s.channels % lanes != 0 || s.numel >= (int64_t{1} << 31)) return p;
+  for (const void* q : pointers)
+    if (q != nullptr && reinterpret_cast<uintptr_t>(q) % 16 != 0) return p;
+  const int64_t cv = s.channels / lanes, tiles = (cv + 31) / 32, tx = (cv + tiles - 1) / tiles;
+  p.ok = true;
+  p.cv = static_cast<uint32_t>(cv);
+  p.rows = static_cast<uint32_t>(s.count);
+  p.tiles = static_cast<unsigned>(tiles);
+  p.block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(vec::kBlockThreads / tx));
+  return p;
+}
+
+// Blocks of `kernel` (256 threads at most) the device holds at once: one full wave.
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel, const dim3& block) {
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block.x * block.y, 0));
+  return int64_t{std::max(per_sm, 1)} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+}
+
+// The reductions' chunks of rows per tile: about one wave of blocks, each thread at least
+// kMinRowsPerThread rows and at most kMaxRowsPerThread (the float32 sums' length; more chunks
+// then), no chunk empty.
+struct VecChunks {
+  uint32_t count, rows;
+};
+VecChunks vec_chunks(const VecPlan& p, int64_t resident) {
+  const int64_t ty = p.block.y, rows = p.rows;
+  const int64_t fill = std::max<int64_t>(1, resident / p.tiles);
+  const int64_t most = std::max<int64_t>(1, rows / (ty * vec::kMinRowsPerThread));
+  const int64_t least = (rows + ty * vec::kMaxRowsPerThread - 1) / (ty * vec::kMaxRowsPerThread);
+  const int64_t count = std::min<int64_t>(65535, std::max(least, std::min(fill, most)));
+  const int64_t len = (rows + count - 1) / count;
+  return {static_cast<uint32_t>((rows + len - 1) / len), static_cast<uint32_t>(len)};
+}
+
+// The elementwise grid: tiles x row blocks, one wave (grid-stride over the rows beyond it), and
+// no more blocks than give every thread two rows (the kernels take rows in pairs).
+dim3 vec_grid(const VecPlan& p, int64_t resident) {
+  const int64_t want = std::max<int64_t>(1, resident / p.tiles);
+  const int64_t most = (int64_t{p.rows} + 2 * p.block.y - 1) / (2 * p.block.y);
+  return dim3(p.tiles, static_cast<unsigned>(std::min<int64_t>({want, most, 65535})));
+}
+
+// The finalize kernels: one warp per channel, 8 a block.
+unsigned warp_blocks(int64_t channels) { return static_cast<unsigned>((channels + 7) / 8); }
+
 void check(const char* op, const at::Tensor& x, std::initializer_list<std::pair<const char*, const at::Tensor*>> params) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 4, op, ": expected a 4-D CUDA input, got ", x.sizes(), " on ", x.device());
   TORCH_CHECK(x.is_floating_point(), op, ": expected a floating input, got ", x.scalar_type());
@@ -139,8 +228,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, cons
   const at::Tensor residual =
       residual_in.defined() ? residual_in.to(x.scalar_type()).contiguous(x.suggest_memory_format()) : at::Tensor();
   const auto opts = x.options().dtype(acc_dtype);
+  const VecPlan vp = vec_plan(s, x.scalar_type(),
+                              {x.const_data_ptr(), residual.defined() ? residual.const_data_ptr() : nullptr,
+                               out.const_data_ptr()});
   at::Tensor mean, invstd;
-  if (training) {
+  if (training && vp.ok) {
+    mean = at::empty({s.channels}, opts);
+    invstd = at::empty({s.channels}, opts);
+    DLRUN_DISPATCH_VEC_TYPES(x.scalar_type(), "dlrun::bn_relu stats", [&] {
+      const VecChunks ch = vec_chunks(vp, resident_blocks(vec::stats_partial_vec<scalar_t>, vp.block));
+      auto p_s1 = at::empty({s.channels, ch.count}, opts), p_s2 = at::empty({s.channels, ch.count}, opts);
+      vec::stats_partial_vec<scalar_t><<<dim3(vp.tiles, ch.count), vp.block, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), vp.cv, vp.rows, ch.rows, p_s1.mutable_data_ptr<float>(),
+          p_s2.mutable_data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      using in_t = scalar_t;
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, running_mean.scalar_type(), "dlrun::bn_relu running",
+                                      [&] {
+        using stat_t = scalar_t;
+        vec::stats_final_vec<in_t, stat_t><<<warp_blocks(s.channels), kThreads, 0, stream>>>(
+            x.const_data_ptr<in_t>(), p_s1.const_data_ptr<float>(), p_s2.const_data_ptr<float>(),
+            static_cast<uint32_t>(s.channels), ch.count, static_cast<double>(s.count), momentum, eps, mean.mutable_data_ptr<float>(),
+            invstd.mutable_data_ptr<float>(), running_mean.mutable_data_ptr<stat_t>(),
+            running_var.mutable_data_ptr<stat_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+  } else if (training) {
     const Chunks ch = chunks_for(s);
     auto p_mean = at::empty({s.channels, ch.count}, opts), p_m2 = at::empty({s.channels, ch.count}, opts);
     auto p_n = at::empty({s.channels, ch.count}, x.options().dtype(at::kLong));
@@ -180,6 +294,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, cons
     invstd = (running_var.to(acc_dtype) + eps).rsqrt();
   }
   const at::Tensor scale = invstd * acc(weight_in, acc_dtype), bias = acc(bias_in, acc_dtype);
+  if (vp.ok) {
+    DLRUN_DISPATCH_VEC_TYPES(x.scalar_type(), "dlrun::bn_relu normalize", [&] {
+      const float *m = mean.const_data_ptr<float>(), *sc = scale.const_data_ptr<float>(),
+                  *b = bias.const_data_ptr<float>();
+      const scalar_t* xp = x.const_data_ptr<scalar_t>();
+      scalar_t* o = out.mutable_data_ptr<scalar_t>();
+      if (residual.defined()) {
+        const auto kernel = vec::normalize_relu_vec<scalar_t, true>;
+        kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(
+            xp, residual.const_data_ptr<scalar_t>(), vp.cv, vp.rows, m, sc, b, o);
+      } else {
+        const auto kernel = vec::normalize_relu_vec<scalar_t, false>;
+        kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(xp, nullptr, vp.cv, vp.rows,
+                                                                                          m, sc, b, o);
+      }
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return {out, mean, invstd};
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu normalize", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* r = residual.defined() ? residual.const_data_ptr<scalar_t>() : nullptr;
@@ -232,6 +365,42 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(const c
   const at::Tensor dy = grad_out_in.to(x.scalar_type()).contiguous(format);
   const at::Tensor weight = acc(weight_in, acc_dtype), mean_c = mean.contiguous(), invstd_c = invstd.contiguous();
   const auto opts = x.options().dtype(acc_dtype);
+  const VecPlan vp = vec_plan(s, x.scalar_type(),
+                              {x.const_data_ptr(), out.const_data_ptr(), dy.const_data_ptr(), dx.const_data_ptr(),
+                               g.defined() ? g.const_data_ptr() : nullptr});
+  if (vp.ok) {
+    // One reduction pass (in evaluation also the only pass: it writes dx and g as well), a
+    // finalize of one warp per channel, and in training one elementwise pass for dx and g.
+    at::Tensor sum_dy = at::empty({s.channels}, opts), sum_dy_xhat = at::empty({s.channels}, opts);
+    DLRUN_DISPATCH_VEC_TYPES(x.scalar_type(), "dlrun::bn_relu_backward", [&] {
+      const scalar_t *dyp = dy.const_data_ptr<scalar_t>(), *xp = x.const_data_ptr<scalar_t>(),
+                     *outp = out.const_data_ptr<scalar_t>();
+      scalar_t* gp = g.defined() ? g.mutable_data_ptr<scalar_t>() : nullptr;
+      scalar_t* dxp = dx.mutable_data_ptr<scalar_t>();
+      const float *m = mean_c.const_data_ptr<float>(), *is = invstd_c.const_data_ptr<float>(),
+                  *w = weight.const_data_ptr<float>();
+      const auto partial = training ? vec::grad_partial_vec<scalar_t, false> : vec::grad_partial_vec<scalar_t, true>;
+      const VecChunks ch = vec_chunks(vp, resident_blocks(partial, vp.block));
+      auto p_dy = at::empty({s.channels, ch.count}, opts), p_dy_xmu = at::empty({s.channels, ch.count}, opts);
+      partial<<<dim3(vp.tiles, ch.count), vp.block, 0, stream>>>(
+          dyp, xp, outp, vp.cv, vp.rows, ch.rows, m, is, w, p_dy.mutable_data_ptr<float>(),
+          p_dy_xmu.mutable_data_ptr<float>(), training ? nullptr : dxp, training ? nullptr : gp);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      vec::grad_final_vec<<<warp_blocks(s.channels), kThreads, 0, stream>>>(
+          p_dy.const_data_ptr<float>(), p_dy_xmu.const_data_ptr<float>(), static_cast<uint32_t>(s.channels),
+          ch.count, is, sum_dy.mutable_data_ptr<float>(), sum_dy_xhat.mutable_data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      if (training) {
+        const GradConstants<float> k{m, is, w, sum_dy.const_data_ptr<float>(), sum_dy_xhat.const_data_ptr<float>(),
+                                     static_cast<float>(1.0 / static_cast<double>(s.count)), true};
+        const auto kernel = vec::grad_input_vec<scalar_t>;
+        kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(dyp, xp, outp, vp.cv,
+                                                                                          vp.rows, k, dxp, gp);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+    });
+    return {dx, g, sum_dy_xhat.to(weight_in.scalar_type()), sum_dy.to(weight_in.scalar_type())};
+  }
   const Chunks ch = chunks_for(s);
   auto p_dy = at::empty({s.channels, ch.count}, opts), p_dy_xhat = at::empty({s.channels, ch.count}, opts);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu_backward sums", [&] {

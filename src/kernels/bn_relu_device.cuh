@@ -1,6 +1,8 @@
 // The device side of dlrun's CUDA BatchNorm kernels (bn_relu.cu, which launches them and says
-// what they compute and how): the reduction and elementwise kernels for NCHW and channels_last,
-// their Welford/Chan accumulators and their launch constants. Included by bn_relu.cu alone.
+// what they compute and how): the reduction and elementwise kernels for NCHW and the scalar
+// channels_last kernels (one channel a thread, the fallback where the vectorised ones of
+// bn_relu_nhwc_vec.cuh do not apply), their Welford/Chan accumulators and their launch
+// constants. Included by bn_relu.cu (and bn_relu_nhwc_vec.cuh) alone.
 #pragma once
 
 #include <ATen/OpMathType.h>

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <cstdio>
 
 #include "support/gpu.h"
@@ -33,8 +34,13 @@ void poison_cuda_memory(int64_t bytes) {
 TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtypes, statistics, gradients",
           "[gpu][kernels][sanitize]") {
   if (no_cuda()) return;
-  const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7}, {2, 16, 1, 1}, {7, 33, 9, 13}, {32, 64, 14, 14},
-                                                    {3, 5, 65, 129}};
+  // channels_last takes the vectorised kernels where C is a multiple of 8 (fp16, bf16) or 4
+  // (float32), the scalar ones otherwise: 3, 33, 5 (both scalar), 12 (float32 vectorised, fp16 /
+  // bf16 scalar), 16, 24, 64, 72, 256 and 520 (vectorised: blocks of 2 to 32 vector columns, 520
+  // fp16 in three uneven tiles of 22; row counts that leave a tail in every chunk and pass).
+  const std::vector<std::vector<int64_t>> shapes = {{1, 3, 5, 7},   {2, 16, 1, 1},    {7, 33, 9, 13}, {32, 64, 14, 14},
+                                                    {3, 5, 65, 129}, {3, 24, 7, 5},    {2, 12, 11, 3}, {16, 72, 17, 17},
+                                                    {4, 256, 9, 9},  {2, 520, 5, 7}};
   auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
   for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     const double tol = dtype == torch::kFloat32 ? 1e-4 : dtype == torch::kFloat16 ? 5e-3 : 3e-2;
@@ -134,6 +140,56 @@ TEST_CASE("bn_relu on CUDA: more elements than one grid covers, both formats", "
     // Within two bf16 steps (2^-7 relative each): the two devices compute the statistics in
     // different orders, so a value near a rounding boundary may round to the neighbour.
     CHECK(torch::allclose(got.cpu().to(torch::kFloat32), want.to(torch::kFloat32), 2e-2, 2e-2));
+  }
+}
+
+TEST_CASE("bn_relu on CUDA, channels_last: unaligned views take the scalar kernels; statistics far from zero",
+          "[gpu][kernels]") {
+  if (no_cuda()) return;
+  const torch::Device d(torch::kCUDA, 0);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(47);
+  SECTION("a view one element into its storage (not 16-byte aligned) agrees with the CPU") {
+    const int64_t n = 3, c = 16, h = 5, w = 7, numel = n * c * h * w;
+    // Channels_last-contiguous views whose data start one fp16 element (2 bytes) into their storage.
+    auto unaligned = [&](const torch::Tensor& flat) {
+      return flat.narrow(0, 1, numel).view({n, h, w, c}).permute({0, 3, 1, 2});
+    };
+    const auto x = unaligned((torch::randn({numel + 1}, gen) * 3 + 0.5).to(torch::kFloat16).to(d));
+    const auto up = unaligned(torch::randn({numel + 1}, gen).to(torch::kFloat16).to(d));
+    REQUIRE(x.is_contiguous(torch::MemoryFormat::ChannelsLast));
+    REQUIRE(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0);
+    const auto wt = torch::rand({c}, gen) + 0.5, b = torch::randn({c}, gen) * 0.3;
+    torch::NoGradGuard no_grad;
+    auto rm = torch::zeros({c}), rv = torch::ones({c});
+    auto rmg = torch::zeros({c}, d), rvg = torch::ones({c}, d);
+    auto [want, mean_want, invstd_want] = kernels::bn_relu(x.cpu(), wt, b, rm, rv, true, 0.1, 1e-5);
+    auto [got, mean_got, invstd_got] = kernels::bn_relu(x, wt.to(d), b.to(d), rmg, rvg, true, 0.1, 1e-5);
+    CHECK(torch::allclose(got.cpu().to(torch::kFloat32), want.to(torch::kFloat32), 5e-3, 5e-3));
+    CHECK(torch::allclose(mean_got.cpu(), mean_want, 1e-4, 1e-4));
+    CHECK(torch::allclose(invstd_got.cpu(), invstd_want, 1e-4, 1e-4));
+    CHECK(torch::allclose(rvg.cpu(), rv, 1e-4, 1e-4));
+    auto [dx_want, dw_want, db_want] =
+        kernels::bn_relu_backward(up.cpu(), x.cpu(), want, wt, mean_want, invstd_want, true);
+    auto [dx_got, dw_got, db_got] =
+        kernels::bn_relu_backward(up, x, want.to(d), wt.to(d), mean_want.to(d), invstd_want.to(d), true);
+    CHECK(torch::allclose(dx_got.cpu().to(torch::kFloat32), dx_want.to(torch::kFloat32), 5e-3, 5e-3));
+    CHECK(torch::allclose(dw_got.cpu(), dw_want, 5e-3, 5e-3 * std::max(1.0, dw_want.abs().max().item<double>())));
+    CHECK(torch::allclose(db_got.cpu(), db_want, 5e-3, 5e-3 * std::max(1.0, db_want.abs().max().item<double>())));
+  }
+  SECTION("float32, mean 1000 and std 1: the vectorised statistics equal float64's") {
+    // A plain float32 sum of squares would lose the variance to cancellation here (about 1e6
+    // against 1); the kernels' sums are shifted by each channel's first value.
+    const std::vector<int64_t> shape = {8, 16, 64, 64};
+    const auto x = (torch::randn(shape, gen) + 1000).contiguous(torch::MemoryFormat::ChannelsLast);
+    auto [var, mean] = torch::var_mean(x.to(torch::kFloat64), {0, 2, 3}, /*correction=*/0, /*keepdim=*/false);
+    auto rmg = torch::zeros({16}, d), rvg = torch::ones({16}, d);
+    torch::NoGradGuard no_grad;
+    auto [out, mean_got, invstd_got] =
+        kernels::bn_relu(x.to(d), torch::ones({16}, d), torch::zeros({16}, d), rmg, rvg, true, 0.1, 1e-5);
+    CHECK(torch::allclose(mean_got.cpu().to(torch::kFloat64), mean, 1e-6, 1e-6));
+    CHECK(torch::allclose(invstd_got.cpu().to(torch::kFloat64), (var + 1e-5).rsqrt(), 1e-4, 1e-4));
+    const double n = 8.0 * 64 * 64;
+    CHECK(torch::allclose(rvg.cpu().to(torch::kFloat64), 0.9 + 0.1 * var * (n / (n - 1)), 1e-4, 1e-4));
   }
 }
 
