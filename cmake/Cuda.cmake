@@ -28,8 +28,18 @@ set(DLRUN_TORCH_HAS_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR EXISTS "${DLRUN_TORCH_LIBDIR}/libtorch_cuda.so")
   set(DLRUN_TORCH_HAS_CUDA ON)
 endif()
-# cuDNN / NCCL headers (for the summary and USE_C10D_NCCL).
-find_path(DLRUN_CUDNN_INCLUDE cudnn.h HINTS /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
+# cuDNN: the header (the summary) and, for the fused BatchNorm-activation calls of
+# src/kernels/bn_cudnn.cu, the library LibTorch itself loads -- the wheel's
+# site-packages/nvidia/cudnn (only libcudnn.so.9 there, no unversioned name), first: a toolkit
+# path would land in the binary's RUNPATH (the GPU suite's safety part refuses that).
+find_path(DLRUN_CUDNN_INCLUDE cudnn.h
+          HINTS "${DLRUN_TORCH_LIBDIR}/../../nvidia/cudnn/include" /usr/local/cuda/include ${CUDAToolkit_INCLUDE_DIRS})
+find_library(DLRUN_CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn NAMES_PER_DIR
+             HINTS "${DLRUN_TORCH_LIBDIR}/../../nvidia/cudnn/lib" /usr/local/cuda/lib64 ${CUDAToolkit_LIBRARY_DIR})
+if(DLRUN_WITH_CUDA AND DLRUN_TORCH_HAS_CUDA AND (NOT DLRUN_CUDNN_INCLUDE OR NOT DLRUN_CUDNN_LIBRARY))
+  message(FATAL_ERROR "dlrun's CUDA build needs cuDNN's header and library (the torch wheel's nvidia/cudnn, next to "
+                      "${DLRUN_TORCH_LIBDIR}); found: '${DLRUN_CUDNN_INCLUDE}', '${DLRUN_CUDNN_LIBRARY}'")
+endif()
 # NCCL's header: the wheel's own first (site-packages/nvidia/nccl, next to torch/lib), since
 # ProcessGroupNCCL's layout depends on the NCCL version its header announces and dlrun must see
 # the one LibTorch was built with; then the toolkit's and the system's.

@@ -1,5 +1,5 @@
 // `dlrun bench kernels [--device D] [--batch N] [--image-size S] [--dtype bf16|fp16|fp32]
-//                      [--nchw] [--repeat N] [--iters N] [--e2e-steps N] [--json]`
+//                      [--nchw] [--path dlrun|cudnn] [--repeat N] [--iters N] [--e2e-steps N] [--json]`
 // dlrun's fused BatchNorm operators against PyTorch's unfused sequence on every conv-BN-ReLU
 // (and conv-BN-add-ReLU block end) shape of ResNet-50, forward + backward:
 //   - the whole unit: conv2d + batch_norm + relu_ (ATen; cuDNN on CUDA) vs dlrun::conv_bn_relu /
@@ -11,6 +11,8 @@
 //   - then resnet50 training images/s with model.fused_conv_bn_relu on and off (two models in
 //     one process, stepped in turn: on the CPU that comparison was found biased, and separate
 //     `dlrun train` runs are the check there; docs/benchmarks.md).
+// --path cudnn puts cuDNN's fused BatchNorm-activation (kernels/bn_cudnn.h) on the fused side
+// instead of dlrun's kernels (CUDA, fp16/bf16, channels_last).
 // Defaults follow the device: CUDA batch 256, 224x224, bf16, channels_last; CPU batch 8,
 // 112x112, float32, channels_last (a CPU runs the same shapes, smaller). The shapes come from
 // the model's definition (models::resnet_conv_bn_units, models/shapes.h).
@@ -32,6 +34,8 @@
 #include "base/log.h"
 #include "base/stats.h"
 #include "cli/app.h"
+#include "kernels/bn_cudnn.h"
+#include "kernels/bn_path.h"
 #include "kernels/ops.h"
 #include "models/model.h"
 #include "models/shapes.h"
@@ -48,6 +52,7 @@ struct BenchKernelsOptions {
   int64_t image_size = 0;  ///< 0: 224 on CUDA, 112 on the CPU
   std::string dtype;       ///< "": bf16 on CUDA, fp32 on the CPU
   bool nchw = false;
+  std::string path = "dlrun";  ///< the fused side: dlrun's kernels or cuDNN's fused operators
   int repeat = 5;
   int iters = 0;  ///< 0: 20 on CUDA, 3 on the CPU
   int e2e_steps = 0;  ///< 0: 50 on CUDA, 10 on the CPU
@@ -121,7 +126,9 @@ struct Bn {
 // (batch_norm, [add_,] relu_ as torchvision's modules run it) or fused.
 void bn_part(const at::Tensor& y, const at::Tensor& residual, Bn& bn, const at::Tensor& dz, bool fused) {
   at::Tensor z;
-  if (fused) {
+  if (fused && kernels::takes_cudnn_bn(y, bn.weight, bn.bias, bn.mean, bn.var, true, 1e-5)) {
+    z = kernels::bn_act_cudnn_autograd(y, residual, bn.weight, bn.bias, bn.mean, bn.var, 0.1, 1e-5);
+  } else if (fused) {
     z = residual.defined()
             ? std::get<0>(kernels::bn_add_relu(y, residual, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5))
             : std::get<0>(kernels::bn_relu(y, bn.weight, bn.bias, bn.mean, bn.var, true, 0.1, 1e-5));
@@ -228,6 +235,12 @@ void bench_kernels(const BenchKernelsOptions& o) {
   const int iters = o.iters > 0 ? o.iters : (cuda ? 20 : 3);
   const int e2e_steps = o.e2e_steps > 0 ? o.e2e_steps : (cuda ? 50 : 10);
   const auto format = o.nchw ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
+  DLRUN_CHECK_INPUT(o.path == "dlrun" || o.path == "cudnn", "--path {}: expected dlrun or cudnn", o.path);
+  if (o.path == "cudnn")
+    DLRUN_CHECK_INPUT(cuda && kernels::cudnn_bn_takes(dtype, !o.nchw, 64, 1e-5, true, at::kFloat),
+                      "--path cudnn: cuDNN's fused BatchNorm-activation takes fp16 or bf16 in channels_last on CUDA");
+  // The fused side's path inside the CUDA operators (the models' conv_bn_relu included).
+  kernels::set_cuda_bn_path(o.path == "cudnn" ? kernels::BnPath::kCudnn : kernels::BnPath::kDlrun);
   const auto act = at::TensorOptions().dtype(dtype).device(d);
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(d);
   const Timer timer(d);
@@ -277,6 +290,7 @@ void bench_kernels(const BenchKernelsOptions& o) {
                       {"image_size", image},
                       {"dtype", o.dtype.empty() ? (cuda ? "bf16" : "fp32") : o.dtype},
                       {"channels_last", !o.nchw},
+                      {"path", o.path},
                       {"repeat", o.repeat},
                       {"iters", iters},
                       {"copy_gb_per_s", copy_bw / 1e9},
@@ -294,9 +308,9 @@ void bench_kernels(const BenchKernelsOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("fused BatchNorm operators vs PyTorch's unfused sequence on %s: ResNet-50 shapes, batch %lld, %lldx%lld, "
-              "%s, %s; forward + backward; %d rounds of %d calls each way; copy bandwidth %.1f GB/s\n",
-              d.str().c_str(), static_cast<long long>(batch), static_cast<long long>(image),
+  std::printf("fused BatchNorm operators (%s) vs PyTorch's unfused sequence on %s: ResNet-50 shapes, batch %lld, "
+              "%lldx%lld, %s, %s; forward + backward; %d rounds of %d calls each way; copy bandwidth %.1f GB/s\n",
+              o.path == "cudnn" ? "cuDNN's fused BatchNorm-activation" : "dlrun's kernels", d.str().c_str(), static_cast<long long>(batch), static_cast<long long>(image),
               static_cast<long long>(image), j["dtype"].get<std::string>().c_str(),
               o.nchw ? "NCHW" : "channels_last", o.repeat, iters, copy_bw / 1e9);
   std::printf("%-28s %5s %10s %10s %8s %9s %9s %8s %8s %6s\n", "unit", "count", "unit ms", "fused ms", "x", "BN ms",
@@ -332,6 +346,9 @@ void setup_bench_kernels(CLI::App* bench) {
       ->check(CLI::Range(32, 4096));
   cmd->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on the CPU)");
   cmd->add_flag("--nchw", o->nchw, "NCHW instead of channels_last");
+  cmd->add_option("--path", o->path,
+                  "the fused side: dlrun (dlrun's kernels, default) or cudnn (cuDNN's fused BatchNorm-activation; "
+                  "CUDA, fp16/bf16, channels_last)");
   cmd->add_option("--repeat", o->repeat,
                   "timed rounds per measurement (the median is reported, with the rounds' spread; at least 3)")
       ->check(CLI::Range(3, 1000));

@@ -2,7 +2,8 @@
 // architectures compiled in), devices (with their compute capability and whether the fused
 // kernels run there), CPU threads — for bug reports — and the fast paths (cuDNN autotuning, TF32,
 // channels_last, AMP, CUDA graphs, activation checkpointing) a config turns on, the defaults
-// without one, with the device it would get here and whether its fused kernels would run.
+// without one, with the device it would get here, whether its fused kernels would run and which
+// conv-BN-ReLU path (modules, dlrun's kernels, cuDNN's fused BatchNorm-activation) it takes, and why.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -64,6 +65,10 @@ nlohmann::json collect(const Config& cfg) {
     const auto device = train::resolve_device(cfg.run);
     j["fast_paths"]["device"] = device.str();
     j["fast_paths"]["fused_conv_bn_relu_here"] = train::use_fused_kernels(cfg, device);
+    const auto bn = train::batchnorm_path(cfg, device);
+    j["fast_paths"]["batchnorm_path_here"] = {
+        {"path", j["fast_paths"]["fused_conv_bn_relu_here"].get<bool>() ? kernels::name_of(bn.path) : "modules"},
+        {"why", bn.why}};
     j["fast_paths"]["here"] = train::describe_fast_paths(cfg, device);
   } catch (const std::exception& e) {
     j["fast_paths"]["device"] = std::string("unavailable: ") + e.what();

@@ -37,7 +37,7 @@ enum class S3Addressing { kAuto, kPath, kVirtual };
 enum class TlsFloor { k1_2, k1_3 };
 enum class ServerSideEncryption { kNone, kS3, kKms };
 enum class SaveErrorPolicy { kContinue, kStop };
-enum class FusedKernels { kAuto, kOn, kOff };
+enum class FusedKernels { kAuto, kOn, kOff, kCudnn };
 enum class MicroBatch { kOff, kAuto };
 enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 
@@ -71,7 +71,9 @@ template <> struct EnumNames<EvalMetric> {
   static constexpr std::array<const char*, 4> names{"none", "accuracy", "top5", "loss"};
 };
 // model.fused_conv_bn_relu: the YAML booleans are two of its values.
-template <> struct EnumNames<FusedKernels> { static constexpr std::array<const char*, 3> names{"auto", "true", "false"}; };
+template <> struct EnumNames<FusedKernels> {
+  static constexpr std::array<const char*, 4> names{"auto", "true", "false", "cudnn"};
+};
 template <> struct EnumNames<MicroBatch> { static constexpr std::array<const char*, 2> names{"off", "auto"}; };
 
 /// Float keys that also accept `auto` hold it as NaN.

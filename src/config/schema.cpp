@@ -125,9 +125,10 @@ std::vector<Section> describe(Config& c) {
          "every conv-BN-ReLU of convnet; every hidden layer of mlp) or stages (every ResNet stage)"),
       En("fused_conv_bn_relu", o.fused_conv_bn_relu,
          "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
-         "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu (dlrun's fused BatchNorm kernels): auto (on CUDA in "
-         "NCHW; the modules in channels_last, where cuDNN's BatchNorm is faster, and on the CPU, where ATen's is), "
-         "true (everywhere), false"),
+         "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu: auto (per device, dtype and memory format, the path "
+         "measured fastest on a GPU: dlrun's kernels on CUDA in NCHW; the modules in channels_last and on the CPU), "
+         "true (dlrun's kernels everywhere), false (the modules), cudnn (cuDNN's fused BatchNorm-activation for "
+         "fp16/bf16 channels_last training on CUDA, dlrun's kernels elsewhere)"),
       Snull("init", o.init,
             "start a fresh run from these weights: a checkpoint or run directory, a dlrun export, a safetensors "
             "file or a torch.save state dict (e.g. torchvision's); the head is re-initialised when num_classes "

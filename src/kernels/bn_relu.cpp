@@ -1,7 +1,8 @@
 // bn_relu, bn_add_relu and their convolution-first forms (what they compute: ops.h): the
 // reference composed of ATen ops, registered for every backend (CompositeExplicitAutograd; the
 // CPU and CUDA kernels registered for their own keys take precedence), the autograd wrappers,
-// and conv_bn_relu / conv_bn_add_relu as conv2d + the BatchNorm operator.
+// and conv_bn_relu / conv_bn_add_relu as conv2d + the BatchNorm operator (or, for a CUDA
+// training call while the CUDA path is cuDNN's, cuDNN's fused BatchNorm-activation: bn_cudnn.h).
 //
 // What backward keeps: the BatchNorm input x (to rebuild x̂ = (x - mean) * invstd, needed
 // everywhere, masked or not, by dx), the output (its sign is ReLU's mask: out > 0 exactly where
@@ -13,6 +14,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "kernels/bn_cudnn.h"
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 
@@ -193,6 +195,8 @@ at::Tensor conv_bn_relu_composite(const at::Tensor& x, const at::Tensor& conv_we
                                   bool training, double momentum, double eps, c10::IntArrayRef stride,
                                   c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   const auto y = at::conv2d(x, conv_weight, /*bias=*/{}, stride, padding, dilation, groups);
+  if (takes_cudnn_bn(y, bn_weight, bn_bias, running_mean, running_var, training, eps))
+    return bn_act_cudnn_autograd(y, at::Tensor(), bn_weight, bn_bias, running_mean, running_var, momentum, eps);
   return std::get<0>(bn_relu(y, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps));
 }
 
@@ -202,6 +206,8 @@ at::Tensor conv_bn_add_relu_composite(const at::Tensor& x, const at::Tensor& con
                                       double momentum, double eps, c10::IntArrayRef stride, c10::IntArrayRef padding,
                                       c10::IntArrayRef dilation, int64_t groups) {
   const auto y = at::conv2d(x, conv_weight, /*bias=*/{}, stride, padding, dilation, groups);
+  if (takes_cudnn_bn(y, bn_weight, bn_bias, running_mean, running_var, training, eps))
+    return bn_act_cudnn_autograd(y, residual, bn_weight, bn_bias, running_mean, running_var, momentum, eps);
   return std::get<0>(bn_add_relu(y, residual, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps));
 }
 

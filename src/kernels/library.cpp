@@ -52,6 +52,15 @@ TORCH_LIBRARY(dlrun, m) {
       "conv_bn_add_relu(Tensor input, Tensor conv_weight, Tensor residual, Tensor bn_weight, Tensor bn_bias, "
       "Tensor(a!) running_mean, Tensor(b!) running_var, bool training, float momentum, float eps, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups) -> Tensor");
+  // Training only, on CUDA: relu(BatchNorm(input) [+ residual]) through cuDNN's fused
+  // BatchNorm-activation (bn_cudnn.cu; which calls it takes: kernels::cudnn_bn_takes). Returns
+  // bn_relu's three and cuDNN's reserve space (bytes), which the backward needs.
+  m.def(
+      "bn_act_cudnn(Tensor input, Tensor? residual, Tensor weight, Tensor bias, Tensor(a!) running_mean, "
+      "Tensor(b!) running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "bn_act_cudnn_backward(Tensor grad_out, Tensor input, Tensor output, Tensor weight, Tensor bias, "
+      "Tensor save_mean, Tensor save_invstd, Tensor reserve, bool add, float eps) -> (Tensor, Tensor, Tensor, Tensor)");
   // Inference: convolution with a bias, then ReLU — a conv-BN-ReLU whose BatchNorm was folded
   // into the convolution's weight and bias. One cuDNN call on CUDA (cuDNN's fused
   // conv-bias-activation); no autograd (evaluation only).

@@ -35,6 +35,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <tuple>
 
 namespace dlrun::kernels {
@@ -81,6 +82,28 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_ba
                              .findSchemaOrThrow("dlrun::bn_add_relu_backward", "")
                              .typed<decltype(bn_add_relu_backward)>();
   return op.call(grad_out, x, out, weight, save_mean, save_invstd, training);
+}
+
+/// cuDNN's fused BatchNorm-activation (CUDA, training; bn_cudnn.cu): (out, save_mean,
+/// save_invstd, reserve) and the backward's (dx, dresidual (undefined without `add`), dweight,
+/// dbias). The models reach them through conv_bn_relu / conv_bn_add_relu when the CUDA
+/// BatchNorm path is cuDNN's (bn_path.h); the self-check and tests call them directly.
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_act_cudnn(
+    const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight, const at::Tensor& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, double momentum, double eps) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::bn_act_cudnn", "").typed<decltype(bn_act_cudnn)>();
+  return op.call(x, residual, weight, bias, running_mean, running_var, momentum, eps);
+}
+
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_act_cudnn_backward(
+    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
+    const at::Tensor& bias, const at::Tensor& save_mean, const at::Tensor& save_invstd, const at::Tensor& reserve,
+    bool add, double eps) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dlrun::bn_act_cudnn_backward", "")
+                             .typed<decltype(bn_act_cudnn_backward)>();
+  return op.call(grad_out, x, out, weight, bias, save_mean, save_invstd, reserve, add, eps);
 }
 
 inline at::Tensor conv_bn_relu(const at::Tensor& x, const at::Tensor& conv_weight, const at::Tensor& bn_weight,

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "kernels/bn_cudnn.h"
+#include "kernels/bn_path.h"
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 
@@ -127,6 +130,53 @@ void compare(SelfCheck& check, const char* what, const at::Tensor& got, const at
 
 }  // namespace
 
+namespace {
+
+// cuDNN's fused BatchNorm-activation (the path of a run whose CUDA BatchNorm path is cuDNN's),
+// training, with and without the residual, through the autograd wrapper the models call: output,
+// running statistics and every gradient against the reference. The backward's ReLU mask is
+// cuDNN's own (its reserve space), so the reference's backward takes cuDNN's output, whose sign
+// is that mask. A cuDNN that refuses the dtype (bf16 is not documented for these ops) is no
+// defect: that dtype goes to dlrun's kernels, which the check has just compared, and the log
+// says so.
+void check_cudnn(SelfCheck& check, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& grad_out,
+                 const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& rm0, const at::Tensor& rv0,
+                 double tol, bool defect) {
+  auto scale_of = [](const at::Tensor& t) { return std::max(1.0, t.abs().max().item<double>()); };
+  at::AutoGradMode grad_on(true);
+  for (const bool add : {false, true}) {
+    auto rm_c = rm0.clone(), rv_c = rv0.clone(), rm_r = rm0.clone(), rv_r = rv0.clone();
+    const auto xg = x.detach().requires_grad_(true), rg = residual.detach().requires_grad_(true);
+    const auto wg = weight.detach().requires_grad_(true), bg = bias.detach().requires_grad_(true);
+    at::Tensor out;
+    try {
+      out = bn_act_cudnn_autograd(xg, add ? rg : at::Tensor(), wg, bg, rm_c, rv_c, 0.1, 1e-5);
+    } catch (const std::exception& e) {
+      const std::string error = e.what();
+      refuse_cudnn_bn(x.scalar_type());
+      log::warn("cuDNN's fused BatchNorm-activation refuses {} here ({}): dlrun's kernels run for {}",
+                c10::toString(x.scalar_type()), error.substr(0, error.find('\n')), c10::toString(x.scalar_type()));
+      return;
+    }
+    std::vector<at::Tensor> wrt = {xg, wg, bg};
+    if (add) wrt.push_back(rg);
+    const auto got = torch::autograd::grad({out}, wrt, {grad_out});
+    const auto ref = reference::bn_add_relu(x, add ? residual : at::Tensor(), weight, bias, rm_r, rv_r, true, 0.1, 1e-5);
+    const auto y = out.detach();
+    const std::string tag = fmt::format("cudnn {} ", add ? "bn_add_relu" : "bn_relu");
+    compare(check, (tag + "output").c_str(), defect ? y * 1.1 + 0.1 : y, std::get<0>(ref), tol);
+    compare(check, (tag + "running_mean").c_str(), rm_c, rm_r, tol);
+    compare(check, (tag + "running_var").c_str(), rv_c, rv_r, tol);
+    const auto want = reference::bn_add_relu_backward(grad_out, x, y, weight, std::get<1>(ref), std::get<2>(ref), true);
+    compare(check, (tag + "grad input").c_str(), got[0], std::get<0>(want), tol);
+    compare(check, (tag + "grad weight").c_str(), got[1], std::get<2>(want), tol, scale_of(std::get<2>(want)));
+    compare(check, (tag + "grad bias").c_str(), got[2], std::get<3>(want), tol, scale_of(std::get<3>(want)));
+    if (add) compare(check, (tag + "grad residual").c_str(), got[3], std::get<1>(want), tol);
+  }
+}
+
+}  // namespace
+
 SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channels_last, double tolerance_scale) {
   const auto start = std::chrono::steady_clock::now();
   SelfCheck check = named(device, dtype, channels_last);
@@ -137,7 +187,11 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
   // One small batch from a generator of its own (the run's random streams are not touched),
   // values spread as a network's pre-activations are: 4 x 40 x 24 x 24, shaped to take the
   // CUDA kernels' large-batch paths (2304 values per channel: more than one reduction chunk per
-  // channel in NCHW, 18 in channels_last; 40 channels: a full 32-channel tile and a partial one).
+  // channel in NCHW and in channels_last). 40 channels, a multiple of 8: channels_last fp16,
+  // bf16 and float32 take the vectorised kernels (bn_relu_nhwc_vec.cuh) with blocks of 5 (fp16,
+  // bf16) or 10 (float32) vector columns, row counts that are not powers of two and chunks whose
+  // rows do not divide evenly among the threads; float64 takes the scalar kernels (a full
+  // 32-channel tile and a partial one).
   auto gen = at::make_generator<at::CPUGeneratorImpl>(20261126);
   const std::vector<int64_t> shape = {4, 40, 24, 24};
   const int64_t c = shape[1];
@@ -187,6 +241,9 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
       if (add) compare(check, (tag + "grad residual").c_str(), dres, std::get<1>(want), tol);
     }
   }
+  if (device.is_cuda() && cuda_bn_path() == BnPath::kCudnn && !cudnn_bn_refused(dtype) &&
+      cudnn_bn_takes(dtype, channels_last, c, 1e-5, /*training=*/true, param_type))
+    check_cudnn(check, x, residual, grad_out, weight, bias, vec(rm0), vec(rv0), tol, defect);
   check.passed = check.worst <= 1.0;
   check.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return check;
@@ -200,6 +257,7 @@ struct Gate {
   c10::Device device;
   at::ScalarType dtype;
   bool channels_last;
+  BnPath cuda_path;  // what the CUDA operators ran when it was checked (set_cuda_bn_path)
   SelfCheck result;
 };
 std::mutex gate_mu;
@@ -224,8 +282,10 @@ bool fused_checked(const at::Tensor& x) {
   if (dtype == at::kFloat && at::autocast::is_autocast_enabled(type)) dtype = at::autocast::get_autocast_dtype(type);
   const bool channels_last = x.dim() == 4 && x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
   std::lock_guard<std::mutex> lock(gate_mu);
+  const BnPath path = cuda_bn_path();
   for (const auto& g : gates())
-    if (g.device == x.device() && g.dtype == dtype && g.channels_last == channels_last) return g.result.passed;
+    if (g.device == x.device() && g.dtype == dtype && g.channels_last == channels_last && g.cuda_path == path)
+      return g.result.passed;
   SelfCheck r;
   try {
     r = self_check(x.device(), dtype, channels_last);
@@ -236,7 +296,7 @@ bool fused_checked(const at::Tensor& x) {
     r.worst_in = "the fused operators";
     r.error = error.substr(0, error.find('\n'));
   }
-  gates().push_back({x.device(), dtype, channels_last, r});
+  gates().push_back({x.device(), dtype, channels_last, path, r});
   const std::string what = fmt::format("{} ({}, {})", r.device, r.dtype, r.memory_format);
   if (r.passed) {
     log0::info("fused kernels: the self-check on {} passed in {:.3f} s (worst error {:.2g} of the tolerance)", what,
@@ -250,7 +310,9 @@ bool fused_checked(const at::Tensor& x) {
                         what, r.worst_in, r.worst, r.fused, r.reference)
           : fmt::format("the fused BatchNorm kernels failed their self-check on {}: {}", what, r.error);
   if (on_mismatch == OnMismatch::kFail)
-    throw Error(ExitCode::kRuntime, detail + "; model.fused_conv_bn_relu: true does not train on wrong kernels",
+    throw Error(ExitCode::kRuntime,
+                detail + fmt::format("; model.fused_conv_bn_relu: {} does not train on wrong kernels",
+                                     cuda_bn_path() == BnPath::kCudnn && x.is_cuda() ? "cudnn" : "true"),
                 "model.fused_conv_bn_relu: auto runs the modules instead; please report the GPU (`dlrun info`)");
   log::warn("{}; this run uses the modules (conv, BatchNorm, ReLU) instead", detail);
   return false;

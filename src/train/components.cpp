@@ -121,9 +121,14 @@ Components build_components(const Config& c, const Placement& placement, Purpose
   out.model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
   out.model->to(placement.device);
   out.model->use_fused_conv_bn_relu(use_fused_kernels(c, placement.device));
-  // A self-check that finds the fused kernels wrong: true fails the run (exit 1), auto falls back.
-  kernels::set_on_mismatch(c.model.fused_conv_bn_relu == FusedKernels::kOn ? kernels::OnMismatch::kFail
-                                                                            : kernels::OnMismatch::kFallBack);
+  // Inside the fused operators on CUDA: dlrun's kernels or cuDNN's fused BatchNorm-activation.
+  kernels::set_cuda_bn_path(batchnorm_path(c, placement.device).path == kernels::BnPath::kCudnn ? kernels::BnPath::kCudnn
+                                                                                             : kernels::BnPath::kDlrun);
+  // A self-check that finds the fused kernels wrong: true and cudnn fail the run (exit 1), auto
+  // falls back.
+  const auto asked = c.model.fused_conv_bn_relu;
+  kernels::set_on_mismatch(asked == FusedKernels::kOn || asked == FusedKernels::kCudnn ? kernels::OnMismatch::kFail
+                                                                                     : kernels::OnMismatch::kFallBack);
   if (purpose == Purpose::kTrain)  // each average in a model built as the model is (same weights, device, flags)
     out.averages = build_averages(c, *out.model, [&] {
       auto copy = models::build(c.model, c.run.seed, input_side(c, out.data.info));

@@ -20,8 +20,13 @@ if(DLRUN_WITH_CUDA)
 else()
   dlrun_cli_test(info_gpu_code 0 "GPU code for: none$" info)
 endif()
-dlrun_cli_test(info_fused_here 0 "^ +here: fast paths on cpu: fused_conv_bn_relu on, amp off, channels_last on, "
+dlrun_cli_test(info_fused_here 0 "^ +here: fast paths on cpu: conv-BN-ReLU path dlrun \\(model.fused_conv_bn_relu: true\\), amp off, channels_last on, "
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.device=cpu model.fused_conv_bn_relu=true)
+dlrun_cli_test(info_cudnn_path_on_cpu 0 "^ +here: fast paths on cpu: conv-BN-ReLU path modules \\(cuDNN's fused BatchNorm-activation needs a CUDA device\\)"
+               info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.device=cpu model.fused_conv_bn_relu=cudnn)
+dlrun_cli_test(bench_kernels_cudnn_needs_cuda 2 "--path cudnn: cuDNN's fused BatchNorm-activation takes fp16 or bf16 in channels_last on CUDA"
+               bench kernels --device cpu --path cudnn)
+dlrun_cli_test(bench_kernels_unknown_path 2 "--path triton: expected dlrun or cudnn" bench kernels --device cpu --path triton)
 dlrun_cli_test(info_fast_paths_default 0 "^fast paths \\(defaults\\): cudnn_benchmark on, tf32 on, cuda_graphs off, fused_conv_bn_relu auto; .*activation_checkpointing none$" info)
 dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cudnn_benchmark off, tf32 off, .*amp bf16, channels_last on, activation_checkpointing blocks$"
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cudnn_benchmark=false train.tf32=false amp.enabled=true

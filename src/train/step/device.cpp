@@ -54,27 +54,31 @@ kernels::ArchVerdict fused_kernels_here(const torch::Device& device) {
   return {false, "", fmt::format("cuda:{} is not visible to the CUDA runtime", index)};
 }
 
-namespace {
-bool wants_fused_kernels(const Config& cfg, const torch::Device& device) {
+kernels::BnChoice batchnorm_path(const Config& cfg, const torch::Device& device) {
+  kernels::BnPolicy policy = kernels::BnPolicy::kAuto;
   switch (cfg.model.fused_conv_bn_relu) {
-    case FusedKernels::kOn: return true;
-    case FusedKernels::kOff: return false;
+    case FusedKernels::kOn: policy = kernels::BnPolicy::kDlrun; break;
+    case FusedKernels::kOff: policy = kernels::BnPolicy::kModules; break;
+    case FusedKernels::kCudnn: policy = kernels::BnPolicy::kCudnn; break;
     case FusedKernels::kAuto: break;
   }
-  // auto: CUDA in NCHW only. Measured on an H200 (docs/benchmarks.md "GPU", 2026-11-26), ResNet-50
-  // bf16 batch 256 trains 1.24x faster fused in NCHW but 0.91x as fast in channels_last, where
-  // cuDNN's own BatchNorm is quicker than dlrun's kernels; on the CPU ATen's BatchNorm is faster.
-  return device.is_cuda() && !cfg.model.channels_last;
+  // The dtype the BatchNorm sees: autocast's under amp (the convolution before it runs there).
+  at::ScalarType dtype = cfg.model.dtype == ModelDtype::kFloat64 ? at::kDouble : at::kFloat;
+  if (cfg.amp.enabled) dtype = cfg.amp.dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf;
+  int major = 0;
+  if (device.is_cuda())
+    for (const auto& d : cuda::devices())
+      if (d.index == (device.has_index() ? device.index() : 0)) major = d.major;
+  return kernels::choose_bn_path(policy, device.is_cuda(), major, dtype, cfg.model.channels_last);
 }
-}  // namespace
 
 bool use_fused_kernels(const Config& cfg, const torch::Device& device) {
-  const bool wanted = wants_fused_kernels(cfg, device);
+  const bool wanted = batchnorm_path(cfg, device).path != kernels::BnPath::kModules;
   return wanted && device.is_cuda() ? use_fused_kernels(cfg, device, fused_kernels_here(device)) : wanted;
 }
 
 bool use_fused_kernels(const Config& cfg, const torch::Device& device, const kernels::ArchVerdict& here) {
-  if (!wants_fused_kernels(cfg, device)) return false;
+  if (batchnorm_path(cfg, device).path == kernels::BnPath::kModules) return false;
   if (here.runs) return true;
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true))
@@ -102,9 +106,10 @@ std::string describe_fast_paths(const Config& cfg, const torch::Device& device) 
   if (device.is_cuda())
     s += fmt::format("cudnn_benchmark {}, tf32 {}, cuda_graphs {}, ", on("cudnn_benchmark"), on("tf32"),
                      on("cuda_graphs"));
-  s += fmt::format("fused_conv_bn_relu {}, amp {}, channels_last {}, activation_checkpointing {}",
-                   use_fused_kernels(cfg, device) ? "on" : "off", j["amp"].get<std::string>(), on("channels_last"),
-                   j["activation_checkpointing"].get<std::string>());
+  const auto bn = batchnorm_path(cfg, device);
+  s += fmt::format("conv-BN-ReLU path {} ({}), amp {}, channels_last {}, activation_checkpointing {}",
+                   use_fused_kernels(cfg, device) ? kernels::name_of(bn.path) : "modules", bn.why,
+                   j["amp"].get<std::string>(), on("channels_last"), j["activation_checkpointing"].get<std::string>());
   return s;
 }
 

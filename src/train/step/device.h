@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/options.h"
+#include "kernels/bn_path.h"
 #include "kernels/self_check.h"
 #include "world/world.h"
 
@@ -34,9 +35,14 @@ struct CudaSettings {
 };
 CudaSettings cuda_settings(const Config& cfg);
 
+/// Which path carries the conv-BN-ReLU triples and ResNet block ends on `device` for `cfg`
+/// (model.fused_conv_bn_relu, the dtype the BatchNorm sees -- amp's or the model's -- and
+/// model.channels_last): kernels::choose_bn_path, with its reason.
+kernels::BnChoice batchnorm_path(const Config& cfg, const torch::Device& device);
+
 /// Whether the models run their conv-BN-ReLU triples and ResNet block ends through dlrun's
-/// fused operators on `device` (model.fused_conv_bn_relu: auto means on CUDA only: on the CPU,
-/// ATen's own BatchNorm is faster than dlrun's CPU kernels, docs/benchmarks.md). On a GPU the
+/// fused operators on `device` (batchnorm_path is not the modules; inside them, on CUDA, dlrun's
+/// kernels or cuDNN's fused ones: kernels::set_cuda_bn_path). On a GPU the
 /// binary carries no code for (fused_kernels_here), never: the modules run, and the first call
 /// says so in a warning. Each fused call is still gated by the self-check
 /// (kernels::fused_checked).

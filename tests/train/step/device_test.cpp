@@ -36,11 +36,40 @@ TEST_CASE("model.fused_conv_bn_relu: auto fuses on CUDA in NCHW only, true and f
   CHECK_FALSE(train::use_fused_kernels(off, cpu));
   CHECK_FALSE(train::use_fused_kernels(off, cuda, h100));
   CHECK(train::fast_paths(on)["fused_conv_bn_relu"] == "true");
-  CHECK(train::describe_fast_paths(defaults, cpu).find("fused_conv_bn_relu off") != std::string::npos);
-  CHECK(train::describe_fast_paths(on, cpu).find("fused_conv_bn_relu on") != std::string::npos);
-  CHECK_THROWS_WITH(cfg_with("sometimes"), Catch::Contains("invalid value 'sometimes' (valid: auto, true, false)"));
+  CHECK_THAT(train::describe_fast_paths(defaults, cpu),
+             Catch::Contains("conv-BN-ReLU path modules (on the CPU ATen's BatchNorm is faster"));
+  CHECK_THAT(train::describe_fast_paths(on, cpu), Catch::Contains("conv-BN-ReLU path dlrun (model.fused_conv_bn_relu: true)"));
+  CHECK_THROWS_WITH(cfg_with("sometimes"),
+                    Catch::Contains("invalid value 'sometimes' (valid: auto, true, false, cudnn)"));
   CHECK(train::use_fused_kernels(config::load_text(dlrun::testing::kMinimal, "o.yaml", {"model.fused_conv_bn_relu=true"}),
                                  cpu));
+}
+
+TEST_CASE("model.fused_conv_bn_relu: cudnn takes cuDNN's fused ops for fp16/bf16 channels_last on CUDA",
+          "[train][kernels]") {
+  const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA, 0);
+  const auto h100 = kernels::fused_kernels_run_on(9, 0, "sm_90");
+  auto cfg = [](std::vector<std::string> overrides) {
+    overrides.push_back("model.fused_conv_bn_relu=cudnn");
+    return config::load_text(dlrun::testing::kMinimal, "cudnn.yaml", overrides);
+  };
+  for (const char* dtype : {"fp16", "bf16"}) {
+    const Config c = cfg({"model.channels_last=true", "amp.enabled=true", std::string("amp.dtype=") + dtype});
+    CHECK(train::batchnorm_path(c, cuda).path == kernels::BnPath::kCudnn);
+    CHECK(train::use_fused_kernels(c, cuda, h100));
+    // On the CPU: the modules, saying why.
+    CHECK(train::batchnorm_path(c, cpu).path == kernels::BnPath::kModules);
+    CHECK_FALSE(train::use_fused_kernels(c, cpu));
+    CHECK_THAT(train::describe_fast_paths(c, cpu),
+               Catch::Contains("conv-BN-ReLU path modules (cuDNN's fused BatchNorm-activation needs a CUDA device)"));
+  }
+  // float32, or NCHW: cuDNN does not take them, dlrun's kernels run.
+  CHECK(train::batchnorm_path(cfg({"model.channels_last=true"}), cuda).path == kernels::BnPath::kDlrun);
+  CHECK(train::batchnorm_path(cfg({"amp.enabled=true", "amp.dtype=fp16"}), cuda).path == kernels::BnPath::kDlrun);
+  // auto in channels_last with amp: the modules (cuDNN's fused ops are not measured yet).
+  const Config autocl = config::load_text(dlrun::testing::kMinimal, "a.yaml",
+                                          {"model.channels_last=true", "amp.enabled=true", "amp.dtype=fp16"});
+  CHECK(train::batchnorm_path(autocl, cuda).path == kernels::BnPath::kModules);
 }
 
 TEST_CASE("a GPU the binary carries no code for: the modules run, with one warning", "[train][kernels][gpu_safety]") {
