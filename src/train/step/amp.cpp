@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_amp_update_scale.h>
+#include <ATen/ops/_foreach_norm.h>
 
 #include "base/json_limits.h"
 
@@ -43,6 +44,13 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
 torch::Tensor GradScaler::unscale_(const std::vector<torch::Tensor>& grads) const {
   auto found_inf = torch::zeros({}, scale_.options());
   if (grads.empty()) return found_inf;
+  if (!active_) {
+    // No scale to divide by: one read of the gradients and no write (the unscale kernel would
+    // multiply each by 1 in place). A tensor's L2 norm is inf or NaN exactly when it holds an
+    // inf or a NaN -- or when its squares overflow float32, which counts as non-finite too.
+    const auto norms = at::_foreach_norm(grads, 2);
+    return at::stack(norms).isfinite().all().logical_not().to(scale_.scalar_type()).to(scale_.device());
+  }
   // As torch.amp.GradScaler: the reciprocal in float64, then float32.
   const auto inv = scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv);

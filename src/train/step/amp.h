@@ -40,6 +40,7 @@ class GradScaler {
   torch::Tensor scale(const torch::Tensor& loss) const;
   /// Divide `grads` by the scale in place (ATen's _amp_foreach_non_finite_check_and_unscale_)
   /// and return a float32 0-dim device flag: 1 when any of them is inf or NaN, else 0.
+  /// Inactive: the flag alone, from one read of the gradients (their norms); nothing written.
   torch::Tensor unscale_(const std::vector<torch::Tensor>& grads) const;
   /// After the step: ATen's _amp_update_scale_ on the device (back off where found_inf is 1,
   /// grow after growth_interval steps without). Nothing when inactive.
