@@ -20,8 +20,9 @@
 # Time. One device call may run 10 minutes and a session has 30 minutes of device time, and a
 # machine idle for 30 s is given back (the next call gets a fresh one). The suite stops starting
 # parts when less than a part needs is left of DLRUN_GPU_BUDGET_S (default 540 s), and
-# DLRUN_GPU_PARTS picks parts (default all: "build tests sanitize kernels telemetry fast amp
-# memory compare pipeline firsthour ema swa oom ckpt throughput"). In the order of what a session needs most:
+# DLRUN_GPU_PARTS picks parts (default all: "build safety tests sanitize kernels paths telemetry fast
+# amp memory compare pipeline firsthour ema swa oom ckpt throughput"). bench/gpu_speed.sh runs the
+# GPU speed work's two calls (issue 40). Otherwise, in the order of what a session needs most:
 #   1. DLRUN_GPU_PARTS="build safety tests sanitize"  the build (all cores), the safety checks
 #                                                  (issue 28) and every GPU test
 #   2. DLRUN_GPU_PARTS="kernels telemetry fast"    fused BatchNorm; records; time to accuracy
@@ -35,7 +36,7 @@ OUT="${OUT:-$ROOT/gpu-out}"                       # what comes back: summary.md 
 RES="${DLRUN_GPU_WORK:-/tmp/dlrun-gpu}"           # everything the parts write
 BUILD="${DLRUN_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${DLRUN_GPU_JOBS:-$(nproc)}"
-PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels telemetry fast amp memory compare pipeline firsthour ema swa oom ckpt throughput} "
+PARTS=" ${DLRUN_GPU_PARTS:-build safety tests sanitize kernels paths telemetry fast amp memory compare pipeline firsthour ema swa oom ckpt throughput} "
 BUDGET="${DLRUN_GPU_BUDGET_S:-540}"
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
@@ -214,6 +215,49 @@ if want kernels 90; then
 fi
 fi
 
+# Issue 40: which conv-BN-ReLU path is fastest where. The kernel tests (dlrun's vectorised
+# channels_last kernels, cuDNN's fused BatchNorm-activation, the self-check over both), then
+# `dlrun bench kernels` in channels_last for each dtype and path (dlrun's kernels, cuDNN's fused
+# ops) against PyTorch's unfused sequence, then the CUDA kernels of two profiled ResNet-50
+# training steps per dtype and path (auto, cudnn, true), top 25 by time, with the BatchNorm
+# implementation seen (bench/trace_kernels.py). The figures decide kMeasured in
+# src/kernels/bn_path.cpp (what model.fused_conv_bn_relu: auto picks).
+if want paths 150; then
+step "paths: kernel tests, bench kernels per dtype and path, profiled resnet50 steps"
+limited "$CORE_TESTS" "[gpu][kernels]" > "$RES/tests-kernels.log" 2>&1 || fail "[gpu][kernels] tests"
+grep -E "test cases|refuses bf16|self-check" "$RES/tests-kernels.log" | head -8 | sed 's/^/    /' >> "$summary"
+for spec in "fp16 cudnn" "bf16 cudnn" "bf16 dlrun" "fp16 dlrun"; do
+  read -r dt path <<< "$spec"
+  want paths 45 || break
+  limited "$DLRUN" bench kernels --device cuda --dtype "$dt" --path "$path" --repeat 3 --iters 10 --e2e-steps 20 \
+    > "$RES/bench-kernels-$dt-$path.txt" 2>>"$RES/suite.log" || fail "bench kernels --dtype $dt --path $path"
+  echo "    bench kernels $dt channels_last, path $path:" >> "$summary"
+  tail -3 "$RES/bench-kernels-$dt-$path.txt" | sed 's/^/      /' >> "$summary"
+  pack
+done
+for dt in bf16 fp16; do
+  for path in auto cudnn true; do
+    want paths 30 || break 2
+    run="$RES/run-profile-$dt-$path"
+    rm -rf "$run"
+    limited "$DLRUN" train configs/synthetic/resnet50.yaml --run-dir "$run" run.device=cuda train.max_steps=14 \
+      data.batch_size=256 data.device_resident=true amp.enabled=true amp.dtype="$dt" model.channels_last=true \
+      model.fused_conv_bn_relu="$path" profile.steps=2 profile.start_step=10 log.progress=none \
+      train.eval_at_end=false train.eval_every_epochs=0 checkpoint.at_end=false > "$RES/train-profile-$dt-$path.log" 2>&1 \
+      || fail "profiled resnet50 step ($dt, $path)"
+    trace="$(ls "$run"/profile/*.trace.json 2>/dev/null | head -1)"
+    if [[ -n "$trace" ]]; then
+      python3 bench/trace_kernels.py "$trace" --steps 2 --out "$RES/kernels-dlrun-resnet50-$dt-$path.txt" > /dev/null
+      echo "    dlrun resnet50 $dt channels_last, fused_conv_bn_relu=$path: $(grep -o 'conv-BN-ReLU path [a-z]*' \
+        "$RES/train-profile-$dt-$path.log" | head -1); $(tail -2 "$RES/kernels-dlrun-resnet50-$dt-$path.txt" | tr '\n' ' ')" \
+        >> "$summary"
+    fi
+    rm -rf "$run/checkpoints"
+  done
+done
+pack
+fi
+
 # Issue 12: where the time goes on a GPU -- the per-phase step times (CUDA events), NVML
 # telemetry and the caching allocator's peak in the run's records, and a Kineto trace with
 # CUDA kernels in it.
@@ -269,23 +313,30 @@ rm -rf "$run/checkpoints"
 pack
 fi
 
-# Issue 10: fp32/bf16/fp16 x NCHW/channels_last x eager/CUDA graphs, dlrun next to PyTorch
-# eager in the same run (resnet50 224x224 batch 256; resnet18 28x28 batch 512).
-# One workload at a time, resnet50 first (the issue's headline target), so that a call that runs
-# out of time keeps the table of the one that finished; a cut-off run's rows so far are in the
-# summary too (the script prints each as it is measured).
-for workload in resnet50 resnet18; do
-  want amp 240 || break
-  step "benchmark: GPU fast paths, dlrun vs PyTorch eager, $workload"
-  limited python3 bench/gpu_amp.py --dlrun "$DLRUN" --steps 60 --only "$workload" --out "$RES/gpu-amp-$workload.tsv" \
-    > "$RES/gpu-amp-$workload.log" 2>&1 || fail "bench/gpu_amp.py --only $workload"
-  if [[ -f "$RES/gpu-amp-$workload.tsv" ]]; then
-    sed 's/^/    /' "$RES/gpu-amp-$workload.tsv" >> "$summary"
-  else
-    grep -E "^$workload" "$RES/gpu-amp-$workload.log" | sed 's/^/    so far: /' >> "$summary"
-  fi
-  pack
-done
+# Issues 10 and 40: dlrun eager and with CUDA graphs next to PyTorch eager and torch.compile in
+# the same run, in alternated repetitions (3 x 100 steps), data resident on the GPU on both
+# sides. By default the headline rows, bf16 and fp16 channels_last, resnet50 then resnet18
+# (torch.compile's mode "default" only: max-autotune compiles for minutes);
+# DLRUN_GPU_AMP_ARGS replaces that choice (the whole grid: "--variants pytorch-eager,dlrun-eager,
+# dlrun-graphs,compile-default,compile-max-autotune --dtypes fp32,bf16,fp16 --layouts
+# nchw,channels_last"). The results file (bench/results/README.md; commit it there) is rewritten
+# after each row group, so a run cut short keeps the groups that finished, marked partial.
+if want amp 300; then
+step "benchmark: GPU fast paths, dlrun vs PyTorch eager and torch.compile"
+AMP_ARGS="${DLRUN_GPU_AMP_ARGS:---dtypes bf16,fp16 --layouts channels_last --variants pytorch-eager,dlrun-eager,dlrun-graphs,compile-default}"
+# shellcheck disable=SC2086  # AMP_ARGS is a list of options
+limited python3 bench/gpu_amp.py --dlrun "$DLRUN" $AMP_ARGS --results-dir "$RES/results" --out "$RES/gpu-amp.tsv" \
+  --profile > "$RES/gpu-amp.log" 2>&1 || fail "bench/gpu_amp.py $AMP_ARGS"
+results="$(ls -t "$RES"/results/*.tsv 2>/dev/null | head -1)"
+if [[ -n "$results" ]]; then
+  echo "  results/$(basename "$results") (to commit as bench/results/$(basename "$results")):" >> "$summary"
+  sed 's/^/    /' "$results" >> "$summary"
+else
+  grep -E "^resnet" "$RES/gpu-amp.log" | sed 's/^/    so far: /' >> "$summary"
+fi
+grep -hE "batchnorm backend|^cudnn version" "$RES/gpu-amp.log" | sed 's/^ */    /' >> "$summary"
+pack
+fi
 
 # Issue 10: activation checkpointing, ResNet-50 224x224 bf16 channels_last: peak memory of a
 # step at batch 128, its time, and the largest batch that fits, per mode.
