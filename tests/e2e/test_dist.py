@@ -171,7 +171,7 @@ def test_fused_conv_bn_relu_under_ddp_matches_the_modules():
     with RunDir() as plain, RunDir() as fused:
         run_ranks(2, TINY, plain.path, *SAME, *F64, "model.channels_last=true", "model.fused_conv_bn_relu=false")
         outs = run_ranks(2, TINY, fused.path, *SAME, *F64, "model.channels_last=true", "model.fused_conv_bn_relu=true")
-        expect("fused_conv_bn_relu on" in outs[0], outs[0][-3000:])
+        expect("conv-BN-ReLU path dlrun" in outs[0], outs[0][-3000:])
         d = max_rel_diff(final_params(plain), final_params(fused))
         expect(d < 1e-10, f"2 ranks fused vs 2 ranks unfused: max relative difference {d:.3g}")
         expect(d > 0, "the fused run equals the unfused one bit for bit: were the fused operators used?")
