@@ -14,6 +14,8 @@ list of modes, one per global rank (the last one applies to the ranks beyond the
   wait_for_signal       wait for SIGTERM/SIGINT/SIGUSR1, then exit 75 (what dlrun does) after
                         $FAKE_SAVE_S seconds (default 0: the checkpoint save)
   fail_on_signal        wait for a signal, then exit 3
+  startup_stop          wait for a signal, then say what dlrun says of a stop during start-up
+                        ("... nothing trained yet ...", rank 0 only) and exit 75
   ignore_term           record the signals but never exit (only SIGKILL ends it)
   default_signals       no handlers (a process still loading): the first signal ends it
 
@@ -94,11 +96,16 @@ if mode.startswith("fail_until_restart_"):
         peers_started()
         sys.exit(3)
     sys.exit(0)
-if mode in ("wait_for_signal", "fail_on_signal"):
+if mode in ("wait_for_signal", "fail_on_signal", "startup_stop"):
     while not record["signals"]:
         time.sleep(0.02)
     if mode == "fail_on_signal":
         sys.exit(3)
+    if mode == "startup_stop":
+        if rank == 0:
+            print("dlrun: warning: SIGTERM received during start-up (after loading data): nothing trained yet, the "
+                  "run directory is unchanged; exiting with code 75", file=sys.stderr, flush=True)
+        sys.exit(75)
     time.sleep(float(os.environ.get("FAKE_SAVE_S", "0")))
     sys.exit(75)
 if mode in ("ignore_term", "default_signals"):

@@ -332,11 +332,14 @@ def test_output_is_prefixed_line_by_line():
 
 
 def test_exit_status_is_combined():
+    # A failure beside a worker that committed its checkpoint (exit 75) is an interrupted job: a
+    # scheduler requeues it and the run resumes (a worker lost without notice costs one step).
     cases = [("ok", 0, None), ("exit75,ok", 75, None), ("ok,exit75", 75, None), ("exit75", 75, None),
-             ("ok,fail", 1, "rank 1 failed (exit code 3)"), ("exit75,fail", 1, "rank 1 failed (exit code 3)"),
-             ("crash,ok", 1, "rank 0 failed (killed by SIGKILL)")]
+             ("ok,fail", 1, "rank 1 failed (exit code 3)"),
+             ("exit75,fail", 75, "the other workers committed a checkpoint: exit 75"),
+             ("crash,ok", 1, "rank 0 failed (killed by SIGKILL)"), ("wait_for_signal,bad_input", 2, "refused its input")]
     for mode, code, message in cases:
-        with Job("--nproc-per-node", "2", mode=mode) as j:
+        with Job("--nproc-per-node", "2", "--shutdown-timeout", "5", mode=mode) as j:
             expect(j.run() == code, f"{mode}: exit {j.proc.returncode}, expected {code}{j.log()}")
             if message:
                 expect(message in j.err, f"{mode}: no {message!r}{j.log()}")
@@ -345,10 +348,14 @@ def test_exit_status_is_combined():
 
 
 def test_a_failure_stops_the_other_workers():
+    # (rank 0 saves and exits 75 on the SIGTERM: the job's code is 75, a requeue resumes it)
     with Job("--nproc-per-node", "2", mode="wait_for_signal,fail") as j:
-        expect(j.run() == 1, j.log())
+        expect(j.run() == 75, j.log())
         recs = j.records()
         expect(recs[0, 0]["signals"] == ["SIGTERM"], recs[0, 0])
+        expect("rank 1 failed (exit code 3)" in j.err and "no restart left" in j.err, j.log())
+    with Job("--nproc-per-node", "2", mode="fail_on_signal,fail") as j:  # nobody committed: 1
+        expect(j.run() == 1, j.log())
         expect("rank 1 failed (exit code 3)" in j.err and "no restart left" in j.err, j.log())
 
 
@@ -386,6 +393,26 @@ def test_a_worker_ended_by_the_forwarded_signal_was_interrupted():
         expect("rank 0 failed (killed by SIGTERM)" in j.err, j.log())
 
 
+def test_a_stop_before_any_step_says_there_is_nothing_to_resume():
+    """75 is what a scheduler needs either way; the launcher's last line says what is true: a stop
+    during start-up (dlrun: "nothing trained yet") or while loading left nothing to resume."""
+    for mode in ("startup_stop", "default_signals"):
+        with Job("--nproc-per-node", "2", mode=mode) as j:
+            j.start()
+            j.wait_for_workers(2)
+            j.proc.send_signal(signal.SIGTERM)
+            expect(j.finish() == 75, j.log())
+            expect("stopped during start-up, before any step: nothing was trained or written, there is nothing to "
+                   "resume" in j.err, j.log())
+            expect("committed checkpoint" not in j.err, j.log())
+    with Job("--nproc-per-node", "2", mode="wait_for_signal") as j:  # a stop after training: a checkpoint
+        j.start()
+        j.wait_for_workers(2)
+        j.proc.send_signal(signal.SIGTERM)
+        expect(j.finish() == 75, j.log())
+        expect("interrupted with a committed checkpoint (exit 75)" in j.err, j.log())
+
+
 def test_a_failure_while_stopping_sends_no_second_signal():
     """After a forwarded signal the workers are saving: a failing rank must not cut that short,
     and the launcher, asked to stop, does not restart."""
@@ -394,7 +421,7 @@ def test_a_failure_while_stopping_sends_no_second_signal():
         j.start()
         j.wait_for_workers(2)
         j.proc.send_signal(signal.SIGUSR1)
-        expect(j.finish() == 1, j.log())
+        expect(j.finish() == 75, j.log())  # rank 1 committed its checkpoint
         recs = j.records()
         expect(sorted(recs) == [(0, 0), (1, 0)], f"restarted after a signal: {sorted(recs)}")
         expect(recs[1, 0]["signals"] == ["SIGUSR1"], f"rank 1 received {recs[1, 0]['signals']}")
@@ -410,13 +437,45 @@ def test_a_worker_ignoring_sigterm_is_killed_after_the_timeout():
         j.proc.send_signal(signal.SIGTERM)
         code = j.finish()
         took = time.time() - start
-        expect(code == 1, f"exit {code}{j.log()}")
+        expect(code == 75, f"exit {code}{j.log()}")  # rank 0 committed: killing rank 1 does not undo that
         expect(1.8 <= took <= 20, f"the launcher took {took:.1f} s, not about 2 s")
         recs = j.records()
         expect(sorted(recs) == [(0, 0), (1, 0)], f"restarted after a signal: {sorted(recs)}")
         expect(recs[1, 0]["signals"] == ["SIGTERM"], recs[1, 0])
         expect("rank 1 still running 2 s" in j.err and "killed by SIGKILL" in j.err, j.log())
         expect("received SIGTERM: no restart" in j.err, j.log())
+
+
+def test_a_frozen_worker_is_stopped_when_another_ends():
+    """kill -STOP of one worker while the other commits and exits 75 (dlrun's survivors do, after
+    dist.peer_timeout_s): the launcher does not wait for the frozen one for ever. It sends SIGTERM
+    (queued: the process is stopped), SIGKILL after --shutdown-timeout, and exits 75, the job's
+    code. Without a signal to the launcher; and with one (SIGTERM while a worker is frozen)."""
+    for signal_the_launcher in (False, True):
+        with Job("--nproc-per-node", "2", "--shutdown-timeout", "2", mode="wait_for_signal,ignore_term") as j:
+            j.start()
+            j.wait_for_workers(2)
+            frozen = j.records()[1, 0]["pid"]
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                start = time.time()
+                if signal_the_launcher:
+                    j.proc.send_signal(signal.SIGTERM)
+                else:
+                    os.kill(j.records()[0, 0]["pid"], signal.SIGTERM)  # rank 0 ends on its own (exit 75)
+                code = j.finish(timeout=30)
+                took = time.time() - start
+            finally:
+                try:
+                    os.kill(frozen, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            expect(code == 75, f"exit {code}{j.log()}")
+            expect(took <= 20, f"the launcher took {took:.1f} s")
+            expect("rank 1 still running 2 s" in j.err and "SIGKILL" in j.err, j.log())
+            if not signal_the_launcher:
+                expect("rank 0 ended (exit code 75): stopping the other workers" in j.err, j.log())
+            expect("exit 75" in j.err, j.log())
 
 
 def test_a_restart_resumes_a_train_command():
@@ -588,7 +647,8 @@ if __name__ == "__main__":
           test_output_is_prefixed_line_by_line,
           test_exit_status_is_combined, test_a_failure_stops_the_other_workers, test_signals_are_forwarded_once,
           test_a_worker_ended_by_the_forwarded_signal_was_interrupted,
-          test_a_failure_while_stopping_sends_no_second_signal,
+          test_a_failure_while_stopping_sends_no_second_signal, test_a_frozen_worker_is_stopped_when_another_ends,
+          test_a_stop_before_any_step_says_there_is_nothing_to_resume,
           test_a_worker_ignoring_sigterm_is_killed_after_the_timeout, test_a_restart_resumes_a_train_command,
           test_a_worker_failing_every_time_ends_the_restarts, test_a_worker_refusing_its_input_exits_2_without_restarts,
           test_a_bare_subcommand_runs_dlrun, test_gpu_counts,
