@@ -24,6 +24,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 
@@ -105,8 +106,12 @@ cudnnHandle_t handle_on_this_stream() {
   return h;
 }
 
+// A device buffer of at least n bytes, never empty: a workspace or reserve of size 0 is still
+// passed as a real pointer. (cuDNN's reference reads a NULL workspace of the fused ops as "plain
+// BatchNorm": no activation, no add.) The size passed beside it is the size cuDNN asked for.
+constexpr size_t kMinBuffer = 256;
 at::Tensor bytes(size_t n, const at::Tensor& like) {
-  return at::empty({static_cast<int64_t>(n)}, like.options().dtype(at::kByte));
+  return at::empty({static_cast<int64_t>(std::max(n, kMinBuffer))}, like.options().dtype(at::kByte));
 }
 
 at::Tensor nhwc(const at::Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); }
@@ -163,8 +168,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward(const at::Ten
             add ? z.const_data_ptr() : nullptr, d.x.get(), out.mutable_data_ptr(), d.param.get(),
             weight.const_data_ptr(), bias.const_data_ptr(), momentum, running_mean.mutable_data_ptr(),
             running_var.mutable_data_ptr(), eps, save_mean.mutable_data_ptr(), save_invstd.mutable_data_ptr(),
-            d.relu.get(), workspace_size ? workspace.mutable_data_ptr() : nullptr, workspace_size,
-            reserve_size ? reserve.mutable_data_ptr() : nullptr, reserve_size),
+            d.relu.get(), workspace.mutable_data_ptr(), workspace_size, reserve.mutable_data_ptr(), reserve_size),
         "cudnnBatchNormalizationForwardTrainingEx");
   return {out, save_mean, save_invstd, reserve};
 }
@@ -199,16 +203,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
                   static_cast<size_t>(reserve.numel()) >= reserve_size,
               "dlrun::bn_act_cudnn_backward: expected the forward's reserve space of ", reserve_size, " bytes on ",
               x.device(), ", got ", reserve.numel(), " ", reserve.scalar_type(), " on ", reserve.device());
-  at::Tensor reserve_c = reserve.contiguous();
+  // (a reserve of 0 bytes from the forward is still a buffer: bytes() above)
+  at::Tensor reserve_c = reserve.numel() > 0 ? reserve.contiguous() : bytes(0, x);
   const float one = 1.0f, zero = 0.0f;
   check(cudnnBatchNormalizationBackwardEx(
             h, kMode, ops, &one, &zero, &one, &zero, d.x.get(), x.const_data_ptr(), d.x.get(), y.const_data_ptr(),
             d.x.get(), dy.const_data_ptr(), add ? d.x.get() : nullptr, add ? dz.mutable_data_ptr() : nullptr,
             d.x.get(), dx.mutable_data_ptr(), d.param.get(), weight.const_data_ptr(), bias.const_data_ptr(),
             dweight.mutable_data_ptr(), dbias.mutable_data_ptr(), eps, save_mean.const_data_ptr(),
-            save_invstd.const_data_ptr(), d.relu.get(), workspace_size ? workspace.mutable_data_ptr() : nullptr,
-            workspace_size, reserve_c.numel() ? reserve_c.mutable_data_ptr() : nullptr,
-            static_cast<size_t>(reserve_c.numel())),
+            save_invstd.const_data_ptr(), d.relu.get(), workspace.mutable_data_ptr(), workspace_size,
+            reserve_c.mutable_data_ptr(), reserve_size),
         "cudnnBatchNormalizationBackwardEx");
   return {dx, dz, dweight, dbias};
 }

@@ -5,13 +5,12 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include <array>
-#include <atomic>
 #include <limits>
 #include <optional>
 
 #include "kernels/bn_path.h"
 #include "kernels/ops.h"
+#include "kernels/self_check.h"
 
 namespace dlrun::kernels {
 namespace {
@@ -51,9 +50,6 @@ class BnActCudnnFunction : public torch::autograd::Function<BnActCudnnFunction> 
   }
 };
 
-// Which dtypes the self-check found this cuDNN refusing (indexed by ScalarType).
-std::array<std::atomic<bool>, static_cast<size_t>(at::ScalarType::NumOptions)> refused{};
-
 bool float_vector(const at::Tensor& t) { return t.defined() && t.scalar_type() == at::kFloat && t.is_contiguous(); }
 
 }  // namespace
@@ -66,16 +62,13 @@ bool cudnn_bn_sizes_ok(int64_t n, int64_t c, int64_t h, int64_t w) {
   return n * h * w > 1 && numel < std::numeric_limits<int32_t>::max() && n <= 880801;
 }
 
-void refuse_cudnn_bn(at::ScalarType dtype) { refused.at(static_cast<size_t>(dtype)).store(true); }
-bool cudnn_bn_refused(at::ScalarType dtype) { return refused.at(static_cast<size_t>(dtype)).load(); }
-
 bool takes_cudnn_bn(const at::Tensor& y, const at::Tensor& weight, const at::Tensor& bias,
                     const at::Tensor& running_mean, const at::Tensor& running_var, bool training, double eps) {
   return y.is_cuda() && y.dim() == 4 && cuda_bn_path() == BnPath::kCudnn &&
          cudnn_bn_takes(y.scalar_type(), y.suggest_memory_format() == at::MemoryFormat::ChannelsLast, y.size(1), eps,
                         training, weight.scalar_type()) &&
-         cudnn_bn_sizes_ok(y.size(0), y.size(1), y.size(2), y.size(3)) && !cudnn_bn_refused(y.scalar_type()) &&
-         float_vector(weight) && float_vector(bias) && float_vector(running_mean) && float_vector(running_var);
+         cudnn_bn_sizes_ok(y.size(0), y.size(1), y.size(2), y.size(3)) && float_vector(weight) && float_vector(bias) &&
+         float_vector(running_mean) && float_vector(running_var) && cudnn_checked(y);
 }
 
 at::Tensor bn_act_cudnn_autograd(const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight,

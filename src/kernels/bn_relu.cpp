@@ -8,8 +8,11 @@
 // everywhere, masked or not, by dx), the output (its sign is ReLU's mask: out > 0 exactly where
 // the pre-activation is; the next layer keeps the same tensor as its input anyway, so it costs
 // no memory, where a separate 1-bit mask would), the mean and inverse standard deviation (C
-// floats each) and the weight. The unfused sequence keeps the same (BN its input, ReLU its
-// output); the pre-activation BN output, which it also materialises, is never stored here.
+// floats each), the weight, and for bn_relu the bias: dlrun's vectorised CUDA kernels recompute
+// the mask from x and the bias instead of reading the output (one activation stream less in each
+// backward pass; ops.h says where the two masks can differ). The unfused sequence keeps the same
+// (BN its input, ReLU its output); the pre-activation BN output, which it also materialises, is
+// never stored here.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -123,7 +126,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_reference(const 
                                                                           const at::Tensor& x, const at::Tensor& out,
                                                                           const at::Tensor& weight,
                                                                           const at::Tensor& mean,
-                                                                          const at::Tensor& invstd, bool training) {
+                                                                          const at::Tensor& invstd, bool training,
+                                                                          const std::optional<at::Tensor>& /*bias*/) {
   auto [gx, g, gw, gb] = reference::bn_add_relu_backward(grad_out, x, out, weight, mean, invstd, training);
   return {gx, gw, gb};
 }
@@ -143,13 +147,15 @@ class BnReluFunction : public torch::autograd::Function<BnReluFunction> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, mean, invstd] = bn_relu(x, weight, bias, running_mean, running_var, training, momentum, eps);
     save(ctx, x, out, weight, mean, invstd, training);
+    ctx->saved_data["bias"] = bias;  // (the mask's recomputation from x: ops.h)
     return {out, mean, invstd};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
     auto [gx, gw, gb] = bn_relu_backward(grads.at(0), s[0], s[1], s[2], s[3], s[4],
-                                            ctx->saved_data["training"].toBool());
+                                            ctx->saved_data["training"].toBool(),
+                                            ctx->saved_data["bias"].toTensor().detach());
     return {gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

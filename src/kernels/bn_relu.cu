@@ -54,6 +54,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 // The dtypes of the vectorised path (float64 keeps the scalar kernels).
 #define DLRUN_DISPATCH_VEC_TYPES(TYPE, NAME, ...)                                                   \
@@ -147,12 +150,30 @@ VecPlan vec_plan(const Shape& s, at::ScalarType dtype, std::initializer_list<con
   return p;
 }
 
-// Blocks of `kernel` (256 threads at most) the device holds at once: one full wave.
+// Blocks of `kernel` (256 threads at most) the device holds at once: one full wave. The
+// occupancy query is asked once per kernel, block size and device and kept (a training step
+// launches these kernels hundreds of times with a handful of block sizes).
 template <typename Kernel>
 int64_t resident_blocks(Kernel kernel, const dim3& block) {
+  struct Key {
+    const void* kernel;
+    unsigned threads;
+    int device;
+    bool operator<(const Key& o) const {
+      return std::tie(kernel, threads, device) < std::tie(o.kernel, o.threads, o.device);
+    }
+  };
+  static std::mutex mu;
+  static std::map<Key, int64_t> known;
+  const Key key{reinterpret_cast<const void*>(kernel), block.x * block.y, c10::cuda::current_device()};
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
   int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block.x * block.y, 0));
-  return int64_t{std::max(per_sm, 1)} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, key.threads, 0));
+  const int64_t n = int64_t{std::max(per_sm, 1)} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  known.emplace(key, n);
+  return n;
 }
 
 // The reductions' chunks of rows per tile: about one wave of blocks, each thread at least
@@ -181,6 +202,43 @@ dim3 vec_grid(const VecPlan& p, int64_t resident) {
 
 // The finalize kernels: one warp per channel, 8 a block.
 unsigned warp_blocks(int64_t channels) { return static_cast<unsigned>((channels + 7) / 8); }
+
+// The vectorised backward's launches (bn_relu_nhwc_vec.cuh): one reduction pass (in evaluation
+// also the only pass: it writes dx and g as well), a finalize of one warp per channel, and in
+// training one elementwise pass for dx and g. kMaskFromX: bn_relu's mask recomputed from x and
+// the bias, the output not read.
+template <typename scalar_t, bool kMaskFromX>
+void vec_backward(const VecPlan& vp, const Shape& s, bool training, const at::Tensor& dy, const at::Tensor& x,
+                  const at::Tensor& out, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& mean,
+                  const at::Tensor& invstd, at::Tensor& dx, at::Tensor& g, at::Tensor& sum_dy,
+                  at::Tensor& sum_dy_xhat, cudaStream_t stream) {
+  const auto opts = sum_dy.options();
+  const scalar_t *dyp = dy.const_data_ptr<scalar_t>(), *xp = x.const_data_ptr<scalar_t>(),
+                 *outp = kMaskFromX ? nullptr : out.const_data_ptr<scalar_t>();
+  scalar_t* gp = g.defined() ? g.mutable_data_ptr<scalar_t>() : nullptr;
+  scalar_t* dxp = dx.mutable_data_ptr<scalar_t>();
+  const float *m = mean.const_data_ptr<float>(), *is = invstd.const_data_ptr<float>(),
+              *w = weight.const_data_ptr<float>(), *b = kMaskFromX ? bias.const_data_ptr<float>() : nullptr;
+  const auto partial = training ? vec::grad_partial_vec<scalar_t, false, kMaskFromX>
+                                : vec::grad_partial_vec<scalar_t, true, kMaskFromX>;
+  const VecChunks ch = vec_chunks(vp, resident_blocks(partial, vp.block));
+  auto p_dy = at::empty({s.channels, ch.count}, opts), p_dy_xmu = at::empty({s.channels, ch.count}, opts);
+  partial<<<dim3(vp.tiles, ch.count), vp.block, 0, stream>>>(
+      dyp, xp, outp, vp.cv, vp.rows, ch.rows, m, is, w, b, p_dy.mutable_data_ptr<float>(),
+      p_dy_xmu.mutable_data_ptr<float>(), training ? nullptr : dxp, training ? nullptr : gp);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  vec::grad_final_vec<<<warp_blocks(s.channels), kThreads, 0, stream>>>(
+      p_dy.const_data_ptr<float>(), p_dy_xmu.const_data_ptr<float>(), static_cast<uint32_t>(s.channels), ch.count,
+      is, sum_dy.mutable_data_ptr<float>(), sum_dy_xhat.mutable_data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (!training) return;
+  const GradConstants<float> k{m, is, w, sum_dy.const_data_ptr<float>(), sum_dy_xhat.const_data_ptr<float>(),
+                               static_cast<float>(1.0 / static_cast<double>(s.count)), true};
+  const auto kernel = vec::grad_input_vec<scalar_t, kMaskFromX>;
+  kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(dyp, xp, outp, vp.cv, vp.rows, k,
+                                                                                    b, dxp, gp);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 
 void check(const char* op, const at::Tensor& x, std::initializer_list<std::pair<const char*, const at::Tensor*>> params) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 4, op, ": expected a 4-D CUDA input, got ", x.sizes(), " on ", x.device());
@@ -293,26 +351,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, cons
     mean = running_mean.to(acc_dtype, false, /*copy=*/true);
     invstd = (running_var.to(acc_dtype) + eps).rsqrt();
   }
-  const at::Tensor scale = invstd * acc(weight_in, acc_dtype), bias = acc(bias_in, acc_dtype);
+  const at::Tensor weight = acc(weight_in, acc_dtype), bias = acc(bias_in, acc_dtype);
   if (vp.ok) {
+    // (invstd * weight is multiplied inside the kernel: no launch of its own)
     DLRUN_DISPATCH_VEC_TYPES(x.scalar_type(), "dlrun::bn_relu normalize", [&] {
-      const float *m = mean.const_data_ptr<float>(), *sc = scale.const_data_ptr<float>(),
-                  *b = bias.const_data_ptr<float>();
+      const float *m = mean.const_data_ptr<float>(), *is = invstd.const_data_ptr<float>(),
+                  *w = weight.const_data_ptr<float>(), *b = bias.const_data_ptr<float>();
       const scalar_t* xp = x.const_data_ptr<scalar_t>();
       scalar_t* o = out.mutable_data_ptr<scalar_t>();
       if (residual.defined()) {
         const auto kernel = vec::normalize_relu_vec<scalar_t, true>;
         kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(
-            xp, residual.const_data_ptr<scalar_t>(), vp.cv, vp.rows, m, sc, b, o);
+            xp, residual.const_data_ptr<scalar_t>(), vp.cv, vp.rows, m, is, w, b, o);
       } else {
         const auto kernel = vec::normalize_relu_vec<scalar_t, false>;
         kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(xp, nullptr, vp.cv, vp.rows,
-                                                                                          m, sc, b, o);
+                                                                                          m, is, w, b, o);
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     return {out, mean, invstd};
   }
+  const at::Tensor scale = invstd * weight;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "dlrun::bn_relu normalize", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* r = residual.defined() ? residual.const_data_ptr<scalar_t>() : nullptr;
@@ -335,14 +395,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const char* op, cons
 }
 
 // bn_relu_backward -> (dx, undefined, dweight, dbias); bn_add_relu_backward also returns the
-// residual's gradient g.
+// residual's gradient g. `bias` (bn_relu's, optional): the vectorised kernels recompute the ReLU's
+// mask from x instead of reading the output (bn_relu_nhwc_vec.cuh, "backward").
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(const char* op, const at::Tensor& grad_out_in,
                                                                          const at::Tensor& x_in,
                                                                          const at::Tensor& out_in,
                                                                          const at::Tensor& weight_in,
                                                                          const at::Tensor& mean,
                                                                          const at::Tensor& invstd, bool training,
-                                                                         bool residual_grad) {
+                                                                         bool residual_grad,
+                                                                         const std::optional<at::Tensor>& bias_in) {
   check(op, x_in, {{"weight", &weight_in}, {"save_mean", &mean}, {"save_invstd", &invstd}});
   TORCH_CHECK(grad_out_in.sizes() == x_in.sizes() && out_in.sizes() == x_in.sizes(), op, ": grad_out ",
               grad_out_in.sizes(), " and output ", out_in.sizes(), " must have the input's shape ", x_in.sizes());
@@ -368,36 +430,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_cuda(const c
   const VecPlan vp = vec_plan(s, x.scalar_type(),
                               {x.const_data_ptr(), out.const_data_ptr(), dy.const_data_ptr(), dx.const_data_ptr(),
                                g.defined() ? g.const_data_ptr() : nullptr});
+  // The mask from x (bn_relu with its bias) or from the output (bn_add_relu; a caller without the bias).
+  const bool mask_from_x = !residual_grad && bias_in.has_value() && bias_in->defined();
+  if (mask_from_x)
+    TORCH_CHECK(bias_in->dim() == 1 && bias_in->size(0) == x.size(1) && bias_in->device() == x.device(), op,
+                ": expected bias of shape (", x.size(1), ") on ", x.device(), ", got ", bias_in->sizes(), " on ",
+                bias_in->device());
   if (vp.ok) {
     // One reduction pass (in evaluation also the only pass: it writes dx and g as well), a
     // finalize of one warp per channel, and in training one elementwise pass for dx and g.
     at::Tensor sum_dy = at::empty({s.channels}, opts), sum_dy_xhat = at::empty({s.channels}, opts);
+    const at::Tensor bias = mask_from_x ? acc(*bias_in, acc_dtype) : at::Tensor();
     DLRUN_DISPATCH_VEC_TYPES(x.scalar_type(), "dlrun::bn_relu_backward", [&] {
-      const scalar_t *dyp = dy.const_data_ptr<scalar_t>(), *xp = x.const_data_ptr<scalar_t>(),
-                     *outp = out.const_data_ptr<scalar_t>();
-      scalar_t* gp = g.defined() ? g.mutable_data_ptr<scalar_t>() : nullptr;
-      scalar_t* dxp = dx.mutable_data_ptr<scalar_t>();
-      const float *m = mean_c.const_data_ptr<float>(), *is = invstd_c.const_data_ptr<float>(),
-                  *w = weight.const_data_ptr<float>();
-      const auto partial = training ? vec::grad_partial_vec<scalar_t, false> : vec::grad_partial_vec<scalar_t, true>;
-      const VecChunks ch = vec_chunks(vp, resident_blocks(partial, vp.block));
-      auto p_dy = at::empty({s.channels, ch.count}, opts), p_dy_xmu = at::empty({s.channels, ch.count}, opts);
-      partial<<<dim3(vp.tiles, ch.count), vp.block, 0, stream>>>(
-          dyp, xp, outp, vp.cv, vp.rows, ch.rows, m, is, w, p_dy.mutable_data_ptr<float>(),
-          p_dy_xmu.mutable_data_ptr<float>(), training ? nullptr : dxp, training ? nullptr : gp);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      vec::grad_final_vec<<<warp_blocks(s.channels), kThreads, 0, stream>>>(
-          p_dy.const_data_ptr<float>(), p_dy_xmu.const_data_ptr<float>(), static_cast<uint32_t>(s.channels),
-          ch.count, is, sum_dy.mutable_data_ptr<float>(), sum_dy_xhat.mutable_data_ptr<float>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      if (training) {
-        const GradConstants<float> k{m, is, w, sum_dy.const_data_ptr<float>(), sum_dy_xhat.const_data_ptr<float>(),
-                                     static_cast<float>(1.0 / static_cast<double>(s.count)), true};
-        const auto kernel = vec::grad_input_vec<scalar_t>;
-        kernel<<<vec_grid(vp, resident_blocks(kernel, vp.block)), vp.block, 0, stream>>>(dyp, xp, outp, vp.cv,
-                                                                                          vp.rows, k, dxp, gp);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
+      if (mask_from_x)
+        vec_backward<scalar_t, true>(vp, s, training, dy, x, out, weight, bias, mean_c, invstd_c, dx, g, sum_dy,
+                                     sum_dy_xhat, stream);
+      else
+        vec_backward<scalar_t, false>(vp, s, training, dy, x, out, weight, bias, mean_c, invstd_c, dx, g, sum_dy,
+                                      sum_dy_xhat, stream);
     });
     return {dx, g, sum_dy_xhat.to(weight_in.scalar_type()), sum_dy.to(weight_in.scalar_type())};
   }
@@ -466,16 +516,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu_cuda(const at::Tensor
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_cuda(const at::Tensor& grad_out, const at::Tensor& x,
                                                                      const at::Tensor& out, const at::Tensor& weight,
                                                                      const at::Tensor& mean, const at::Tensor& invstd,
-                                                                     bool training) {
+                                                                     bool training,
+                                                                     const std::optional<at::Tensor>& bias) {
   auto [dx, g, dw, db] =
-      backward_cuda("dlrun::bn_relu_backward", grad_out, x, out, weight, mean, invstd, training, false);
+      backward_cuda("dlrun::bn_relu_backward", grad_out, x, out, weight, mean, invstd, training, false, bias);
   return {dx, dw, db};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
     const at::Tensor& mean, const at::Tensor& invstd, bool training) {
-  return backward_cuda("dlrun::bn_add_relu_backward", grad_out, x, out, weight, mean, invstd, training, true);
+  return backward_cuda("dlrun::bn_add_relu_backward", grad_out, x, out, weight, mean, invstd, training, true,
+                       std::nullopt);
 }
 
 }  // namespace

@@ -228,7 +228,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_cpu(const at::Tensor& x, 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward_cpu(const at::Tensor& grad_out, const at::Tensor& x,
                                                                     const at::Tensor& out, const at::Tensor& weight,
                                                                     const at::Tensor& mean, const at::Tensor& invstd,
-                                                                    bool training) {
+                                                                    bool training,
+                                                                    const std::optional<at::Tensor>& /*bias*/) {
+  // (the mask from the output: the CPU kernels read it in the same pass as x)
   auto [dx, g, dw, db] = bn_add_relu_backward_impl(grad_out, x, out, weight, mean, invstd, training, false);
   return {dx, dw, db};
 }

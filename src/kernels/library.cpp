@@ -30,9 +30,11 @@ TORCH_LIBRARY(dlrun, m) {
   m.def(
       "bn_relu(Tensor input, Tensor weight, Tensor bias, Tensor(a!) running_mean, Tensor(b!) running_var, "
       "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");
+  // `bias` (optional): the forward's, so that a kernel may recompute the ReLU's mask from the input
+  // instead of reading the output (dlrun's vectorised CUDA kernels do; the others read the output).
   m.def(
       "bn_relu_backward(Tensor grad_out, Tensor input, Tensor output, Tensor weight, Tensor save_mean, "
-      "Tensor save_invstd, bool training) -> (Tensor, Tensor, Tensor)");
+      "Tensor save_invstd, bool training, Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
   // relu(BatchNorm(input) + residual): the tail of every ResNet block. Same statistics and
   // returns as bn_relu; its backward also returns the residual's gradient.
   m.def(

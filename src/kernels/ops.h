@@ -64,15 +64,21 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_add_relu(const at::Tens
 }
 
 /// The backward operators (each device its own kernel): from the forward's input, output and
-/// statistics, (dx, dweight, dbias) and (dx, dresidual, dweight, dbias).
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward(const at::Tensor& grad_out, const at::Tensor& x,
-                                                                       const at::Tensor& out, const at::Tensor& weight,
-                                                                       const at::Tensor& save_mean,
-                                                                       const at::Tensor& save_invstd, bool training) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("dlrun::bn_relu_backward", "")
-                             .typed<decltype(bn_relu_backward)>();
-  return op.call(grad_out, x, out, weight, save_mean, save_invstd, training);
+/// statistics, (dx, dweight, dbias) and (dx, dresidual, dweight, dbias). bn_relu_backward's
+/// `bias` (the forward's; the autograd wrapper passes it) lets a kernel recompute the ReLU's mask
+/// from x instead of reading the output: the mask is then where the forward's float32
+/// pre-activation is positive, which differs from out > 0 only where a positive pre-activation
+/// rounds to zero in x's dtype.
+using BnReluBackwardFn = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    bool, const std::optional<at::Tensor>&);
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward(
+    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& out, const at::Tensor& weight,
+    const at::Tensor& save_mean, const at::Tensor& save_invstd, bool training,
+    const std::optional<at::Tensor>& bias = std::nullopt) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("dlrun::bn_relu_backward", "").typed<BnReluBackwardFn>();
+  return op.call(grad_out, x, out, weight, save_mean, save_invstd, training, bias);
 }
 
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_add_relu_backward(

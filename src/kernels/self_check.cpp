@@ -6,6 +6,8 @@
 #include <torch/autograd.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,8 +75,9 @@ ArchVerdict fused_kernels_run_on(int major, int minor, const std::string& archs)
 
 nlohmann::json SelfCheck::to_json() const {
   nlohmann::json j = {{"device", device}, {"dtype", dtype},      {"memory_format", memory_format},
-                      {"passed", passed}, {"worst", worst},      {"worst_in", worst_in},
-                      {"seconds", seconds}};
+                      {"path", path},     {"passed", passed},    {"worst", worst},
+                      {"worst_in", worst_in}, {"seconds", seconds}};
+  if (channels > 0) j["channels"] = channels;
   if (!std::isfinite(worst)) j["worst"] = "inf";  // (JSON has no infinity)
   if (!error.empty()) j["error"] = error;
   if (!passed) j["values"] = {{"fused", fused}, {"reference", reference}};
@@ -132,50 +135,105 @@ void compare(SelfCheck& check, const char* what, const at::Tensor& got, const at
 
 namespace {
 
-// cuDNN's fused BatchNorm-activation (the path of a run whose CUDA BatchNorm path is cuDNN's),
-// training, with and without the residual, through the autograd wrapper the models call: output,
-// running statistics and every gradient against the reference. The backward's ReLU mask is
-// cuDNN's own (its reserve space), so the reference's backward takes cuDNN's output, whose sign
-// is that mask. A cuDNN that refuses the dtype (bf16 is not documented for these ops) is no
-// defect: that dtype goes to dlrun's kernels, which the check has just compared, and the log
-// says so.
-void check_cudnn(SelfCheck& check, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& grad_out,
-                 const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& rm0, const at::Tensor& rv0,
-                 double tol, bool defect) {
+// Inputs of a check, from a generator of its own (the run's random streams are not touched),
+// values spread as a network's pre-activations are.
+struct CheckInputs {
+  at::Tensor x, residual, grad_out, weight, bias, rm0, rv0;
+  CheckInputs(const std::vector<int64_t>& shape, const at::Device& device, at::ScalarType dtype, bool channels_last,
+              uint64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const int64_t c = shape[1];
+    const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    const auto param_type = dtype == at::kDouble ? at::kDouble : at::kFloat;
+    auto act = [&](const at::Tensor& t) { return t.to(device, dtype).contiguous(format); };
+    auto vec = [&](const at::Tensor& t) { return t.to(device, param_type); };
+    x = act(at::randn(shape, gen) * 3 + 0.5);
+    residual = act(at::randn(shape, gen) * 0.5);
+    grad_out = act(at::randn(shape, gen));
+    weight = vec(at::rand({c}, gen) + 0.5);
+    bias = vec(at::randn({c}, gen) * 0.3);
+    rm0 = at::randn({c}, gen);
+    rv0 = at::rand({c}, gen) + 0.5;
+  }
+  // A copy of a running statistic on the device (on the CPU, to() would hand back rm0 itself, the
+  // fused and the reference update would land in one tensor and be compared with themselves).
+  at::Tensor stat(const at::Tensor& t, const at::Tensor& like) const {
+    return t.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  }
+};
+
+// grad_out with zeros where the reference's pre-activation (mean, invstd from its forward) is
+// within 1e-3 of zero: there the ReLU's mask may differ between two correct implementations (a
+// kernel that recomputes it from x in float32, the reference from its own rounding), and the
+// check is about everything else.
+at::Tensor clear_near_zero(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& residual,
+                           const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& mean,
+                           const at::Tensor& invstd) {
+  auto per_channel = [](const at::Tensor& v) { return v.to(at::kDouble).view({1, -1, 1, 1}); };
+  auto pre = (x.to(at::kDouble) - per_channel(mean)) * per_channel(invstd) * per_channel(weight) + per_channel(bias);
+  if (residual.defined()) pre = pre + residual.to(at::kDouble);
+  return at::where(pre.abs() < 1e-3, at::zeros_like(grad_out), grad_out).contiguous(grad_out.suggest_memory_format());
+}
+
+std::string first_line(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
+}  // namespace
+
+SelfCheck check_bn_act(const BnActOp& op, const at::Device& device, at::ScalarType dtype, int64_t channels,
+                       double tolerance_scale) {
+  const auto start = std::chrono::steady_clock::now();
+  SelfCheck check = named(device, dtype, true);
+  check.path = "cudnn";
+  check.channels = channels;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  // 4 x C x 12 x 12: 576 values per channel, more than one of cuDNN's persistent-mode tiles.
+  const CheckInputs in({4, channels, 12, 12}, device, dtype, true, 20261128);
+  const double tol = tolerance(dtype) * tolerance_scale;
+  const bool defect = fault::current().name == "fused_mismatch";
   auto scale_of = [](const at::Tensor& t) { return std::max(1.0, t.abs().max().item<double>()); };
   at::AutoGradMode grad_on(true);
   for (const bool add : {false, true}) {
-    auto rm_c = rm0.clone(), rv_c = rv0.clone(), rm_r = rm0.clone(), rv_r = rv0.clone();
-    const auto xg = x.detach().requires_grad_(true), rg = residual.detach().requires_grad_(true);
-    const auto wg = weight.detach().requires_grad_(true), bg = bias.detach().requires_grad_(true);
-    at::Tensor out;
-    try {
-      out = bn_act_cudnn_autograd(xg, add ? rg : at::Tensor(), wg, bg, rm_c, rv_c, 0.1, 1e-5);
-    } catch (const std::exception& e) {
-      const std::string error = e.what();
-      refuse_cudnn_bn(x.scalar_type());
-      log::warn("cuDNN's fused BatchNorm-activation refuses {} here ({}): dlrun's kernels run for {}",
-                c10::toString(x.scalar_type()), error.substr(0, error.find('\n')), c10::toString(x.scalar_type()));
-      return;
-    }
-    std::vector<at::Tensor> wrt = {xg, wg, bg};
-    if (add) wrt.push_back(rg);
-    const auto got = torch::autograd::grad({out}, wrt, {grad_out});
-    const auto ref = reference::bn_add_relu(x, add ? residual : at::Tensor(), weight, bias, rm_r, rv_r, true, 0.1, 1e-5);
-    const auto y = out.detach();
     const std::string tag = fmt::format("cudnn {} ", add ? "bn_add_relu" : "bn_relu");
+    auto rm_c = in.stat(in.rm0, in.weight), rv_c = in.stat(in.rv0, in.weight);
+    auto rm_r = in.stat(in.rm0, in.weight), rv_r = in.stat(in.rv0, in.weight);
+    const at::Tensor res = add ? in.residual : at::Tensor();
+    const auto ref = reference::bn_add_relu(in.x, res, in.weight, in.bias, rm_r, rv_r, true, 0.1, 1e-5);
+    const auto dy = clear_near_zero(in.grad_out, in.x, res, in.weight, in.bias, std::get<1>(ref), std::get<2>(ref));
+    const auto xg = in.x.detach().requires_grad_(true), rg = in.residual.detach().requires_grad_(true);
+    const auto wg = in.weight.detach().requires_grad_(true), bg = in.bias.detach().requires_grad_(true);
+    at::Tensor out;
+    std::vector<at::Tensor> got;
+    std::string stage = "forward";
+    try {
+      out = op(xg, add ? rg : at::Tensor(), wg, bg, rm_c, rv_c, 0.1, 1e-5);
+      stage = "backward";
+      std::vector<at::Tensor> wrt = {xg, wg, bg};
+      if (add) wrt.push_back(rg);
+      got = torch::autograd::grad({out}, wrt, {dy});
+    } catch (const std::exception& e) {
+      check.worst = std::numeric_limits<double>::infinity();
+      check.worst_in = tag + stage;
+      check.error = fmt::format("{} {} threw: {}", tag, stage, first_line(e));
+      break;
+    }
+    const auto y = out.detach();
     compare(check, (tag + "output").c_str(), defect ? y * 1.1 + 0.1 : y, std::get<0>(ref), tol);
     compare(check, (tag + "running_mean").c_str(), rm_c, rm_r, tol);
     compare(check, (tag + "running_var").c_str(), rv_c, rv_r, tol);
-    const auto want = reference::bn_add_relu_backward(grad_out, x, y, weight, std::get<1>(ref), std::get<2>(ref), true);
+    const auto want =
+        reference::bn_add_relu_backward(dy, in.x, std::get<0>(ref), in.weight, std::get<1>(ref), std::get<2>(ref), true);
     compare(check, (tag + "grad input").c_str(), got[0], std::get<0>(want), tol);
     compare(check, (tag + "grad weight").c_str(), got[1], std::get<2>(want), tol, scale_of(std::get<2>(want)));
     compare(check, (tag + "grad bias").c_str(), got[2], std::get<3>(want), tol, scale_of(std::get<3>(want)));
     if (add) compare(check, (tag + "grad residual").c_str(), got[3], std::get<1>(want), tol);
   }
+  check.passed = check.worst <= 1.0;
+  check.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return check;
 }
-
-}  // namespace
 
 SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channels_last, double tolerance_scale) {
   const auto start = std::chrono::steady_clock::now();
@@ -184,54 +242,43 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
   // asked for, and their backward through the dispatcher.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   at::NoGradGuard no_grad;
-  // One small batch from a generator of its own (the run's random streams are not touched),
-  // values spread as a network's pre-activations are: 4 x 40 x 24 x 24, shaped to take the
-  // CUDA kernels' large-batch paths (2304 values per channel: more than one reduction chunk per
-  // channel in NCHW and in channels_last). 40 channels, a multiple of 8: channels_last fp16,
-  // bf16 and float32 take the vectorised kernels (bn_relu_nhwc_vec.cuh) with blocks of 5 (fp16,
-  // bf16) or 10 (float32) vector columns, row counts that are not powers of two and chunks whose
-  // rows do not divide evenly among the threads; float64 takes the scalar kernels (a full
-  // 32-channel tile and a partial one).
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(20261126);
-  const std::vector<int64_t> shape = {4, 40, 24, 24};
-  const int64_t c = shape[1];
-  const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  const auto param_type = dtype == at::kDouble ? at::kDouble : at::kFloat;
-  auto act = [&](const at::Tensor& t) { return t.to(device, dtype).contiguous(format); };
-  // Always a copy: on the CPU, to() would hand back rm0 itself, the fused and the reference update
-  // would then both land in one tensor, and the running statistics would be compared with themselves.
-  auto vec = [&](const at::Tensor& t) { return t.to(device, param_type, /*non_blocking=*/false, /*copy=*/true); };
-  const auto x = act(at::randn(shape, gen) * 3 + 0.5);
-  const auto residual = act(at::randn(shape, gen) * 0.5);
-  const auto grad_out = act(at::randn(shape, gen));
-  const auto weight = vec(at::rand({c}, gen) + 0.5), bias = vec(at::randn({c}, gen) * 0.3);
-  const auto rm0 = at::randn({c}, gen), rv0 = at::rand({c}, gen) + 0.5;
+  // One small batch, 4 x 40 x 24 x 24, shaped to take the CUDA kernels' large-batch paths (2304
+  // values per channel: more than one reduction chunk per channel in NCHW and in channels_last).
+  // 40 channels, a multiple of 8: channels_last fp16, bf16 and float32 take the vectorised kernels
+  // (bn_relu_nhwc_vec.cuh) with blocks of 5 (fp16, bf16) or 10 (float32) vector columns, row counts
+  // that are not powers of two and chunks whose rows do not divide evenly among the threads;
+  // float64 takes the scalar kernels (a full 32-channel tile and a partial one). (cuDNN's
+  // operators are checked apart, at each channel count a run meets: check_bn_act.)
+  const CheckInputs in({4, 40, 24, 24}, device, dtype, channels_last, 20261126);
   const double tol = tolerance(dtype) * tolerance_scale;
   const bool defect = fault::current().name == "fused_mismatch";
 
   for (const bool training : {true, false}) {
     for (const bool add : {false, true}) {
-      const at::Tensor res = add ? residual : at::Tensor();
-      auto rm_f = vec(rm0), rv_f = vec(rv0);
-      auto rm_r = vec(rm0), rv_r = vec(rv0);
-      auto fused = add ? bn_add_relu(x, res, weight, bias, rm_f, rv_f, training, 0.1, 1e-5)
-                       : bn_relu(x, weight, bias, rm_f, rv_f, training, 0.1, 1e-5);
-      const auto ref = reference::bn_add_relu(x, res, weight, bias, rm_r, rv_r, training, 0.1, 1e-5);
+      const at::Tensor res = add ? in.residual : at::Tensor();
+      auto rm_f = in.stat(in.rm0, in.weight), rv_f = in.stat(in.rv0, in.weight);
+      auto rm_r = in.stat(in.rm0, in.weight), rv_r = in.stat(in.rv0, in.weight);
+      auto fused = add ? bn_add_relu(in.x, res, in.weight, in.bias, rm_f, rv_f, training, 0.1, 1e-5)
+                       : bn_relu(in.x, in.weight, in.bias, rm_f, rv_f, training, 0.1, 1e-5);
+      const auto ref = reference::bn_add_relu(in.x, res, in.weight, in.bias, rm_r, rv_r, training, 0.1, 1e-5);
       auto out = std::get<0>(fused);
       if (defect) out = out * 1.1 + 0.1;
       const std::string tag = fmt::format("{}{} ", add ? "bn_add_relu" : "bn_relu", training ? "" : " (eval)");
       compare(check, (tag + "output").c_str(), out, std::get<0>(ref), tol);
       compare(check, (tag + "running_mean").c_str(), rm_f, rm_r, tol);
       compare(check, (tag + "running_var").c_str(), rv_f, rv_r, tol);
-      // Backward from the reference's forward (its output's sign is the ReLU mask), so that a
-      // pre-activation within rounding of zero cannot make the two differ for no fault.
+      // Backward from the reference's forward (its output's sign is the ReLU mask), with the bias
+      // as the models' autograd passes it (the vectorised CUDA kernels recompute the mask from x),
+      // and no gradient where the pre-activation is within rounding of zero: there the two masks
+      // may differ for no fault.
       const auto &y = std::get<0>(ref), &mean = std::get<1>(ref), &invstd = std::get<2>(ref);
-      const auto want = reference::bn_add_relu_backward(grad_out, x, y, weight, mean, invstd, training);
+      const auto dy = clear_near_zero(in.grad_out, in.x, res, in.weight, in.bias, mean, invstd);
+      const auto want = reference::bn_add_relu_backward(dy, in.x, y, in.weight, mean, invstd, training);
       at::Tensor dx, dw, db, dres;
       if (add)
-        std::tie(dx, dres, dw, db) = bn_add_relu_backward(grad_out, x, y, weight, mean, invstd, training);
+        std::tie(dx, dres, dw, db) = bn_add_relu_backward(dy, in.x, y, in.weight, mean, invstd, training);
       else
-        std::tie(dx, dw, db) = bn_relu_backward(grad_out, x, y, weight, mean, invstd, training);
+        std::tie(dx, dw, db) = bn_relu_backward(dy, in.x, y, in.weight, mean, invstd, training, in.bias);
       // The weight's and bias's gradients are sums over the batch: their absolute tolerance
       // scales with their size, as in the kernel tests.
       auto scale_of = [](const at::Tensor& t) { return std::max(1.0, t.abs().max().item<double>()); };
@@ -241,9 +288,6 @@ SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channe
       if (add) compare(check, (tag + "grad residual").c_str(), dres, std::get<1>(want), tol);
     }
   }
-  if (device.is_cuda() && cuda_bn_path() == BnPath::kCudnn && !cudnn_bn_refused(dtype) &&
-      cudnn_bn_takes(dtype, channels_last, c, 1e-5, /*training=*/true, param_type))
-    check_cudnn(check, x, residual, grad_out, weight, bias, vec(rm0), vec(rv0), tol, defect);
   check.passed = check.worst <= 1.0;
   check.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return check;
@@ -264,6 +308,18 @@ std::mutex gate_mu;
 OnMismatch on_mismatch = OnMismatch::kFallBack;
 std::vector<Gate>& gates() {
   static std::vector<Gate> v;
+  return v;
+}
+
+// cuDNN's gates: one per device, dtype and channel count met in a training call.
+struct CudnnGate {
+  c10::Device device;
+  at::ScalarType dtype;
+  int64_t channels;
+  SelfCheck result;
+};
+std::vector<CudnnGate>& cudnn_gates() {
+  static std::vector<CudnnGate> v;
   return v;
 }
 
@@ -318,16 +374,85 @@ bool fused_checked(const at::Tensor& x) {
   return false;
 }
 
+bool cudnn_gate(const at::Device& device, at::ScalarType dtype, int64_t channels,
+                const std::function<SelfCheck()>& check) {
+  std::lock_guard<std::mutex> lock(gate_mu);
+  for (const auto& g : cudnn_gates())
+    if (g.device == device && g.dtype == dtype && g.channels == channels) return g.result.passed;
+  SelfCheck r;
+  try {
+    r = check();
+  } catch (const std::exception& e) {  // (check_bn_act catches the operators' own; this is anything else)
+    r = named(device, dtype, true);
+    r.path = "cudnn";
+    r.channels = channels;
+    r.worst = std::numeric_limits<double>::infinity();
+    r.worst_in = "cuDNN's fused operators";
+    r.error = first_line(e);
+  }
+  r.device = device.str();  // (what was asked: a check supplied by a test may leave them out)
+  r.dtype = c10::toString(dtype);
+  r.memory_format = "channels_last";
+  r.path = "cudnn";
+  r.channels = channels;
+  cudnn_gates().push_back({device, dtype, channels, r});
+  if (r.passed) {
+    log0::info("fused kernels: cuDNN's fused BatchNorm-activation passed its check on {} ({} at {} channels) in "
+               "{:.3f} s (worst error {:.2g} of the tolerance)",
+               r.device, r.dtype, channels, r.seconds, r.worst);
+    return true;
+  }
+  const std::string why = r.error.empty() ? fmt::format("it disagrees with the reference: {} is off by {:.3g} times "
+                                                        "the tolerance (cuDNN: {}; reference: {})",
+                                                        r.worst_in, r.worst, r.fused, r.reference)
+                                          : r.error;
+  log::warn("cuDNN refused {} at {} channels on {}: {}; dlrun's kernels run there", r.dtype, channels, r.device, why);
+  return false;
+}
+
+bool cudnn_checked(const at::Tensor& y) {
+  const auto dtype = y.scalar_type();
+  const int64_t channels = y.size(1);
+  return cudnn_gate(y.device(), dtype, channels,
+                    [&] { return check_bn_act(bn_act_cudnn_autograd, y.device(), dtype, channels); });
+}
+
+bool cudnn_refused(at::ScalarType dtype, int64_t channels) {
+  std::lock_guard<std::mutex> lock(gate_mu);
+  for (const auto& g : cudnn_gates())
+    if (g.dtype == dtype && g.channels == channels && !g.result.passed) return true;
+  return false;
+}
+
+std::vector<std::string> cudnn_refusals() {
+  std::lock_guard<std::mutex> lock(gate_mu);
+  std::vector<std::string> out;
+  std::vector<at::ScalarType> seen;
+  for (const auto& g : cudnn_gates()) {
+    if (g.result.passed || std::find(seen.begin(), seen.end(), g.dtype) != seen.end()) continue;
+    seen.push_back(g.dtype);
+    std::vector<int64_t> channels;
+    for (const auto& h : cudnn_gates())
+      if (h.dtype == g.dtype && !h.result.passed) channels.push_back(h.channels);
+    out.push_back(fmt::format("cuDNN refused {} at {} channels: {}", g.result.dtype, fmt::join(channels, ", "),
+                              g.result.error.empty() ? "it disagrees with the reference (" + g.result.worst_in + ")"
+                                                     : g.result.error));
+  }
+  return out;
+}
+
 nlohmann::json self_check_report() {
   std::lock_guard<std::mutex> lock(gate_mu);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& g : gates()) out.push_back(g.result.to_json());
+  for (const auto& g : cudnn_gates()) out.push_back(g.result.to_json());
   return out;
 }
 
 void forget_self_checks() {
   std::lock_guard<std::mutex> lock(gate_mu);
   gates().clear();
+  cudnn_gates().clear();
 }
 
 }  // namespace dlrun::kernels

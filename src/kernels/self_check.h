@@ -11,13 +11,19 @@
 //     device, compared with the tolerances the kernel tests use. A mismatch means a kernel
 //     defect on this GPU: the run falls back to the modules (model.fused_conv_bn_relu: auto) or
 //     fails with exit 1 (true), rather than training a worse model without a word.
+//  3. Where the CUDA path is cuDNN's fused BatchNorm-activation (bn_cudnn.h), the same check of
+//     cuDNN's operators, per dtype and channel count, on the first training call of each
+//     (check_bn_act, cudnn_checked): a cuDNN that refuses a call (throws in the forward or the
+//     backward) or disagrees with the reference hands that dtype and channel count to dlrun's
+//     kernels with a warning; the run goes on.
 //
-// Both results reach the log and summary.json ("fused_kernels").
+// All results reach the log and summary.json ("fused_kernels").
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +48,8 @@ ArchVerdict fused_kernels_run_on(int major, int minor, const std::string& archs)
 /// memory format.
 struct SelfCheck {
   std::string device, dtype, memory_format;
+  std::string path = "dlrun";  ///< whose operators: "dlrun" (bn_relu, bn_add_relu) or "cudnn" (check_bn_act)
+  int64_t channels = 0;        ///< the check's channel count (check_bn_act: the call's)
   bool passed = false;
   /// The largest error relative to its allowance (|got - want| / (atol + rtol |want|)), over
   /// every compared tensor; <= 1 passes. And the tensor it was found in.
@@ -58,6 +66,36 @@ struct SelfCheck {
 /// DLRUN_FAULT=fused_mismatch perturbs the fused output (a kernel defect, for the tests).
 SelfCheck self_check(const at::Device& device, at::ScalarType dtype, bool channels_last,
                      double tolerance_scale = 1.0);
+
+/// relu(BatchNorm(x) [+ residual]) differentiable in x, residual, weight and bias, running
+/// statistics updated in place, training: bn_act_cudnn_autograd's signature (bn_cudnn.h).
+using BnActOp = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                         const at::Tensor& bias, at::Tensor& running_mean, at::Tensor& running_var,
+                                         double momentum, double eps)>;
+
+/// The check of a fused BatchNorm-activation `op` (cuDNN's: bn_act_cudnn_autograd) on `device`
+/// for `dtype` at `channels` channels, channels_last, training, with and without the residual:
+/// output, running statistics and every gradient against the reference. An exception from the
+/// forward or from the backward is a failed check whose `error` says which and why -- never
+/// thrown. DLRUN_FAULT=fused_mismatch perturbs the op's output.
+SelfCheck check_bn_act(const BnActOp& op, const at::Device& device, at::ScalarType dtype, int64_t channels,
+                       double tolerance_scale = 1.0);
+
+/// The gate of cuDNN's fused operators before a training call on the BatchNorm input `y`
+/// (bn_cudnn.h's takes_cudnn_bn asks it): true when the check for y's device, dtype and channel
+/// count passed, running check_bn_act on cuDNN's operators on first use (once per process and
+/// key; thread-safe). A failed check is no failed run: it logs one warning -- "cuDNN refused bf16
+/// at 64 channels: ...; dlrun's kernels run there" -- and returns false, and cudnn_refusals()
+/// lists it. (CUDA graphs capture only after eager warm-up steps, which meet every key first.)
+bool cudnn_checked(const at::Tensor& y);
+/// The same gate with the check supplied (tests; cudnn_checked passes cuDNN's).
+bool cudnn_gate(const at::Device& device, at::ScalarType dtype, int64_t channels,
+                const std::function<SelfCheck()>& check);
+/// Whether the gate refused dtype at `channels` on any device of this process.
+bool cudnn_refused(at::ScalarType dtype, int64_t channels);
+/// One line per refused dtype: "cuDNN refused BFloat16 at 64, 128 channels: <first reason>";
+/// empty when nothing was refused (bench kernels, the run log's end).
+std::vector<std::string> cudnn_refusals();
 
 /// What a failed self-check leads to.
 enum class OnMismatch { kFallBack, kFail };

@@ -116,7 +116,7 @@ TEST_CASE("bn_relu and bn_add_relu on CUDA equal the CPU: shapes, formats, dtype
   }
 }
 
-TEST_CASE("bn_relu on CUDA: more elements than one grid covers, both formats", "[gpu][kernels]") {
+TEST_CASE("bn_relu on CUDA: more elements than one grid covers, both formats", "[gpu][kernels][large]") {
   if (no_cuda()) return;
   // 2 x 64 x 1100 x 1000 = 140.8 M values: more than the NCHW elementwise grid's 65535 * 8
   // blocks of 256 threads (134.2 M) take in one sweep, so the grid-stride loops must wrap.

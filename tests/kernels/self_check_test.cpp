@@ -5,7 +5,11 @@
 // the modules and give their outputs exactly, or fail with exit 1 under fused_conv_bn_relu: true.
 #include <catch2/catch.hpp>
 
+#include <torch/autograd.h>
+
 #include <cstdlib>
+#include <limits>
+#include <stdexcept>
 
 #include "base/error.h"
 #include "kernels/ops.h"
@@ -160,4 +164,112 @@ TEST_CASE("a failed self-check: the model falls back to the modules, or the run 
   report = kernels::self_check_report();
   REQUIRE(report.size() == 1);
   CHECK(report[0]["passed"] == true);
+}
+
+namespace {
+
+// dlrun's own CPU operators in the shape of cuDNN's fused BatchNorm-activation (self_check.h's
+// BnActOp): what check_bn_act compares, where no cuDNN runs.
+at::Tensor dlrun_bn_act(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, const at::Tensor& b,
+                        at::Tensor& rm, at::Tensor& rv, double momentum, double eps) {
+  return residual.defined() ? std::get<0>(kernels::bn_add_relu(x, residual, w, b, rm, rv, true, momentum, eps))
+                            : std::get<0>(kernels::bn_relu(x, w, b, rm, rv, true, momentum, eps));
+}
+
+// An operator whose forward is right and whose backward throws, as a cuDNN that takes a call's
+// forward and refuses its backward would.
+struct ThrowingBackward : torch::autograd::Function<ThrowingBackward> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const at::Tensor& out) {
+    return {out.clone()};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list) {
+    throw std::runtime_error("CUDNN_STATUS_NOT_SUPPORTED (a refused backward)\nmore lines");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the check of a fused BatchNorm-activation: a backward that throws or a mismatch is a verdict, not an "
+          "exception", "[kernels][gpu_safety]") {
+  const auto ok = kernels::check_bn_act(dlrun_bn_act, at::kCPU, at::kFloat, 64);
+  CHECK(ok.passed);
+  CHECK(ok.path == "cudnn");
+  CHECK(ok.channels == 64);
+  CHECK(ok.to_json()["channels"] == 64);
+
+  kernels::BnActOp backward_throws = [](const at::Tensor& x, const at::Tensor& r, const at::Tensor& w,
+                                        const at::Tensor& b, at::Tensor& rm, at::Tensor& rv, double m, double e) {
+    return ThrowingBackward::apply(dlrun_bn_act(x, r, w, b, rm, rv, m, e))[0];
+  };
+  kernels::SelfCheck bad;
+  REQUIRE_NOTHROW(bad = kernels::check_bn_act(backward_throws, at::kCPU, at::kFloat, 64));
+  CHECK_FALSE(bad.passed);
+  CHECK_THAT(bad.error, Catch::Contains("backward threw: CUDNN_STATUS_NOT_SUPPORTED (a refused backward)"));
+  CHECK(bad.error.find("more lines") == std::string::npos);
+
+  kernels::BnActOp forward_throws = [](const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                       at::Tensor&, at::Tensor&, double, double) -> at::Tensor {
+    throw std::runtime_error("CUDNN_STATUS_BAD_PARAM");
+  };
+  const auto refused = kernels::check_bn_act(forward_throws, at::kCPU, at::kFloat, 64);
+  CHECK_FALSE(refused.passed);
+  CHECK_THAT(refused.error, Catch::Contains("forward threw: CUDNN_STATUS_BAD_PARAM"));
+
+  kernels::BnActOp wrong = [](const at::Tensor& x, const at::Tensor& r, const at::Tensor& w, const at::Tensor& b,
+                              at::Tensor& rm, at::Tensor& rv, double m, double e) {
+    return dlrun_bn_act(x, r, w, b, rm, rv, m, e) * 1.05;
+  };
+  const auto mismatch = kernels::check_bn_act(wrong, at::kCPU, at::kFloat, 64);
+  CHECK_FALSE(mismatch.passed);
+  CHECK(mismatch.error.empty());
+  CHECK_THAT(mismatch.worst_in, Catch::Contains("output"));
+}
+
+TEST_CASE("cuDNN's gate refuses per dtype and channel count, warns once, and the run goes on",
+          "[kernels][gpu_safety]") {
+  FreshGate fresh;
+  int checks = 0;
+  auto failing = [&] {
+    ++checks;
+    kernels::SelfCheck r;
+    r.dtype = "BFloat16";
+    r.device = "cuda:0";
+    r.channels = 128;
+    r.worst = std::numeric_limits<double>::infinity();
+    r.error = "cudnn bn_relu backward threw: CUDNN_STATUS_NOT_SUPPORTED";
+    return r;
+  };
+  auto passing = [&] {
+    ++checks;
+    kernels::SelfCheck r;
+    r.passed = true;
+    return r;
+  };
+  const at::Device cuda(at::kCUDA, 0);  // (the gate keys by device; nothing runs on it here)
+  bool usable = true;
+  const auto log = testing::capture_stderr([&] { usable = kernels::cudnn_gate(cuda, at::kBFloat16, 128, failing); });
+  CHECK_FALSE(usable);
+  CHECK_THAT(log, Catch::Contains("cuDNN refused BFloat16 at 128 channels on cuda:0: cudnn bn_relu backward threw: "
+                                  "CUDNN_STATUS_NOT_SUPPORTED; dlrun's kernels run there"));
+  CHECK(kernels::cudnn_refused(at::kBFloat16, 128));
+  // Other channel counts and dtypes are asked about on their own.
+  CHECK_FALSE(kernels::cudnn_refused(at::kBFloat16, 64));
+  CHECK(kernels::cudnn_gate(cuda, at::kBFloat16, 64, passing));
+  CHECK(kernels::cudnn_gate(cuda, at::kHalf, 128, passing));
+  // Asked again: the verdict kept, no second check, no second warning.
+  const auto again = testing::capture_stderr([&] { usable = kernels::cudnn_gate(cuda, at::kBFloat16, 128, failing); });
+  CHECK_FALSE(usable);
+  CHECK(again.find("refused") == std::string::npos);
+  CHECK(checks == 3);
+  // A check that throws anyway is a refusal too.
+  CHECK_FALSE(kernels::cudnn_gate(cuda, at::kBFloat16, 256, []() -> kernels::SelfCheck {
+    throw std::runtime_error("cudaErrorLaunchFailure");
+  }));
+  const auto lines = kernels::cudnn_refusals();
+  REQUIRE(lines.size() == 1);
+  CHECK_THAT(lines[0], Catch::StartsWith("cuDNN refused BFloat16 at 128, 256 channels: cudnn bn_relu backward threw"));
+  const auto report = kernels::self_check_report();
+  CHECK(report.size() == 4);
+  CHECK(report[0]["path"] == "cudnn");
 }
