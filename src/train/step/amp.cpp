@@ -41,15 +41,18 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
   return active_ ? loss * scale_.to(loss.scalar_type()).squeeze() : loss;
 }
 
-torch::Tensor GradScaler::unscale_(const std::vector<torch::Tensor>& grads) const {
+torch::Tensor GradScaler::unscale_(const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* norms) const {
+  if (norms != nullptr) norms->clear();
   auto found_inf = torch::zeros({}, scale_.options());
   if (grads.empty()) return found_inf;
   if (!active_) {
     // No scale to divide by: one read of the gradients and no write (the unscale kernel would
     // multiply each by 1 in place). A tensor's L2 norm is inf or NaN exactly when it holds an
     // inf or a NaN -- or when its squares overflow float32, which counts as non-finite too.
-    const auto norms = at::_foreach_norm(grads, 2);
-    return at::stack(norms).isfinite().all().logical_not().to(scale_.scalar_type()).to(scale_.device());
+    auto found = at::_foreach_norm(grads, 2);
+    auto flag = at::stack(found).isfinite().all().logical_not().to(scale_.scalar_type()).to(scale_.device());
+    if (norms != nullptr) *norms = std::move(found);
+    return flag;
   }
   // As torch.amp.GradScaler: the reciprocal in float64, then float32.
   const auto inv = scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);

@@ -41,7 +41,11 @@ class GradScaler {
   /// Divide `grads` by the scale in place (ATen's _amp_foreach_non_finite_check_and_unscale_)
   /// and return a float32 0-dim device flag: 1 when any of them is inf or NaN, else 0.
   /// Inactive: the flag alone, from one read of the gradients (their norms); nothing written.
-  torch::Tensor unscale_(const std::vector<torch::Tensor>& grads) const;
+  /// `norms` (when given): the inactive scaler leaves each gradient's L2 norm there (float32
+  /// 0-dim device tensors, as at::_foreach_norm gives them), for clipping to reuse instead of
+  /// reading the gradients again; the active one leaves it empty (its norms would be of the
+  /// scaled gradients).
+  torch::Tensor unscale_(const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* norms = nullptr) const;
   /// After the step: ATen's _amp_update_scale_ on the device (back off where found_inf is 1,
   /// grow after growth_interval steps without). Nothing when inactive.
   void update(const torch::Tensor& found_inf);

@@ -27,7 +27,11 @@ class Precision {
   torch::Tensor scale(const torch::Tensor& loss) const { return scaler_.scale(loss); }
   /// After the backward: the gradients unscaled in place (by 1 without fp16 scaling), and a
   /// float32 0-dim flag on the device, 1 when any of them is inf or NaN.
-  torch::Tensor unscale(const std::vector<torch::Tensor>& grads) const { return scaler_.unscale_(grads); }
+  /// `norms`: each gradient's L2 norm where the check computed them anyway (no fp16 scaling;
+  /// GradScaler::unscale_), else left empty.
+  torch::Tensor unscale(const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* norms = nullptr) const {
+    return scaler_.unscale_(grads, norms);
+  }
   /// The step's non-finite flag (bool 0-dim): `loss_bad`, or with it an inf/NaN gradient
   /// (`found_inf`) unless fp16 scaling makes that routine.
   torch::Tensor nonfinite(const torch::Tensor& loss_bad, const torch::Tensor& found_inf) const;

@@ -128,7 +128,9 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
 
   // Unscale (by 1 without fp16 scaling) and look for inf/NaN in one pass over the gradients.
   const std::vector<torch::Tensor> grads = this->grads();
-  const auto found_inf = precision_.unscale(grads);  // float32 0-dim: 1 = a gradient is inf/NaN
+  const bool clipping = train_.clip_grad_norm > 0 && !grads.empty();
+  std::vector<torch::Tensor> norms;  // the check's own per-gradient norms, reused by clipping (bf16, fp32)
+  const auto found_inf = precision_.unscale(grads, clipping ? &norms : nullptr);  // float32 0-dim: 1 = inf/NaN
   if (fault::nonfinite_loss(step_)) loss_sum += std::numeric_limits<double>::infinity();
   // The loss is each rank's own (the gradients are averaged, so their check agrees already):
   // any rank's non-finite loss counts on every rank, or ranks would skip different steps and
@@ -137,7 +139,7 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
   StepResult r;
   r.loss = loss_sum / n;
   r.nonfinite = precision_.nonfinite(loss_bad, found_inf);
-  if (train_.clip_grad_norm > 0 && !grads.empty()) clip(grads);
+  if (clipping) clip(grads, norms);
   // Whether to apply the update, decided on the device: the fused optimizer kernels skip it
   // where the flag is 1.
   const torch::Tensor skip = precision_.skip(found_inf, r.nonfinite);
@@ -150,11 +152,13 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
   return r;
 }
 
-void StepRunner::clip(const std::vector<torch::Tensor>& grads) const {
+void StepRunner::clip(const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& known) const {
   // Global L2 norm as torch.nn.utils.clip_grad_norm_ computes it, kept on the device: the
-  // factor is clamped to 1 instead of branching on the norm on the host.
+  // factor is clamped to 1 instead of branching on the norm on the host. The per-gradient norms
+  // come from the non-finite check when it computed them (the same _foreach_norm of the same
+  // gradients: the same values), else from one read here (after fp16's unscale).
   torch::NoGradGuard no_grad;
-  const auto norms = at::_foreach_norm(grads, 2);
+  const auto norms = known.size() == grads.size() ? known : at::_foreach_norm(grads, 2);
   const auto total = at::linalg_vector_norm(at::stack(norms), 2);
   const auto factor = (train_.clip_grad_norm / (total + 1e-6)).clamp_max(1.0);
   at::_foreach_mul_(grads, factor);

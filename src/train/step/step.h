@@ -78,7 +78,7 @@ class StepRunner {
   /// After the backward: unscale, the non-finite check, clipping, the optimizer and scaler
   /// updates, the hooks.
   StepResult update(torch::Tensor& loss_sum, size_t micro_batches);
-  void clip(const std::vector<torch::Tensor>& grads) const;
+  void clip(const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& known_norms) const;
 
   TrainOptions train_;
   models::Model& model_;

@@ -2,7 +2,11 @@
 // batch exactly, non-finite steps are flagged (stop) or skipped (skip), clipping bounds the
 // gradient norm, the moving average updated inside the step as a CUDA graph would capture it.
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <catch2/catch.hpp>
+
+#include <atomic>
+#include <string>
 
 #include "base/error.h"
 #include "models/model.h"
@@ -124,6 +128,29 @@ TEST_CASE("clipping bounds the global gradient norm, on the device", "[train][st
   Rig loose{t};
   loose.runner.run({batch(8)}, 0.1);
   CHECK(grad_norm(*loose.model) == Approx(grad_norm(*free.model)).epsilon(1e-6));
+}
+
+TEST_CASE("clipping reuses the non-finite check's gradient norms: one read of the gradients, not two",
+          "[train][step]") {
+  // Without fp16 loss scaling the non-finite check computes every gradient's norm; clipping takes
+  // those instead of computing them again (the same _foreach_norm of the same gradients).
+  static std::atomic<int> norms{0};  // (the callback is a plain function: no captures)
+  const auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+        if (std::string(fn.name()) == "aten::_foreach_norm") ++norms;
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION}));
+  auto count = [&](double clip) {
+    TrainOptions t;
+    t.clip_grad_norm = clip;
+    Rig r{t};
+    norms = 0;
+    r.runner.run({batch(8)}, 0.1);
+    return norms.load();
+  };
+  CHECK(count(0) == 1);     // the check alone
+  CHECK(count(0.05) == 1);  // the check's norms, reused by clipping
+  at::removeCallback(handle);
 }
 
 TEST_CASE("CPU bf16 autocast: matmuls in bf16 inside the scope, nested scopes restore the outer one", "[train][amp]") {
