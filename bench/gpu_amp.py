@@ -231,7 +231,23 @@ def dlrun_rep(a, w, dtype, layout, graphs, warm, every, log_path, bn="auto"):
         if p.returncode != 0:
             return None, "failed: " + (p.stdout.strip().splitlines()[-1:] or ["?"])[0][:200], data
         state = ("captured" if "is replayed from now on" in p.stdout else "not captured") if graphs else "ok"
-        return mean_samples_per_s(run, warm), state, data
+        return mean_samples_per_s(run, warm), path_state(p.stdout, bn, state), data
+
+
+def path_state(log, bn, state):
+    """A row's status says whose BatchNorm it measured when that is not what it asked for: a
+    dlrun-cudnn row where cuDNN refused some calls ("cuDNN refused BFloat16 at 64, 128 channels:
+    ..."), or where the run's path is not cuDNN's at all (the log's conv-BN-ReLU path line)."""
+    notes = []
+    m = re.search(r"conv-BN-ReLU path (\w+)", log)
+    if bn == "cudnn" and m and m.group(1) != "cudnn":
+        notes.append(f"path {m.group(1)}, not cudnn")
+    refused = {}
+    for dt, ch, why in re.findall(r"cuDNN refused (\S+) at (\d+) channels on \S+: (.*?); dlrun's kernels run there", log):
+        refused.setdefault(dt, ([], why))[0].append(ch)
+    for dt, (chs, why) in refused.items():
+        notes.append(f"cuDNN refused {dt} at {', '.join(chs)} channels (dlrun's kernels ran there): {why[:120]}")
+    return "; ".join([state] + notes) if notes else state
 
 
 def free(dev):
@@ -240,8 +256,9 @@ def free(dev):
         torch.cuda.empty_cache()
 
 
-def group(a, dev, wname, w, dtype, layout, cells, warm, every, emit):
-    """One row group: set up the PyTorch variants, then the alternated repetitions."""
+def group(a, dev, wname, w, dtype, layout, cells, warm, every, emit, after_rep=lambda: None):
+    """One row group: set up the PyTorch variants, then the alternated repetitions (after_rep()
+    after each variant's repetition: the results file is rewritten then)."""
     torch._dynamo.reset()  # a fresh compile per group: no recompile limit reached across groups
     sides = {}
     for var in a.variants:
@@ -286,6 +303,7 @@ def group(a, dev, wname, w, dtype, layout, cells, warm, every, emit):
                 c.ips.append(ips)
             print(f"  rep {r + 1}/{a.reps} {wname} {dtype} {layout} {var}: "
                   f"{'%.1f img/s' % ips if ips is not None else c.status}", flush=True)
+            after_rep()
     if a.profile:
         side = sides.get("pytorch-eager")
         try:
@@ -370,15 +388,20 @@ def main():
     print("\t".join(st.COLUMNS), flush=True)
     total = len(workloads) * len(a.dtypes) * len(a.layouts)
     done = 0
+
+    def save(complete):
+        if results:
+            st.write_results(results, header, cells, a.steps, complete)
+        if a.out:
+            st.write_wide(a.out, cells)
+
     for wname, w in workloads.items():
         for dtype in a.dtypes:
             for layout in a.layouts:
-                group(a, dev, wname, w, dtype, layout, cells, warm, every, lambda line: print(line, flush=True))
+                group(a, dev, wname, w, dtype, layout, cells, warm, every, lambda line: print(line, flush=True),
+                      lambda: save(False))
                 done += 1
-                if results:
-                    st.write_results(results, header, cells, a.steps, done == total)
-                if a.out:
-                    st.write_wide(a.out, cells)
+                save(done == total)
     # The rows again, with the ratios to the fastest PyTorch eager of all the groups measured.
     print("\n" + "\n".join(["\t".join(st.COLUMNS)] + [st.row(cells, k, a.steps) for k in cells]) + "\n")
     print(st.write_wide(a.out, cells))

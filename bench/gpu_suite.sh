@@ -17,12 +17,14 @@
 # binaries, a few MB): a later call on a fresh machine runs them from a carried folder
 # (DLRUN_GPU_BIN=.gpubin, unpacked from that archive) instead of building again.
 #
-# Time. One device call may run 10 minutes and a session has 30 minutes of device time, and a
-# machine idle for 30 s is given back (the next call gets a fresh one). The suite stops starting
-# parts when less than a part needs is left of DLRUN_GPU_BUDGET_S (default 540 s), and
-# DLRUN_GPU_PARTS picks parts (default all: "build safety tests sanitize kernels paths telemetry fast
-# amp memory compare pipeline firsthour ema swa oom ckpt throughput"). bench/gpu_speed.sh runs the
-# GPU speed work's two calls (issue 40). Otherwise, in the order of what a session needs most:
+# Time. One device call may run 10 minutes, and a session has 15 minutes of device time in all,
+# the machine's start (1-2 minutes) and every idle wait included; a machine idle for 30 s is
+# given back (the next call gets a fresh one). So this suite is for a session whose work is the
+# suite itself; the GPU speed work's window is bench/gpu_window.sh, one call of at most 9 minutes
+# with its executables carried. The suite stops starting parts when less than a part needs is left of
+# DLRUN_GPU_BUDGET_S (default 540 s), and DLRUN_GPU_PARTS picks parts (default all: "build
+# safety tests sanitize kernels paths telemetry fast amp memory compare pipeline firsthour ema
+# swa oom ckpt throughput"), in the order of what a session needs most:
 #   1. DLRUN_GPU_PARTS="build safety tests sanitize"  the build (all cores), the safety checks
 #                                                  (issue 28) and every GPU test
 #   2. DLRUN_GPU_PARTS="kernels telemetry fast"    fused BatchNorm; records; time to accuracy

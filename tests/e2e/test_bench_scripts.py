@@ -160,14 +160,69 @@ def test_gpu_amp_smoke_on_the_cpu():
 
 
 def test_gpu_suite_parses():
-    for script in ("gpu_suite.sh", "gpu_speed.sh"):
+    for script in ("gpu_suite.sh", "gpu_window.sh"):
         p = subprocess.run(["bash", "-n", os.path.join(SRC, "bench", script)], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
         expect(p.returncode == 0, (script, p.stdout))
-    # gpu_speed.sh names its calls; anything else is a usage error (exit 2), before any work.
-    p = subprocess.run(["bash", os.path.join(SRC, "bench", "gpu_speed.sh"), "4"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-    expect(p.returncode == 2 and "usage: bench/gpu_speed.sh 1|2|3" in p.stdout, p.stdout)
+
+
+def test_gpu_window_dry_run():
+    """bench/gpu_window.sh, the GPU window's one device call, with a fake device (DLRUN_WINDOW_FAKE=1:
+    the CPU, toy sizes): every part starts in order and writes its results into $OUT as it ends;
+    a part that runs past its cap is cut there and the next one starts; a compute-sanitizer that
+    refuses the device is one line; a part the window cannot fit is skipped, saying so; what
+    comes back fits the device tool's limits (at most 8 files, 2 folders down). The executables
+    are this build's, as .gpubin would carry them; the test's times are caps, not speeds."""
+    import tarfile
+    import time
+    with tempfile.TemporaryDirectory(prefix="dlrun-gpu-window-test-") as tmp:
+        out = os.path.join(tmp, "out")
+        # A compute-sanitizer that takes longer than memcheck's cap, and refuses the device for
+        # racecheck (as it does on some machine runtimes: "Device not supported").
+        san = os.path.join(tmp, "compute-sanitizer")
+        with open(san, "w") as f:
+            f.write('#!/bin/sh\nif [ "$2" = memcheck ]; then sleep 60; fi\n'
+                    'echo "========= Error: Device not supported. Please refer to the documentation"\nexit 1\n')
+        os.chmod(san, 0o755)
+        window = 140
+        env = dict(os.environ, OUT=out, DLRUN_WINDOW_FAKE="1", DLRUN_WINDOW_S=str(window),
+                   DLRUN_GPU_BIN=os.path.dirname(DLRUN), DLRUN_PYTHON=sys.executable, DLRUN_WINDOW_SANITIZER=san,
+                   DLRUN_WINDOW_WORK=os.path.join(tmp, "work"),
+                   DLRUN_WINDOW_CAPS="memcheck=21 racecheck=20 bench=44 headline=60 compile=100")
+        start = time.monotonic()
+        p = subprocess.run(["bash", os.path.join(SRC, "bench", "gpu_window.sh")], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=window + 60)
+        took = time.monotonic() - start
+        summary = open(os.path.join(out, "summary.md")).read()
+        expect(took <= window + 5, (took, summary))  # the window's own clock, its packing included
+        expect("DRY RUN" in summary and "command: DLRUN_WINDOW_S=140 bench/gpu_window.sh" in summary, summary)
+        # In order of value, each with its verdict.
+        order = ["- setup: ok", "- memcheck: cut at its cap of 21 s",
+                 "- racecheck: compute-sanitizer refused the device on this machine's runtime", "- tests: ok", "- bench fp16 cudnn: ok",
+                 "- bench bf16 cudnn: ok", "- headline: ok", "- profile auto: ok"]
+        at = [summary.find(w) for w in order]
+        expect(all(i >= 0 for i in at) and at == sorted(at), list(zip(order, at)) + [summary])
+        cut = re.search(r"- memcheck: cut at its cap of 21 s \(ran (\d+) s\)", summary)
+        expect(cut and 21 <= int(cut.group(1)) <= 30, summary)  # killed at its cap, not at the tool's 60 s
+        # The compile part's cap (100 s) does not fit what is left: skipped, and said.
+        expect(re.search(r"- compile: skipped, -?\d+ s left of the window \(it needs 100 s\)", summary), summary)
+        used = int(re.search(r"window used: (\d+) s of 140 s", summary).group(1))
+        expect(used <= window, summary)
+        # What came back: at most 8 files, at most 2 folders down, the results file complete.
+        files = [os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs]
+        expect(len(files) <= 8 and all(f.count(os.sep) <= 1 for f in files), files)
+        for want in ("summary.md", "machine.txt", "kernel-tests.txt", "bench-kernels.txt", "logs.tgz"):
+            expect(want in files, (want, files))
+        tsv = [f for f in files if f.startswith("results" + os.sep) and f.endswith(".tsv")]
+        expect(len(tsv) == 1, files)
+        text = open(os.path.join(out, tsv[0])).read()
+        expect("# status: complete" in text and "\tdlrun-eager\t" in text and "\tpytorch-eager\t" in text, text)
+        bench = open(os.path.join(out, "bench-kernels.txt")).read()
+        expect(bench.count("== dlrun bench kernels") == 4 and "over the network" in bench, bench[-2000:])
+        with tarfile.open(os.path.join(out, "logs.tgz")) as t:
+            names = t.getnames()
+        for want in ("logs/info.txt", "logs/sanitizer-memcheck.txt", "logs/kernel-tests.txt", "logs/headline.txt"):
+            expect(want in names, (want, names))
 
 
 def test_trace_kernels_sums_a_trace_and_names_the_batchnorm():
@@ -202,4 +257,4 @@ if __name__ == "__main__":
     main([test_compare_reports_both_sides, test_compare_reports_a_failed_workload_and_goes_on,
           test_compare_rejects_an_unknown_workload, test_gpu_suite_plumbing_on_the_cpu, test_gpu_suite_parses,
           test_interruptions_bench_reports_and_ends_at_the_same_result, test_gpu_amp_smoke_on_the_cpu,
-          test_trace_kernels_sums_a_trace_and_names_the_batchnorm])
+          test_trace_kernels_sums_a_trace_and_names_the_batchnorm, test_gpu_window_dry_run])
