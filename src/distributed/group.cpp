@@ -31,6 +31,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "distributed/deadline.h"
 #include "distributed/group_impl.h"
 #include "distributed/rendezvous.h"
 #include "preempt/preempt.h"
@@ -252,8 +253,9 @@ Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Group::~Group() {
   const bool abort = impl_->failed || std::uncaught_exceptions() > 0;
   if (!abort) {  // a clean exit: the watches of the others (dist.peer_timeout_s) do not take it for a loss
-    try {
-      impl_->store->set(fmt::format("left/{}", impl_->world.rank), "1");
+    try {  // (with a deadline: a frozen store must not hold the exit)
+      within(std::max(2.0, impl_->peer_timeout_s), "the rendezvous store",
+             [store = impl_->store, key = fmt::format("left/{}", impl_->world.rank)] { store->set(key, "1"); });
     } catch (...) {
     }
   }

@@ -5,11 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "distributed/deadline.h"
 
 namespace dlrun::dist {
 
@@ -96,11 +98,14 @@ void Group::Impl::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* w
 }
 
 std::string Group::Impl::peer_failure() const noexcept {
-  try {  // a fresh connection: the main one may be the one stuck until dist.timeout_s
-    const auto s = connect_again(2.0);
-    if (!s->check({"failed"})) return "";
-    const auto v = s->get("failed");
-    return std::string(v.begin(), v.end());
+  try {  // a fresh connection (the main one may be the one stuck until dist.timeout_s), with a
+         // deadline: a frozen rank 0's store accepts it and never answers (deadline.h)
+    return within(std::max(2.0, peer_timeout_s), "the rendezvous store", [this] {
+      const auto s = connect_again(2.0);
+      if (!s->check({"failed"})) return std::string();
+      const auto v = s->get("failed");
+      return std::string(v.begin(), v.end());
+    });
   } catch (const std::exception&) {
     return "";
   }

@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "distributed/deadline.h"
 #include "distributed/group_impl.h"
 
 namespace dlrun::dist {
@@ -40,6 +41,15 @@ std::set<int> ranks_in(const std::string& list) {
     p = q + 1;
   }
   return out;
+}
+
+using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+/// `f(*store)` within `seconds` (deadline.h): every call of the rescue on a store, which may be a
+/// frozen rank's.
+template <typename F>
+auto on(const StorePtr& store, double seconds, const char* what, F f) {
+  return within(seconds, fmt::format("the survivors' meeting store ({})", what), [store, f] { return f(*store); });
 }
 
 }  // namespace
@@ -82,6 +92,7 @@ RescueDecision decision_from(const std::string& text) {
 }
 
 struct Rescue::State {
+  double op_s = 5.0;                          ///< the deadline of each store call (dist.peer_timeout_s scale)
   c10::intrusive_ptr<c10d::Store> store;      ///< where the survivors meet
   c10::intrusive_ptr<c10d::Store> job;        ///< the rendezvous store's job keys, while it answers
   c10::intrusive_ptr<c10d::TCPStore> hosted;  ///< the survivors' store this rank opened, kept open
@@ -100,12 +111,20 @@ Rescue::~Rescue() {
 RescueDecision Rescue::agree(const RescueReport& mine) {
   const World& w = group_.world;
   const double peer_s = std::max(1.0, group_.peer_timeout_s);
+  // Every store call below has a deadline of this scale (deadline.h), not dist.timeout_s: a
+  // frozen rank 0's store accepts connections and never answers.
+  const double op_s = s_->op_s = std::max(2.0, peer_s);
   // Where to meet: the rendezvous store while it answers, else the survivors' own.
   try {
-    s_->job = group_.connect_again(2.0);
-    s_->job->add(fmt::format("alive/{}", w.rank), 1);
+    const Group::Impl* g = &group_;
+    s_->job = within(op_s, "the rendezvous store", [g, rank = w.rank] {
+      auto job = g->connect_again(2.0);
+      job->add(fmt::format("alive/{}", rank), 1);
+      return job;
+    });
     s_->store = c10::make_intrusive<c10d::PrefixStore>("rescue/", s_->job);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    log::warn("distributed: the rendezvous store does not answer ({}): the survivors meet without it", e.what());
     s_->job.reset();
   }
   if (!s_->store) {
@@ -133,9 +152,12 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
         o.isServer = false;
         o.waitWorkers = false;
         o.timeout = std::chrono::milliseconds(2000);
-        auto s = c10::make_intrusive<c10d::TCPStore>(addr, o);
-        s->setTimeout(group_.timeout);
-        s_->store = s;
+        s_->store = within(op_s, fmt::format("rank {}'s survivors' store", rank), [addr = addr, o] {
+          // (a probe too: a frozen host's socket accepts and never answers)
+          auto s = c10::make_intrusive<c10d::TCPStore>(addr, o);
+          (void)s->add("probe", 0);
+          return StorePtr(s);
+        });
         log::info("distributed: the survivors meet in rank {}'s store at {}:{}", rank, addr, port);
         break;
       } catch (const std::exception&) {  // that host is gone too, or that rank: the next one
@@ -146,19 +168,34 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
                 "other host open one on port {}): the survivors cannot agree on a checkpoint",
                 port);
   }
-  auto& store = *s_->store;
-  s_->beat = std::thread([this, key = fmt::format("rbeat/{}", w.rank)] {
+  const StorePtr store = s_->store;
+  s_->beat = std::thread([this, store, op_s, key = fmt::format("rbeat/{}", w.rank)] {
     while (!s_->stop) {
       try {
-        s_->store->add(key, 1);
-      } catch (const std::exception&) {
+        on(store, op_s, "a beat", [key](c10d::Store& st) { return st.add(key, 1); });
+      } catch (const std::exception&) {  // (gone or slow: the next beat tries again)
       }
       for (int i = 0; i < 10 && !s_->stop; ++i) sleep_s(0.1);
     }
   });
-  const nlohmann::json j = {{"rank", mine.rank}, {"step", mine.step}, {"exact", mine.exact}};
-  store.set(fmt::format("report/{}", w.rank), bytes_of(j.dump()));
-  store.append("reported", bytes_of(fmt::format("{},", w.rank)));
+  try {
+    const nlohmann::json j = {{"rank", mine.rank}, {"step", mine.step}, {"exact", mine.exact}};
+    on(store, op_s, "the report", [r = w.rank, text = j.dump()](c10d::Store& st) {
+      st.set(fmt::format("report/{}", r), bytes_of(text));
+      st.append("reported", bytes_of(fmt::format("{},", r)));
+      return 0;
+    });
+    return agree_in(store, peer_s, op_s);
+  } catch (const DeadlineExceeded& e) {
+    throw Error(ExitCode::kRuntime, fmt::format("{}: the survivors cannot agree on a checkpoint", e.what()));
+  }
+}
+
+RescueDecision Rescue::agree_in(const c10::intrusive_ptr<c10d::Store>& store, double peer_s, double op_s) {
+  const World& w = group_.world;
+  auto reported_now = [&] {
+    return ranks_in(text_of(on(store, op_s, "the reports", [](c10d::Store& st) { return st.get("reported"); })));
+  };
 
   // Wait for the other survivors: in the rendezvous store, every rank whose heartbeat still
   // moves (it will report once its own collective ends); in the survivors' own store, until
@@ -169,7 +206,7 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
   double last_new = start;
   std::set<int> reported;
   for (;;) {
-    std::set<int> now_reported = ranks_in(text_of(store.get("reported")));
+    std::set<int> now_reported = reported_now();
     if (now_reported.size() != reported.size()) last_new = mono_now();
     reported = std::move(now_reported);
     if (s_->job && !counted) {
@@ -184,7 +221,8 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
           missing.push_back(r);
       std::vector<int> alive;
       try {
-        alive = Heartbeat::beating(*s_->job, missing, 2.5 * Heartbeat::kBeatS);
+        alive = within(2.5 * Heartbeat::kBeatS + op_s, "the rendezvous store's heartbeats",
+                       [job = s_->job, missing] { return Heartbeat::beating(*job, missing, 2.5 * Heartbeat::kBeatS); });
       } catch (const std::exception&) {
       }
       expected = reported;
@@ -202,12 +240,15 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
   }
   std::vector<RescueReport> reports;
   for (int r : reported) {
-    const auto rj = nlohmann::json::parse(text_of(store.get(fmt::format("report/{}", r))));
+    const auto rj = nlohmann::json::parse(text_of(
+        on(store, op_s, "a report", [r](c10d::Store& st) { return st.get(fmt::format("report/{}", r)); })));
     reports.push_back({rj.at("rank").get<int>(), rj.at("step").get<int64_t>(), rj.at("exact").get<bool>()});
   }
   // One decision for all: the first survivor's to be written.
   const std::string proposed = to_text(decide(reports, w.size));
-  s_->decision = decision_from(text_of(store.compareSet("decision", {}, bytes_of(proposed))));
+  s_->decision = decision_from(text_of(on(store, op_s, "the decision", [proposed](c10d::Store& st) {
+    return st.compareSet("decision", {}, bytes_of(proposed));
+  })));
   const auto& d = s_->decision;
   log::info("distributed: {} of {} ranks survive ({}); rank {} writes step {} ({})", d.survivors.size(), w.size,
             fmt::join(d.survivors, ", "), d.writer, d.step,
@@ -217,27 +258,41 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
 }
 
 void Rescue::committed(const std::string& failure) {
-  s_->store->set("outcome", bytes_of(failure.empty() ? std::string("ok") : "failed: " + failure));
+  try {
+    on(s_->store, s_->op_s, "the outcome", [text = failure.empty() ? std::string("ok") : "failed: " + failure](
+                                               c10d::Store& st) {
+      st.set("outcome", bytes_of(text));
+      return 0;
+    });
+  } catch (const std::exception& e) {  // the others learn it from the writer's silence instead
+    log::warn("distributed: telling the other survivors the outcome failed: {}", e.what());
+  }
   linger();
 }
 
 std::string Rescue::await_committed() {
-  auto& store = *s_->store;
+  const StorePtr store = s_->store;
+  const double op_s = s_->op_s;
   const int writer = s_->decision.writer;
   const std::string beat = fmt::format("rbeat/{}", writer);
   int64_t seen = -1;
   double moved = mono_now();
-  for (;;) {
-    if (store.check({"outcome"})) break;
-    const int64_t b = store.add(beat, 0);
-    if (b != seen) seen = b, moved = mono_now();
-    if (mono_now() - moved > kWriterSilentS)
-      return fmt::format("rank {}, which was writing the survivors' checkpoint, went silent", writer);
-    sleep_s(0.1);
+  try {
+    for (;;) {
+      if (on(store, op_s, "the outcome", [](c10d::Store& st) { return st.check({"outcome"}); })) break;
+      const int64_t b = on(store, op_s, "the writer's beat", [beat](c10d::Store& st) { return st.add(beat, 0); });
+      if (b != seen) seen = b, moved = mono_now();
+      if (mono_now() - moved > kWriterSilentS)
+        return fmt::format("rank {}, which was writing the survivors' checkpoint, went silent", writer);
+      sleep_s(0.1);
+    }
+    const std::string outcome =
+        text_of(on(store, op_s, "the outcome", [](c10d::Store& st) { return st.get("outcome"); }));
+    linger();
+    return outcome == "ok" ? std::string() : outcome;
+  } catch (const DeadlineExceeded& e) {
+    return e.what();
   }
-  const std::string outcome = text_of(store.get("outcome"));
-  linger();
-  return outcome == "ok" ? std::string() : outcome;
 }
 
 void Rescue::linger() noexcept {
@@ -245,13 +300,14 @@ void Rescue::linger() noexcept {
   // survivors' own, or rank 0's rendezvous store) keeps it open until the others have read the
   // outcome (bounded: one that died meanwhile never will).
   try {
-    s_->store->add("read", 1);
+    auto read = [](int64_t n) { return [n](c10d::Store& st) { return st.add("read", n); }; };
+    on(s_->store, s_->op_s, "the count of readers", read(1));
     const World& w = group_.world;
     const bool hosts_job_store = s_->job && w.rank == 0 && !w.agent_store;  // rank 0's store ends with it
     if (!s_->hosted && !hosts_job_store) return;
     const auto all = static_cast<int64_t>(s_->decision.survivors.size());
     const double until = mono_now() + 30;
-    while (s_->store->add("read", 0) < all && mono_now() < until) sleep_s(0.05);
+    while (on(s_->store, s_->op_s, "the count of readers", read(0)) < all && mono_now() < until) sleep_s(0.05);
   } catch (const std::exception&) {
   }
 }

@@ -14,6 +14,10 @@
 //   3. The writer commits the checkpoint (and uploads it with checkpoint.remote) and says so;
 //      every survivor then exits 75, or 1 when the writer could not commit.
 //
+// Every store call has a deadline of dist.peer_timeout_s's scale (deadline.h), never
+// dist.timeout_s: a frozen rank 0 (SIGSTOP, a hung host) leaves a store that accepts connections
+// and never answers, and the survivors treat it as gone.
+//
 // They meet in the rendezvous store while it answers. When it is gone with rank 0's host, the
 // survivors meet in a store of their own: rank 1 and the first rank of every other host each
 // open one at their address and MASTER_PORT + 1, and every survivor uses the first of those, in
@@ -79,6 +83,8 @@ class Rescue {
   std::string await_committed();
 
  private:
+  /// agree()'s wait for the other reports in `store` and the decision.
+  RescueDecision agree_in(const c10::intrusive_ptr<c10d::Store>& store, double peer_s, double op_s);
   /// After the outcome: count this rank out; the host of the survivors' store waits for all.
   void linger() noexcept;
   struct State;

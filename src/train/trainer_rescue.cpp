@@ -2,7 +2,9 @@
 // and the records of an interruption whose checkpoint is committed.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -66,7 +68,13 @@ std::optional<int> Trainer::rescue() {
   metrics::Event e{"peer_lost", d.step};  // rank 0 survived: the run's records
   e.message = loss.why;
   e.scalars = {{"latency_s", commit_time > 0 ? commit_time - lost_at : 0.0}};
-  e.fields = {{"lost_ranks", loss.ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
+  // The ranks the watch named, else (a collective that failed first: a killed process closes its
+  // connections before its heartbeat can go silent) those that did not report to the rescue.
+  std::vector<int> lost_ranks = loss.ranks;
+  if (lost_ranks.empty())
+    for (int r = 0; r < group->size(); ++r)
+      if (std::find(d.survivors.begin(), d.survivors.end(), r) == d.survivors.end()) lost_ranks.push_back(r);
+  e.fields = {{"lost_ranks", lost_ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
               {"writer", d.writer}, {"exact", d.exact}, {"survivors", d.survivors}, {"mid_step", mid_step}};
   record_interruption(std::move(e), "peer_lost", lost_at, upload, /*read_loss=*/false);
   return kInterrupted;

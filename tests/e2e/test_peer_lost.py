@@ -11,6 +11,7 @@ the step at which the peer goes, so that only that save can keep the work.
 
 Two real hosts, one of them taken, are tests/e2e/test_two_hosts.py."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def test_a_killed_worker_costs_no_step():
         lost = events.get("peer_lost")
         expect(lost is not None and lost["step"] == 9, events.keys())
         expect(lost["writer"] == 0 and lost["exact"] and sorted(lost["survivors"]) == [0, 2], lost)
+        expect(lost["lost_ranks"] == [1], lost)  # named, though its connections closed before its beat stopped
         expect(events["resume"]["steps_replayed"] == 0, events["resume"])
         expect(sum(m.get("event") == "resume" for m in r.metrics()) == 1, "the resume recorded more than once")
         s, s_ref = r.summary(), ref.summary()
@@ -116,6 +118,44 @@ def test_a_silent_peer_is_lost_within_peer_timeout():
         print(f"  rank 2 stopped: the others saved step {lost[0]['step']} and exited 75 {took:.1f} s later")
 
 
+def test_a_frozen_store_host_does_not_hold_the_survivor():
+    """Rank 0, which hosts the rendezvous store, stopped with SIGSTOP: its store's socket still
+    accepts connections and never answers. Every store call of the survivors' rescue has a
+    deadline of dist.peer_timeout_s's scale, so rank 1 treats the store as gone, meets in a store
+    of its own, writes the checkpoint of its last step and exits 75 -- in seconds, not after
+    dist.timeout_s (300 here) or never."""
+    with RunDir() as r:
+        args = ["train", TINY, *RUN, "train.max_steps=400", "dist.peer_timeout_s=3", "dist.timeout_s=300",
+                "--run-dir", r.path]
+        with Ranks(2, args, {"DLRUN_FAULT": "slow_batch:50"}, port=free_port()) as rs:
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                try:
+                    if max(r.step_losses(), default=0) >= 6:
+                        break
+                except (OSError, ValueError):
+                    pass
+                time.sleep(0.05)
+            frozen = rs.procs[0]
+            frozen.send_signal(signal.SIGSTOP)
+            stopped = time.time()
+            try:
+                out, _ = rs.procs[1].communicate(timeout=120)
+            finally:
+                frozen.kill()  # (SIGKILL ends a stopped process too)
+                frozen.wait()
+            took = time.time() - stopped
+        code = rs.procs[1].returncode
+        expect(code == 75, f"rank 1 exited {code}:\n{out[-4000:]}")
+        expect("the survivors meet without it" in out, out[-4000:])
+        expect(took < 60, f"rank 1 took {took:.0f} s to save (dist.peer_timeout_s=3, dist.timeout_s=300)")
+        saving = re.search(r"saving the checkpoint of step (\d+) with the other survivors", out)
+        expect(saving, out[-4000:])
+        latest = open(r.file("checkpoints", "LATEST")).read().strip()
+        expect(latest == f"step-{int(saving.group(1)):08d}", (latest, saving.group(0)))
+        print(f"  rank 0 (the store's host) stopped: rank 1 committed {latest} and exited 75 {took:.1f} s later")
+
+
 if __name__ == "__main__":
     main([test_a_killed_worker_costs_no_step, test_real_torchrun_restarts_from_the_survivors_save,
-          test_a_silent_peer_is_lost_within_peer_timeout])
+          test_a_silent_peer_is_lost_within_peer_timeout, test_a_frozen_store_host_does_not_hold_the_survivor])
