@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/iso8601.h"
 #include "base/json_limits.h"
@@ -37,7 +38,17 @@ CredentialFetch process_fetch(std::vector<std::string> argv, std::string what) {
     using End = ProgramResult::End;
     switch (r.end) {
       case End::kExited:
-        if (r.status == 0) return parse_process_credentials(r.output, what);
+        if (r.status == 0) {
+          Credentials c = parse_process_credentials(r.output, what);
+          // As the AWS CLI: credentials that have expired already are refused, not used until
+          // the service says ExpiredToken and the program is run again at once, and again.
+          if (c.expires > 0 && c.expires <= wall_now())
+            throw S3Error(fmt::format("{}: the refreshed credentials are still expired (its Expiration is {:.0f} s in the "
+                                      "past): fix the program or what it reads",
+                                      what, wall_now() - c.expires),
+                          0, kNoCredentials);
+          return c;
+        }
         throw S3Error(fmt::format("{} exited with status {} (what it printed is not shown: it may hold secrets)", what,
                                   r.status),
                       0, kFailed, false);

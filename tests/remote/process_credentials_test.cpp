@@ -165,6 +165,21 @@ TEST_CASE("credential_process failures name the profile and the exit status, nev
   }
 }
 
+TEST_CASE("credential_process: credentials already expired are refused, naming the profile", "[remote][credentials][process]") {
+  // (The AWS CLI: "the refreshed credentials are still expired"; before, they were used, refused by
+  // the service as expired, and the program run again at once, 16 times in 5 s.)
+  dlrun::testing::ScratchDir runs;
+  const std::string count = runs / "runs";
+  Helper h("echo run >> '" + count + "'\necho '{\"Version\": 1, \"AccessKeyId\": \"AKIDOLD\", \"SecretAccessKey\": "
+           "\"s\", \"SessionToken\": \"t\", \"Expiration\": \"2020-01-01T00:00:00Z\"}'\n");
+  auto p = remote::credential_chain("us-east-1");
+  const remote::S3Error e = get_error(*p);
+  CHECK(e.code() == remote::kNoCredentials);
+  CHECK_FALSE(e.transient());
+  CHECK_THAT(e.what(), Catch::Contains("profile proc") && Catch::Contains("the refreshed credentials are still expired"));
+  CHECK(dlrun::testing::read_text(count) == "run\n");  // run once for this request, not again and again
+}
+
 TEST_CASE("a stop ends a credential_process under way", "[remote][credentials][process]") {
   dlrun::testing::ScratchDir marks;
   const std::string started = marks / "started";
