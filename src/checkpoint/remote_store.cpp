@@ -56,10 +56,13 @@ std::string remote_hint(const remote::S3Error& e, const std::string& credentials
   if (e.code() == remote::kNotEncrypted)
     return "the store did not apply checkpoint.remote_sse (--remote-sse): some S3-compatible stores have no "
            "server-side encryption";
-  if (e.status() == 403 && e.code() == "AccessDenied")
+  if (e.status() == 403 && e.code() == "AccessDenied") {
+    // Encryption a bucket policy requires concerns writes only (a read of a data shard, a listing: no).
+    const bool write = std::string(e.what()).find("s3:PutObject") != std::string::npos;
     return fmt::format("give the credentials{} the permission named above: docs/security.md, \"Least privilege\", "
-                       "has the policy dlrun needs (a bucket policy may also require encryption: checkpoint.remote_sse)",
-                       from);
+                       "has the policy dlrun needs{}",
+                       from, write ? " (a bucket policy may also require encryption: checkpoint.remote_sse)" : "");
+  }
   return fmt::format("check the credentials{} (docs/checkpoints.md, \"Credentials\"), the bucket and prefix, the "
                      "endpoint (checkpoint.remote_endpoint, --remote-endpoint) and the region",
                      from);
@@ -157,26 +160,37 @@ uint64_t RemoteStore::upload(const std::string& local_dir) {
   return sent;
 }
 
-std::vector<RemoteEntry> RemoteStore::list() {
-  const std::string base = url_.dir();
-  std::map<int64_t, RemoteEntry> by_step;
-  for (const auto& obj : client_.list(base).objects) {
+namespace {
+
+/// The checkpoint directories of a listing: those without a suffix, or (`aside`) those with one.
+std::vector<RemoteEntry> entries_of(const std::vector<remote::ObjectInfo>& objects, const std::string& base, bool aside) {
+  std::map<std::pair<int64_t, std::string>, RemoteEntry> by_dir;
+  for (const auto& obj : objects) {
     const std::string rel = obj.key.substr(base.size());  // the client checked the prefix
     const auto slash = rel.find('/');
     if (slash == std::string::npos) continue;
     const std::string dir = rel.substr(0, slash);
     int64_t step = -1;
     std::string suffix;
-    if (!detail::parse_dir_name(dir, &step, &suffix) || !suffix.empty()) continue;
-    RemoteEntry& e = by_step[step];
+    if (!detail::parse_dir_name(dir, &step, &suffix) || suffix.empty() == aside) continue;
+    RemoteEntry& e = by_dir[{step, suffix}];
     e.name = dir;
     e.step = step;
+    e.suffix = suffix;
     e.bytes += obj.size;
     e.complete |= rel.substr(slash + 1) == detail::kManifest;
   }
   std::vector<RemoteEntry> out;
-  for (auto& kv : by_step) out.push_back(std::move(kv.second));
+  for (auto& kv : by_dir) out.push_back(std::move(kv.second));
   return out;
+}
+
+}  // namespace
+
+std::vector<RemoteEntry> RemoteStore::list() { return entries_of(client_.list(url_.dir()).objects, url_.dir(), false); }
+
+std::vector<RemoteEntry> RemoteStore::list_set_aside() {
+  return entries_of(client_.list(url_.dir()).objects, url_.dir(), true);
 }
 
 std::optional<std::string> RemoteStore::latest() {

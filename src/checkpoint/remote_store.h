@@ -34,8 +34,9 @@ class NewerFormatError : public Error {
 };
 
 struct RemoteEntry {
-  std::string name;       ///< "step-00001200"
+  std::string name;       ///< "step-00001200" (set aside: "step-00001200.aside-<time>")
   int64_t step = -1;
+  std::string suffix;     ///< set aside: ".aside-<time>" (--resume never --force), ".abandoned-<time>"
   bool complete = false;  ///< its manifest.json is there
   uint64_t bytes = 0;     ///< the sizes of its objects, as listed
 };
@@ -103,6 +104,9 @@ class RemoteStore {
   uint64_t upload(const std::string& local_dir);
   /// The checkpoints under the prefix, oldest first.
   std::vector<RemoteEntry> list();
+  /// The checkpoints set aside under the prefix (step-N.aside-*, step-N.abandoned-*): never read
+  /// by a resume, still stored and billed. Oldest first.
+  std::vector<RemoteEntry> list_set_aside();
   /// The name the remote LATEST holds.
   std::optional<std::string> latest();
   /// Download `name`, checking every file against its manifest while it streams in; throws

@@ -1,19 +1,28 @@
-// `dlrun ckpt list RUN_DIR [--json]` and `dlrun ckpt verify PATH`: inspect checkpoints without
-// training. list shows every checkpoint (committed, corrupt, partial) and exits 0 even when
-// some are invalid; verify exits 0 for a valid checkpoint and 2 (with the reason) otherwise.
+// `dlrun ckpt list RUN_DIR [--json]`, `dlrun ckpt verify PATH` and `dlrun ckpt push RUN_DIR`:
+// inspect checkpoints without training, and upload the ones a remote store lacks. list shows
+// every checkpoint (committed, corrupt, partial; LATEST and BEST marked; in a bucket, also those
+// set aside, which are still billed) and exits 0 even when some are invalid; verify exits 0 for
+// a valid checkpoint and 2 (with the reason) otherwise; push uploads the committed local
+// checkpoints newer than the store's newest (checkpoint/push.h).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/push.h"
 #include "checkpoint/remote_store.h"
 #include "cli/app.h"
 #include "cli/remote_args.h"
+#include "config/loader.h"
+#include "config/remote_options.h"
+#include "remote/s3.h"
 
 namespace dlrun::cli {
 namespace {
@@ -55,19 +64,32 @@ void run_remote_list(const std::string& url, const RemoteArgs& args, bool json) 
   auto store = remote_store_for(url, args, &name);
   const auto latest = store->latest();
   const auto entries = store->list();
+  const auto aside = store->list_set_aside();
   if (json) {
-    nlohmann::json arr = nlohmann::json::array();
+    nlohmann::json arr = nlohmann::json::array(), set_aside = nlohmann::json::array();
     for (const auto& e : entries)
       arr.push_back({{"name", e.name}, {"url", store->url().str(e.name)}, {"step", e.step}, {"bytes", e.bytes},
                      {"status", e.complete ? "complete" : "incomplete"}, {"latest", latest && *latest == e.name}});
+    for (const auto& e : aside)
+      set_aside.push_back({{"name", e.name}, {"url", store->url().str(e.name)}, {"step", e.step}, {"bytes", e.bytes}});
     nlohmann::json j = {{"dir", store->url().str()}, {"latest", latest ? nlohmann::json(*latest) : nlohmann::json()},
-                        {"checkpoints", arr}};
+                        {"checkpoints", arr}, {"set_aside", set_aside}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("%s (LATEST: %s)\n", store->url().str().c_str(), latest ? latest->c_str() : "none");
+  auto print_aside = [&] {
+    if (aside.empty()) return;
+    uint64_t bytes = 0;
+    for (const auto& e : aside) bytes += e.bytes;
+    std::printf("set aside (never resumed, still stored and billed: %s in %zu; remove with `aws s3 rm --recursive`):\n",
+                human_bytes(bytes).c_str(), aside.size());
+    for (const auto& e : aside)
+      std::printf("  %-44s %10lld  %10s\n", e.name.c_str(), static_cast<long long>(e.step), human_bytes(e.bytes).c_str());
+  };
   if (entries.empty()) {
     std::printf("no checkpoints\n");
+    print_aside();
     return;
   }
   std::printf("  %-20s %10s  %10s  %s\n", "NAME", "STEP", "SIZE", "STATUS");
@@ -79,6 +101,7 @@ void run_remote_list(const std::string& url, const RemoteArgs& args, bool json) 
     std::printf("%s %-20s %10lld  %10s  %s\n", is_latest ? "*" : " ", e.name.c_str(), static_cast<long long>(e.step),
                 human_bytes(e.bytes).c_str(), status.c_str());
   }
+  print_aside();
 }
 
 void run_remote_verify(const std::string& url, const RemoteArgs& args) {
@@ -96,21 +119,25 @@ void run_remote_verify(const std::string& url, const RemoteArgs& args) {
 void run_list(const std::string& path, bool json) {
   const std::string dir = ckpt::checkpoints_dir_of(path);
   const auto latest = ckpt::read_latest(dir);
+  const auto best = ckpt::read_best(dir);
   const auto entries = ckpt::list(dir);
+  auto name_or_null = [](const std::optional<std::string>& n) { return n ? nlohmann::json(*n) : nlohmann::json(); };
   if (json) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& e : entries) {
       arr.push_back({{"name", e.name}, {"path", e.path}, {"step", e.step},
                      {"epoch", e.verified.epoch}, {"status", status_of(e)},
                      {"reason", e.verified.reason}, {"bytes", e.bytes}, {"mtime", e.mtime},
-                     {"time", local_time(e.mtime)}, {"latest", latest && *latest == e.name}});
+                     {"time", local_time(e.mtime)}, {"latest", latest && *latest == e.name},
+                     {"best", best && *best == e.name}});
     }
-    nlohmann::json j = {{"dir", dir}, {"latest", latest ? nlohmann::json(*latest) : nlohmann::json()},
+    nlohmann::json j = {{"dir", dir}, {"latest", name_or_null(latest)}, {"best", name_or_null(best)},
                         {"checkpoints", arr}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("%s (LATEST: %s)\n", dir.c_str(), latest ? latest->c_str() : "none");
+  std::printf("%s (LATEST: %s%s)\n", dir.c_str(), latest ? latest->c_str() : "none",
+              best ? (", BEST: " + *best).c_str() : "");
   if (entries.empty()) {
     std::printf("no checkpoints\n");
     return;
@@ -120,6 +147,7 @@ void run_list(const std::string& path, bool json) {
     const bool is_latest = latest && *latest == e.name;
     std::string status = e.partial ? e.verified.reason : e.verified.ok ? "ok" : "INVALID: " + e.verified.reason;
     if (is_latest) status += "  <- LATEST";
+    if (best && *best == e.name) status += "  <- BEST";
     const std::string epoch = e.verified.epoch >= 0 ? std::to_string(e.verified.epoch) : "-";
     std::printf("%s %-20s %10lld %6s  %-19s  %10s  %s\n", is_latest ? "*" : " ", e.name.c_str(),
                 static_cast<long long>(e.step), epoch.c_str(), local_time(e.mtime).c_str(),
@@ -130,6 +158,54 @@ void run_list(const std::string& path, bool json) {
     for (const auto& e : entries) found |= e.name == *latest;
     if (!found) std::printf("warning: LATEST names %s, which does not exist\n", latest->c_str());
   }
+}
+
+struct PushArgs {
+  std::string run_dir;
+  std::string remote;  ///< --remote: instead of the run's checkpoint.remote (with the --remote-* options)
+  RemoteArgs remote_args;
+};
+
+// The store a run directory's checkpoints belong to: --remote with the --remote-* options, else
+// the checkpoint.remote_* keys of RUN_DIR/config.yaml (the config the run wrote).
+std::unique_ptr<ckpt::RemoteStore> store_of_run(const PushArgs& a, const std::string& config_yaml) {
+  if (!a.remote.empty()) {
+    std::string name;
+    auto store = remote_store_for(a.remote, a.remote_args, &name);
+    DLRUN_CHECK_INPUT(name.empty(), "--remote {}: expected the run's prefix (s3://BUCKET/PREFIX), not a checkpoint",
+                      a.remote);
+    return store;
+  }
+  DLRUN_CHECK_INPUT(std::filesystem::is_regular_file(config_yaml),
+                    "{} has no config.yaml to name the remote store: give --remote s3://BUCKET/PREFIX", a.run_dir);
+  const Config cfg = config::load(config_yaml);
+  DLRUN_CHECK_INPUT(!cfg.checkpoint.remote.empty(),
+                    "{}: checkpoint.remote is not set (the run uploaded nothing): give --remote s3://BUCKET/PREFIX",
+                    config_yaml);
+  return std::make_unique<ckpt::RemoteStore>(config::s3_config(cfg.checkpoint),
+                                             remote::parse_s3_url(cfg.checkpoint.remote));
+}
+
+void run_push(const PushArgs& a) {
+  const std::string dir = ckpt::checkpoints_dir_of(a.run_dir);
+  auto store = store_of_run(a, a.run_dir + "/config.yaml");
+  const auto r = ckpt::push_newer(*store, dir, [&](const ckpt::Entry& e) {
+    std::printf("uploading %s (step %lld, %s) to %s\n", e.path.c_str(), static_cast<long long>(e.step),
+                human_bytes(e.bytes).c_str(), store->url().str(e.name).c_str());
+    std::fflush(stdout);
+  });
+  for (const auto& e : r.skipped)
+    log::warn("{} does not verify ({}): not uploaded", e.path, e.verified.reason);
+  if (r.pushed.empty()) {
+    DLRUN_CHECK_INPUT(r.local_newest >= 0 || r.remote_newest >= 0, "{}: no committed checkpoint to push", dir);
+    std::printf("nothing to push: %s holds step %lld, the newest local checkpoint is step %lld\n",
+                store->url().str().c_str(), static_cast<long long>(r.remote_newest),
+                static_cast<long long>(r.local_newest));
+    DLRUN_CHECK_INPUT(r.skipped.empty(), "the local checkpoints newer than the store's do not verify (above)");
+    return;
+  }
+  std::printf("pushed %zu checkpoint(s); %s now names %s (LATEST)\n", r.pushed.size(), store->url().str().c_str(),
+              r.pushed.back().name.c_str());
 }
 
 void run_verify(const std::string& path) {
@@ -166,6 +242,18 @@ void setup_ckpt(CLI::App& app) {
     if (remote::is_s3_url(*path)) run_remote_verify(*path, *remote_args);
     else run_verify(*path);
   });
+
+  auto* push = cmd->add_subcommand(
+      "push", "upload the committed checkpoints of a run directory that its remote store lacks (newer than the "
+              "store's newest), oldest first; the store's LATEST then names the newest");
+  auto push_args = std::make_shared<PushArgs>();
+  push->add_option("RUN_DIR", push_args->run_dir, "the run directory (its config.yaml names checkpoint.remote)")
+      ->required();
+  push->add_option("--remote", push_args->remote,
+                   "s3://BUCKET/PREFIX instead of the run's checkpoint.remote (with the --remote-* options below, "
+                   "instead of the run's checkpoint.remote_* keys)");
+  add_remote_args(push, push_args->remote_args, /*writes=*/true);
+  push->callback([push_args] { run_push(*push_args); });
 }
 
 }  // namespace dlrun::cli

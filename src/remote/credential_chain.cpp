@@ -9,6 +9,7 @@
 #include "remote/aws_profile.h"
 #include "remote/credential_sources.h"
 #include "remote/credentials.h"
+#include "remote/s3_error.h"
 
 namespace dlrun::remote {
 namespace {
@@ -27,7 +28,21 @@ std::shared_ptr<CredentialProvider> from_profile_section(const AwsProfile& p, bo
   if (!key.empty() || !sec.empty()) {
     DLRUN_CHECK_INPUT(!key.empty() && !sec.empty(), "{}: aws_access_key_id and aws_secret_access_key go together",
                       where);
-    return fixed_credentials({key, sec, get("aws_session_token"), 0}, where);
+    if (get("aws_session_token").empty()) return fixed_credentials({key, sec, "", 0}, where);
+    // Temporary keys in the shared file (what `aws sso login`-style helpers, a sidecar or `aws
+    // configure set` keep fresh): read the file again when the store says they expired, so a
+    // file rewritten with new keys is taken without a restart.
+    const bool in_credentials_file = &section == &p.credentials;
+    return refreshing_credentials(
+        [in_credentials_file, where](const std::atomic<bool>*) {
+          const AwsProfile now = load_aws_profile();
+          const IniSection& sec_now = in_credentials_file ? now.credentials : now.config;
+          const std::string k = ini_value(sec_now, "aws_access_key_id"), s = ini_value(sec_now, "aws_secret_access_key");
+          if (k.empty() || s.empty())
+            throw S3Error(where + ": no longer holds aws_access_key_id and aws_secret_access_key", 0, kNoCredentials);
+          return Credentials{k, s, ini_value(sec_now, "aws_session_token"), 0};
+        },
+        where + " (read again when they expire)");
   }
   if (const std::string file_tok = get("web_identity_token_file"); !file_tok.empty()) {
     const std::string arn = get("role_arn");

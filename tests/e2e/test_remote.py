@@ -226,7 +226,10 @@ def test_training_goes_on_while_the_service_is_down():
 def test_an_upload_refused_for_good_stops_the_run_only_with_on_error_stop():
     for policy in ("stop", "continue"):
         with S3Server() as s3, RunDir() as r:
-            with training(s3, r, "train.epochs=400", *s3.overrides("exp12", f"checkpoint.on_error={policy}")) as p:
+            # (continue with max_failed_saves: 0 trains on whatever the store does; with the default
+            # limit three uploads given up in a row stop the run: test_remote_credentials.py)
+            with training(s3, r, "train.epochs=400", *s3.overrides("exp12", f"checkpoint.on_error={policy}",
+                                                                   "checkpoint.max_failed_saves=0")) as p:
                 wait_for(lambda: events(r, "upload"), p)
                 s3.revoke()  # 403 AccessDenied from now on: not worth retrying
                 wait_for(lambda: [e for e in events(r, "upload_error") if e["final"]], p)

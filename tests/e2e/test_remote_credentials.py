@@ -7,11 +7,12 @@ revoked early, fetched again on ExpiredToken; no credential in a log or the run 
 whose checkpoints never reach the store is not a success. No real cloud address is contacted."""
 import os
 import tempfile
+import time
 
-from common import RunDir, expect, main
+from common import RunDir, dlrun, expect, main
 from cred_server import CredentialServer
 from s3_server import S3Server
-from test_remote import run, started, training, wait_for
+from test_remote import events, run, started, training, wait_for
 
 NO_KEYS = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None}
 
@@ -106,13 +107,61 @@ def test_a_run_whose_checkpoints_never_reach_the_store_is_not_a_success():
                 s3.restrict(["s3:ListBucket", "s3:GetObject"])
                 out, _ = p.communicate(timeout=300)
             expect(p.returncode == 1, f"exit {p.returncode}\n{out[-1500:]}")
-            expect("none of this run's checkpoints reached" in out and "HTTP 403" in out, out[-1500:])
+            expect(("uploads in a row failed for good" in out or "did not reach" in out) and "HTTP 403" in out,
+                   out[-1500:])
+            expect("no checkpoint of this run is in" in out, out[-1500:])
             s = r.summary()
             expect(s["status"] == "failed" and s["remote"]["uploads"] == 0 and s["remote"]["given_up"] >= 1, s)
             expect(os.path.isdir(r.file("checkpoints", "step-00000048")), "the local checkpoints are gone")
 
 
+def test_uploads_that_fail_for_good_stop_the_run_and_ckpt_push_catches_up():
+    """Environment keys from `aws sts assume-role` expire during a long run (the store answers
+    ExpiredToken; dlrun cannot refresh fixed keys). Before, every upload failed for good and the
+    run ended with exit 0, "completed", the bucket hundreds of steps behind. Now
+    checkpoint.max_failed_saves uploads given up in a row stop the run as failed saves do (exit
+    1), naming the newest remote checkpoint and what to do; a run that finishes with its final
+    checkpoint not in the store exits 1 too (max_failed_saves: 0); and `dlrun ckpt push RUN_DIR`
+    uploads the local checkpoints the store lacks once the keys work again."""
+    with S3Server() as s3:
+        gate = s3._gate()  # (the endpoint is the gate from here on: it answers ExpiredToken when told to)
+        for limit in (2, 0):
+            with RunDir() as r:
+                prefix = f"behind{limit}"
+                with training(s3, r, *s3.overrides(prefix, "train.epochs=20", "checkpoint.every_steps=4",
+                                                   f"checkpoint.max_failed_saves={limit}"),
+                              env={"DLRUN_FAULT": "slow_batch:40"}) as p:
+                    wait_for(lambda: events(r, "upload"), p)  # one checkpoint reached the store
+                    gate.expiry[s3.key_id] = time.time() - 1  # the keys expire now
+                    out, _ = p.communicate(timeout=300)
+                gate.expiry.pop(s3.key_id)
+                expect(p.returncode == 1, f"max_failed_saves={limit}: exit {p.returncode}\n{out[-2000:]}")
+                uploaded = max(e["step"] for e in events(r, "upload"))
+                newest = f"the newest checkpoint in {s3.url(prefix)} is step {uploaded}"
+                if limit:
+                    expect(f"{limit} checkpoint uploads in a row failed for good (checkpoint.max_failed_saves)" in out,
+                           out[-2000:])
+                    expect(r.summary()["status"] == "failed", r.summary().get("status"))
+                else:
+                    expect("training finished at step" in out and "but its final checkpoint did not reach" in out,
+                           out[-2000:])
+                expect(newest in out and "ExpiredToken" in out, out[-2000:])
+                expect("dlrun ckpt push RUN_DIR" in out and "fixed keys dlrun cannot refresh" in out, out[-2000:])
+                local = sorted(n for n in os.listdir(r.file("checkpoints")) if n.startswith("step-"))
+                expect(int(local[-1][5:]) > uploaded, (local, uploaded))
+                # The keys work again: push what the store lacks; LATEST names the newest local one.
+                p = dlrun("ckpt", "push", r.path, env=s3.env, check=0)
+                expect(f"now names {local[-1]} (LATEST)" in p.stdout and "uploading" in p.stdout, p.stdout)
+                expect(s3.read(f"{prefix}/LATEST").decode().strip() == local[-1], s3.keys(prefix))
+                listing = dlrun("ckpt", "list", s3.url(prefix), "--remote-endpoint", s3.endpoint, env=s3.env, check=0)
+                expect(f"(LATEST: {local[-1]})" in listing.stdout, listing.stdout)
+                again = dlrun("ckpt", "push", r.path, env=s3.env, check=0)
+                expect("nothing to push" in again.stdout, again.stdout)
+        expect(gate.refused >= 2, gate.refused)
+
+
 if __name__ == "__main__":
     main([test_a_profile_from_the_shared_files, test_web_identity_container_and_instance_role,
           test_credentials_that_expire_during_the_run, test_credentials_revoked_early_are_fetched_again,
-          test_a_run_whose_checkpoints_never_reach_the_store_is_not_a_success])
+          test_a_run_whose_checkpoints_never_reach_the_store_is_not_a_success,
+          test_uploads_that_fail_for_good_stop_the_run_and_ckpt_push_catches_up])

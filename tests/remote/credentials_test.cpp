@@ -65,6 +65,19 @@ TEST_CASE("the chain: environment first, then the shared files' profile", "[remo
     CHECK(p->source().find("profile dev") != std::string::npos);
     CHECK(p->source().find("SECRET-DEV") == std::string::npos);  // a source names no secret (mkdtemp writes no hyphen)
     CHECK(remote::profile_region() == "ap-south-1");
+    // Temporary keys in the file (a session token): the store's ExpiredToken reads the file again,
+    // so keys a helper rewrote there are taken without a restart.
+    CHECK(p->refreshable());
+    write(creds, "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s1\n"
+                 "[dev]\naws_access_key_id=AKIDNEW\naws_secret_access_key=SECRET-NEW\naws_session_token = tok2\n");
+    CHECK(p->get().access_key == "AKIDDEV");  // (nothing expired yet: the keys held)
+    p->expired(c);
+    const auto fresh = p->get();
+    CHECK(fresh.access_key == "AKIDNEW");
+    CHECK(fresh.session_token == "tok2");
+  }
+  {  // static keys without a session token do not expire: fixed
+    CHECK_FALSE(remote::credential_chain("us-east-1")->refreshable());
   }
   {
     ScopedEnv prof("AWS_PROFILE", "wi");

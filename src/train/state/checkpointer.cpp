@@ -64,14 +64,18 @@ void Checkpointer::take_over() {
 
 void Checkpointer::connect_remote() {
   if (cfg_.checkpoint.remote.empty()) return;
-  remote_ = std::make_unique<ckpt::RemoteStore>(config::s3_config(cfg_.checkpoint),
-                                                remote::parse_s3_url(cfg_.checkpoint.remote));
+  remote_ = connect_checked(cfg_.checkpoint);  // wrong credentials or bucket: exit 2 here, before anything is written
+}
+
+std::unique_ptr<ckpt::RemoteStore> Checkpointer::connect_checked(const CheckpointOptions& o) {
+  auto store = std::make_unique<ckpt::RemoteStore>(config::s3_config(o), remote::parse_s3_url(o.remote));
   try {
-    remote_->check_access();  // wrong credentials or bucket: exit 2 here, before anything is written
+    store->check_access();
   } catch (const Error& e) {
     if (e.code() == ExitCode::kBadInput) throw;
     log0::warn("remote storage is not reachable now ({}); training goes on and uploads are retried", e.message());
   }
+  return store;
 }
 
 Checkpointer::~Checkpointer() = default;
@@ -266,9 +270,35 @@ void Checkpointer::failed(const Error& e, SaveReason why, int64_t step, SaveReas
                   (periodic ? "; checkpoint.on_error: continue trains on when a periodic save fails" : ""));
 }
 
+namespace {
+
+/// What a user reads after uploads that failed: where the store stands and how to catch it up.
+std::string remote_behind(const ckpt::Uploader::Totals& t, const std::string& url, int64_t step) {
+  return t.last_step >= 0 ? fmt::format("the newest checkpoint in {} is step {} ({}), {} steps behind step {}", url,
+                                        t.last_step, t.last_url, step - t.last_step, step)
+                          : fmt::format("no checkpoint of this run is in {}", url);
+}
+
+/// Environment keys cannot be refreshed: say so when they are what the store refused.
+std::string credentials_hint(const ckpt::RemoteStore& store) {
+  const auto& creds = store.config().credentials;
+  std::string hint = "fix the store or its credentials (docs/checkpoints.md, \"Credentials\"), then upload the local "
+                     "checkpoints with `dlrun ckpt push RUN_DIR`, or requeue: --resume auto continues from the newest "
+                     "local checkpoint and uploads it";
+  if (creds && !creds->refreshable())
+    hint += fmt::format("; credentials from {} are fixed keys dlrun cannot refresh: temporary ones (aws sts "
+                        "assume-role) expire, so use a profile with credential_process, web identity, container or "
+                        "instance credentials, which dlrun fetches again before they expire",
+                        creds->source());
+  return hint;
+}
+
+}  // namespace
+
 void Checkpointer::report_uploads() {
   if (!uploader_) return;
   std::optional<ckpt::Uploader::Result> stop_for;  // every result is reported before on_error: stop ends the run
+  std::optional<ckpt::Uploader::Result> behind;    // checkpoint.max_failed_saves uploads given up in a row
   for (const auto& r : uploader_->drain()) {
     if (r.ok) {
       metrics::Event e{"upload", r.step, r.wall_time};
@@ -276,6 +306,7 @@ void Checkpointer::report_uploads() {
       e.fields = {{"url", r.url}, {"bytes", r.bytes}, {"attempt", r.attempt}};
       report_.report(std::move(e));
       save_cost_s_ = last_stall_s_ + r.seconds;  // what a save costs when the checkpoint must reach storage
+      uploads_given_up_in_a_row_ = 0;
       continue;
     }
     metrics::Event e{"upload_error", r.step, r.wall_time};
@@ -288,6 +319,9 @@ void Checkpointer::report_uploads() {
     log::warn("{}", e.message);
     report_.report(std::move(e));
     if (r.final && cfg_.checkpoint.on_error == SaveErrorPolicy::kStop && !stop_for) stop_for = r;
+    if (r.final && ++uploads_given_up_in_a_row_ >= cfg_.checkpoint.max_failed_saves &&
+        cfg_.checkpoint.max_failed_saves > 0 && !behind)
+      behind = r;
   }
   if (stop_for)
     throw Error(ExitCode::kRuntime,
@@ -295,6 +329,13 @@ void Checkpointer::report_uploads() {
                             stop_for->step, stop_for->url, stop_for->error),
                 "the local checkpoint is intact; fix the remote storage and requeue, or set checkpoint.on_error: "
                 "continue");
+  if (behind)
+    throw Error(ExitCode::kRuntime,
+                fmt::format("{} checkpoint uploads in a row failed for good (checkpoint.max_failed_saves): the last, of "
+                            "step {}: {}; {}; the local checkpoints are intact",
+                            uploads_given_up_in_a_row_, behind->step, behind->error,
+                            remote_behind(uploader_->totals(), remote_->url().str(), behind->step)),
+                credentials_hint(*remote_) + "; checkpoint.max_failed_saves: 0 trains on while the store falls behind");
 }
 
 // checkpoint.every_minutes, with `auto` resolved by Young and Daly's rule: the interval that
@@ -376,14 +417,16 @@ void Checkpointer::finish(int64_t step) {
   uploader_->wait(0, /*retention=*/true);  // the last checkpoint off the instance (retries are bounded)
   report_uploads();
   const auto t = uploader_->totals();
-  if (t.uploaded == 0 && (writer_->last().step >= 0 || upload_expected_))
+  // The run's result is its final checkpoint: one the store does not hold is not off the instance.
+  const int64_t final_step = writer_->last().step >= 0 ? writer_->last().step : upload_expected_ ? resumed_step_ : -1;
+  if (final_step >= 0 && t.last_step < final_step)
     throw Error(ExitCode::kRuntime,
-                fmt::format("training finished, but none of this run's checkpoints reached {} ({} failed attempts, "
-                            "the last: {}); the local ones are intact, the newest is {}",
-                            remote_->url().str(), t.failed_attempts, t.last_error.empty() ? "none" : t.last_error,
-                            writer_->last().path),
-                "fix the store or its credentials (docs/checkpoints.md, \"Credentials\"), then run the same command "
-                "again: it resumes from the last checkpoint and uploads it");
+                fmt::format("training finished at step {}, but its final checkpoint did not reach {} ({} failed "
+                            "attempts, the last: {}); {}; the local checkpoints are intact, the newest is {}",
+                            step, remote_->url().str(), t.failed_attempts, t.last_error.empty() ? "none" : t.last_error,
+                            remote_behind(t, remote_->url().str(), final_step),
+                            writer_->last().step >= 0 ? writer_->last().path : resumed_from_),
+                credentials_hint(*remote_));
 }
 
 void Checkpointer::settle() noexcept {

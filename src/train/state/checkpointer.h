@@ -45,6 +45,11 @@ class Checkpointer {
 
   /// The remote store (with checkpoint.remote, on the leader), for planning the resume.
   ckpt::RemoteStore* remote() const { return remote_.get(); }
+  /// train's start check of checkpoint.remote, shared with `config validate`: the store, its
+  /// every request tried once (RemoteStore::check_access); a refusal -- credentials, bucket,
+  /// permission, a certificate that does not verify -- is exit 2, a store that does not answer
+  /// a warning (training goes on; its uploads are retried).
+  static std::unique_ptr<ckpt::RemoteStore> connect_checked(const CheckpointOptions& o);
   /// The run resumed from `path` at `step` (a saved step: not saved again at once).
   void resumed(const std::string& path, int64_t step);
   /// The checkpoint the run continues from ("" for a fresh start).
@@ -95,7 +100,8 @@ class Checkpointer {
   /// Wait for the background write under way; its failure is treated as `why`'s.
   void wait_written(SaveReason why, int64_t step);
   /// Report the uploads finished since the last call; a final failure with
-  /// checkpoint.on_error: stop throws (exit 1).
+  /// checkpoint.on_error: stop throws (exit 1), and so do checkpoint.max_failed_saves uploads in
+  /// a row that failed for good with on_error: continue (the store falls behind the run).
   void report_uploads();
 
   /// What a stop did with remote storage: nothing (no remote), committed (when), or why not.
@@ -111,8 +117,9 @@ class Checkpointer {
   /// under way gives way to it. Then report the uploads (never throws: the stop is committed).
   StopUpload upload_before_deadline(int64_t step, double signal_time, const std::string& reason);
   /// The end of a completed run: the last write committed (else exit 1), the last upload done
-  /// (retries are bounded) and reported; a run that committed checkpoints none of which
-  /// reached the remote store is not a success (exit 1, the local ones intact).
+  /// (retries are bounded) and reported; a run whose final checkpoint did not reach the remote
+  /// store is not a success (exit 1, the local ones intact, the message naming the newest remote
+  /// checkpoint and `dlrun ckpt push` for the rest).
   void finish(int64_t step);
   /// After a failure: wait for the write under way, logging its failure (never throws).
   void settle() noexcept;
@@ -153,6 +160,7 @@ class Checkpointer {
   int64_t last_saved_step_ = -1;
   int64_t errors_ = 0;  ///< checkpoint writes that failed (checkpoint.on_error)
   int64_t failed_in_a_row_ = 0, committed_seen_ = -1;  ///< checkpoint.max_failed_saves
+  int64_t uploads_given_up_in_a_row_ = 0;                ///< the same limit for uploads that failed for good
   double streak_start_ = 0;                              ///< when the first of them failed
   int64_t resumed_step_ = 0;
   bool upload_expected_ = false;  ///< the resumed checkpoint was handed to the uploader
