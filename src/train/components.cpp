@@ -10,6 +10,8 @@
 #include "data/subset.h"
 #include "preempt/preempt.h"
 #include "train/observe/outputs.h"
+#include "checkpoint/remote_store.h"
+#include "train/state/checkpointer.h"
 #include "train/state/init_weights.h"
 #include "train/step/optim.h"
 
@@ -170,7 +172,9 @@ void preflight(const Config& cfg) {
   preempt::check_notice_source(cfg.preemption);
   // What `train` meets before its first step, checked the same way.
   if (d.train) check_swa_averages(cfg, d.train->size() / cfg.data.batch_size);
-  if (!cfg.checkpoint.remote.empty()) (void)config::s3_config(cfg.checkpoint);  // AWS_PROFILE, the endpoint, ...
+  // The store as train checks it before anything is written: credentials, bucket, every
+  // permission, TLS (a probe object written, read and removed).
+  if (!cfg.checkpoint.remote.empty()) (void)Checkpointer::connect_checked(cfg.checkpoint);
   (void)open_endpoint(cfg, Placement{});  // log.metrics_port free (bound, then closed again)
 }
 
