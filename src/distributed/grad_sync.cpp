@@ -75,7 +75,7 @@ class AbortableAllReduce : public c10d::CommHookInterface {
     } catch (const std::exception& e) {
       if (group_.peer_timeout_s <= 0 || !group_.peer_failure().empty()) throw;
       group_.lose({{}, false, fmt::format("the gradients' all-reduce across {} ranks failed: {}", group_.world.size,
-                                          e.what())});
+                                          brief(e))});
       out->setError(std::make_exception_ptr(PeerLost(group_.loss_text())));
       return out;
     }

@@ -9,12 +9,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/utils/tensor_flatten.h>
+#include <c10/util/Logging.h>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 #include <arpa/inet.h>
+#include <cstdlib>
 #include <fmt/ranges.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -109,7 +111,22 @@ c10d::ReduceOp reduce_op(Reduce op) {
 
 }  // namespace
 
+namespace {
+
+// c10d logs every failure of a store it talks to -- a peer gone, a connection refused -- as a
+// warning carrying the C++ backtrace of the exception: 30 to 110 lines a time, several times a
+// second while a store is gone. dlrun says what happened in one line of its own (the heartbeat,
+// the rescue, the error that ends the run), so c10's own log shows its fatal messages only,
+// unless TORCH_CPP_LOG_LEVEL says otherwise (the user's choice, as PyTorch reads it).
+void quiet_c10d_logs() {
+  const char* level = std::getenv("TORCH_CPP_LOG_LEVEL");
+  if (level == nullptr || *level == '\0') FLAGS_caffe2_log_level = 3;  // (0 info, 1 warning, 2 error, 3 fatal)
+}
+
+}  // namespace
+
 std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opts, const torch::Device& device) {
+  quiet_c10d_logs();
   auto impl = std::make_unique<Impl>();
   impl->world = world;
   impl->timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.timeout_s * 1000));
@@ -163,10 +180,10 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
   } catch (const std::exception& e) {
     throw Error(ExitCode::kRuntime,
                 so.isServer ? fmt::format("rank 0 could not host the rendezvous store on port {}: {}", world.master_port,
-                                          e.what())
+                                          brief(e))
                             : fmt::format("rank {} could not reach the rendezvous store at {}:{} within "
                                           "dist.timeout_s={} s: {}",
-                                          world.rank, world.master_addr, world.master_port, opts.timeout_s, e.what()),
+                                          world.rank, world.master_addr, world.master_port, opts.timeout_s, brief(e)),
                 so.isServer ? "another job may use this port: pick another with --master-port (MASTER_PORT), or "
                               "start a single-node job with scripts/dlrun-launch --standalone, which picks a free one"
                             : "rank 0 hosts the store: is it running, is MASTER_ADDR its address, and is the port open?");
@@ -179,7 +196,7 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
     throw;
   } catch (const std::exception& e) {
     fail_runtime("rank {} lost the rendezvous store at {}:{} while checking that it is this job's: {}", world.rank,
-                 world.master_addr, world.master_port, e.what());
+                 world.master_addr, world.master_port, brief(e));
   }
   // Under the run id as well: keys of two jobs never mix, even in a store they both reach.
   const std::string prefix =
@@ -242,7 +259,7 @@ std::unique_ptr<Group> Group::connect(const World& world, const DistOptions& opt
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail_runtime("opening the {} process group of {} ranks failed: {}", impl->backend, world.size, e.what());
+    fail_runtime("opening the {} process group of {} ranks failed: {}", impl->backend, world.size, brief(e));
   }
   return std::unique_ptr<Group>(new Group(std::move(impl)));
 }

@@ -63,7 +63,7 @@ void Group::Impl::lose(const Loss& l) noexcept {
     try {
       pg->abort();
     } catch (const std::exception& e) {
-      log::warn("distributed: aborting NCCL's communicators after the loss: {}", e.what());
+      log::warn("distributed: aborting NCCL's communicators after the loss: {}", brief(e));
     }
   }
   for (auto& f : tell) {
@@ -117,7 +117,7 @@ std::string Group::Impl::peer_failure() const noexcept {
   // (exit 1), not a loss to save from -- the restarted run would meet it again.
   std::string who = peer_failure();
   if (who.empty() && peer_timeout_s > 0) {  // a peer's connection closed, or a timeout: a loss
-    lose({{}, false, fmt::format("{} across {} ranks failed: {}", what, world.size, e.what())});
+    lose({{}, false, fmt::format("{} across {} ranks failed: {}", what, world.size, brief(e))});
     throw PeerLost(fmt::format("{} failed: {}", what, loss_text()));
   }
   if (who.empty() && world.rank != 0) {
@@ -130,7 +130,7 @@ std::string Group::Impl::peer_failure() const noexcept {
   if (who.empty()) who = silent();  // a peer lost without a word: name it
   throw Error(ExitCode::kRuntime,
               fmt::format("{} across {} ranks failed{}: {}", what, world.size, who.empty() ? "" : " (" + who + ")",
-                          e.what()),
+                          brief(e)),
               "another rank failed or was killed (its own error is above, or in its log); dist.timeout_s bounds "
               "how long a rank waits for the others");
 }
@@ -143,7 +143,7 @@ void Group::Impl::close(bool abort) noexcept {
     log::info("distributed: {} process group {}", backend,
               abort ? "aborted (this rank or a peer failed)" : "shut down");
   } catch (const std::exception& e) {
-    log::warn("distributed: closing the {} process group: {}", backend, e.what());
+    log::warn("distributed: closing the {} process group: {}", backend, brief(e));
   }
   if (lost) {
     (void)pg.release();  // (its threads wait on the lost peer: destroying it would join them)

@@ -22,6 +22,20 @@
 
 namespace dlrun::dist {
 
+/// An exception's message in one line, for logs and errors: c10's without its C++ backtrace (a
+/// store that went away raises errors of 30-110 lines of frames), anything after the first line
+/// left out. A person needs what happened, not where in c10d.
+inline std::string brief(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10 != nullptr ? c10->what_without_backtrace() : e.what();
+  const auto raised = text.find("Exception raised from");
+  if (raised != std::string::npos) text.resize(raised);
+  const auto nl = text.find('\n');
+  if (nl != std::string::npos) text.resize(nl);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) text.pop_back();
+  return text;
+}
+
 struct Group::Impl {
   World world;
   std::string backend;

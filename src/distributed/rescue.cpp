@@ -124,7 +124,7 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
     });
     s_->store = c10::make_intrusive<c10d::PrefixStore>("rescue/", s_->job);
   } catch (const std::exception& e) {
-    log::warn("distributed: the rendezvous store does not answer ({}): the survivors meet without it", e.what());
+    log::warn("distributed: the rendezvous store does not answer ({}): the survivors meet without it", brief(e));
     s_->job.reset();
   }
   if (!s_->store) {
@@ -142,7 +142,7 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
         log::info("distributed: the rendezvous store is gone; the survivors meet in one this rank opened on port {}",
                   port);
       } catch (const std::exception& e) {
-        log::warn("distributed: cannot open the survivors' store on port {}: {}", port, e.what());
+        log::warn("distributed: cannot open the survivors' store on port {}: {}", port, brief(e));
       }
     }
     for (const auto& [rank, addr] : group_.rescue_hosts) {
@@ -187,7 +187,7 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
     });
     return agree_in(store, peer_s, op_s);
   } catch (const DeadlineExceeded& e) {
-    throw Error(ExitCode::kRuntime, fmt::format("{}: the survivors cannot agree on a checkpoint", e.what()));
+    throw Error(ExitCode::kRuntime, fmt::format("{}: the survivors cannot agree on a checkpoint", brief(e)));
   }
 }
 
@@ -265,7 +265,7 @@ void Rescue::committed(const std::string& failure) {
       return 0;
     });
   } catch (const std::exception& e) {  // the others learn it from the writer's silence instead
-    log::warn("distributed: telling the other survivors the outcome failed: {}", e.what());
+    log::warn("distributed: telling the other survivors the outcome failed: {}", brief(e));
   }
   linger();
 }
@@ -291,7 +291,7 @@ std::string Rescue::await_committed() {
     linger();
     return outcome == "ok" ? std::string() : outcome;
   } catch (const DeadlineExceeded& e) {
-    return e.what();
+    return brief(e);
   }
 }
 

@@ -44,6 +44,7 @@ def test_a_killed_worker_costs_no_step():
         out = p.stdout
         expect(p.returncode == 0, out[-4000:])
         expect("rank 1 failed (killed by SIGABRT)" in out, out[-4000:])
+        expect("frame #" not in out and "Exception raised from" not in out, "c10d's C++ backtraces in the log")
         expect("the checkpoint of step 9 after" in out and "is committed" in out, out[-4000:])
         expect("exiting with code 75" in out, out[-4000:])
         events = {m.get("event"): m for m in r.metrics() if m.get("event")}
@@ -148,6 +149,9 @@ def test_a_frozen_store_host_does_not_hold_the_survivor():
         code = rs.procs[1].returncode
         expect(code == 75, f"rank 1 exited {code}:\n{out[-4000:]}")
         expect("the survivors meet without it" in out, out[-4000:])
+        # One line says the store is gone; c10d's warnings with their C++ backtraces (30-110 lines each,
+        # before) are not shown (TORCH_CPP_LOG_LEVEL brings them back).
+        expect("frame #" not in out and "Exception raised from" not in out, out[-4000:])
         expect(took < 60, f"rank 1 took {took:.0f} s to save (dist.peer_timeout_s=3, dist.timeout_s=300)")
         saving = re.search(r"saving the checkpoint of step (\d+) with the other survivors", out)
         expect(saving, out[-4000:])
