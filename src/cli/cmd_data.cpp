@@ -76,9 +76,7 @@ void run_verify(const std::string& shards, const RemoteArgs& remote) {
       shards, [&](int64_t done, int64_t all) { bar.show(fmt::format("verified {}/{} shards", done, all), done == all); },
       remote_options(remote));
   for (const auto& p : r.problems) std::printf("BAD %s\n", p.c_str());
-  if (!r.problems.empty())
-    throw Error(ExitCode::kBadInput, fmt::format("{}: {} of {} shard(s) do not match their index", shards,
-                                                 r.problems.size(), r.shards));
+  if (!r.problems.empty()) throw Error(ExitCode::kBadInput, fmt::format("{}: {}", shards, r.summary()));
   std::printf("%s: ok (%lld shards, %lld samples, %.1f MB; sizes, SHA-256 and sample tables match the index)\n",
               shards.c_str(), static_cast<long long>(r.shards), static_cast<long long>(r.samples), r.bytes / 1e6);
 }

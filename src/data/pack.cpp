@@ -4,6 +4,8 @@
 #include <png.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -168,6 +170,9 @@ PackResult pack_shards(const PackSpec& spec) {
   }
   close();
   index.num_classes = std::max<int64_t>(index.num_classes, info.num_classes);
+  // The dataset's class names travel with the shards (predict names the classes of a run trained
+  // on them): kept when there is one per label.
+  if (static_cast<int64_t>(info.class_names.size()) == index.num_classes) index.class_names = info.class_names;
   const std::string text = index_to_json(index, spec.prefix).dump();
   if (remote) {
     s3->put_bytes(url.key("shardindex.json"), text, "application/json");
@@ -186,6 +191,15 @@ PackResult pack_shards(const PackSpec& spec) {
 std::string index_shards(const std::string& spec, const CheckpointOptions& remote) {
   std::unique_ptr<ShardSource> src = open_source(spec, "shards", remote);
   const std::string tmp = fmt::format("{}/dlrun-index-{}", temp_dir(), ::getpid());
+  // The class names of the index there (the tars do not hold them): kept when they still fit.
+  std::vector<std::string> names;
+  if (const auto text = src->read_index()) {
+    try {
+      bool tables = false;
+      names = index_from_json(*text, src->describe() + "/shardindex.json", &tables).class_names;
+    } catch (const Error&) {  // an index that does not read is being replaced: nothing to keep
+    }
+  }
   ShardIndex idx;
   try {
     idx = load_index(*src, tmp, "shards", /*reindex=*/true);
@@ -194,6 +208,7 @@ std::string index_shards(const std::string& spec, const CheckpointOptions& remot
     throw;
   }
   remove_tree(tmp);
+  if (static_cast<int64_t>(names.size()) == idx.num_classes) idx.class_names = names;
   src->write_index(index_to_json(idx, "shards").dump());
   return src->describe() + "/shardindex.json";
 }
@@ -213,9 +228,11 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
     std::set<std::string> listed;
     for (const auto& s : idx.shards) listed.insert(s.url);
     for (const auto& n : src->list())
-      if (!listed.count(n))
+      if (!listed.count(n)) {
         r.problems.push_back(fmt::format("{}/{}: not in the index (another split's shard? a folder holds one split, "
                                          "and training on the folder would refuse it)", src->describe(), n));
+        ++r.unlisted;
+      }
   }
   const std::string tmp = fmt::format("{}/dlrun-verify-{}.tar", temp_dir(), ::getpid());
   for (size_t i = 0; i < idx.shards.size(); ++i) {
@@ -233,6 +250,7 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
       std::ifstream in(path, std::ios::binary | std::ios::ate);
       const uint64_t size = static_cast<uint64_t>(in.tellg());
       std::string why;
+      bool undecodable = false;
       if (size != want.filesize) {
         why = fmt::format("{} bytes, the index says {}", size, want.filesize);
       } else if (sha != want.sha256) {
@@ -258,15 +276,21 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
             decode_image_bytes(bytes, fmt::format("of sample {} (byte {})", k, got.offsets[k]), idx.channels);
           } catch (const Error& e) {
             why = e.message();
+            undecodable = true;
           }
         }
       }
-      if (!why.empty()) r.problems.push_back(fmt::format("{}: {}", shown, why));
+      if (!why.empty()) {
+        r.problems.push_back(fmt::format("{}: {}", shown, why));
+        ++(undecodable ? r.undecodable : r.mismatched);
+      }
       r.bytes += size;
     } catch (const Error& e) {
       r.problems.push_back(fmt::format("{}: {}", shown, e.message()));
+      ++r.mismatched;
     } catch (const std::exception& e) {
       r.problems.push_back(fmt::format("{}: {}", shown, e.what()));
+      ++r.mismatched;
     }
     r.shards += 1;
     r.samples += want.nsamples();
@@ -274,6 +298,16 @@ VerifyResult verify_shards(const std::string& spec, const std::function<void(int
   }
   std::remove(tmp.c_str());
   return r;
+}
+
+std::string VerifyResult::summary() const {
+  std::vector<std::string> parts;
+  if (mismatched > 0) parts.push_back(fmt::format("{} of {} shard(s) do not match their index", mismatched, shards));
+  if (undecodable > 0)
+    parts.push_back(fmt::format("{} of {} shard(s) match their index but hold an image that does not decode",
+                                undecodable, shards));
+  if (unlisted > 0) parts.push_back(fmt::format("{} shard(s) in the folder are not in the index", unlisted));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 }  // namespace dlrun::data

@@ -46,7 +46,14 @@ std::string index_shards(const std::string& spec, const CheckpointOptions& remot
 struct VerifyResult {
   int64_t shards = 0, samples = 0;
   uint64_t bytes = 0;
-  std::vector<std::string> problems;  ///< one line per shard that does not match
+  std::vector<std::string> problems;  ///< one line per shard with a problem (below)
+  /// The problems by kind: shards that do not match their index (missing, size, SHA-256, sample
+  /// tables), shards that match it but hold an image that does not decode, and shards in the
+  /// folder that the index does not list.
+  int64_t mismatched = 0, undecodable = 0, unlisted = 0;
+  /// "2 of 8 shard(s) do not match their index, 1 holds an image that does not decode" (each
+  /// kind apart, only those there are).
+  std::string summary() const;
 };
 
 /// Every shard of `spec` read once and checked against its shardindex.json: size, SHA-256, and

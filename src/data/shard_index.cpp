@@ -124,11 +124,13 @@ nlohmann::json index_to_json(const ShardIndex& index, const std::string& name) {
                     {"sha256", s.sha256},
                     {"dlrun", {{"offsets", s.offsets}, {"sizes", s.sizes}, {"labels", s.labels}}}});
   }
+  nlohmann::json dl = {{"version", 1}, {"num_classes", index.num_classes}, {"channels", index.channels}};
+  if (!index.class_names.empty()) dl["classes"] = index.class_names;
   return {{"__kind__", "wids-shard-index-v1"},
           {"wids_version", 1},
           {"name", name},
           {"shardlist", list},
-          {"dlrun", {{"version", 1}, {"num_classes", index.num_classes}, {"channels", index.channels}}}};
+          {"dlrun", dl}};
 }
 
 namespace {
@@ -170,6 +172,14 @@ ShardIndex index_from_json(const std::string& text, const std::string& file, boo
       const int64_t channels = int_of(j["dlrun"].at("channels"), file, "channels");
       DLRUN_CHECK_INPUT(channels == 1 || channels == 3, "shard index {}: channels must be 1 or 3", file);
       idx.channels = static_cast<int>(channels);
+      if (const auto& dl = j["dlrun"]; dl.contains("classes")) {
+        const auto& c = dl["classes"];
+        DLRUN_CHECK_INPUT(c.is_array() && static_cast<int64_t>(c.size()) == idx.num_classes &&
+                              std::all_of(c.begin(), c.end(), [](const auto& v) { return v.is_string(); }),
+                          "shard index {}: classes must be {} names (num_classes), one per label", file,
+                          idx.num_classes);
+        for (const auto& v : c) idx.class_names.push_back(v.template get<std::string>());
+      }
     }
     for (const auto& s : j["shardlist"]) {
       ShardEntry e;

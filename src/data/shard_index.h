@@ -29,6 +29,9 @@ struct ShardIndex {
   std::vector<ShardEntry> shards;
   int64_t num_classes = 0;  ///< largest label + 1
   int channels = 3;         ///< the first image's channel count (1 gray, 3 color)
+  /// The class names of the dataset packed (image_folder's folder names, CIFAR's), label by label;
+  /// empty when unknown (shards written by another tool). dlrun's "classes" in the index.
+  std::vector<std::string> class_names;
   int64_t samples() const;
 };
 

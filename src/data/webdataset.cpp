@@ -29,6 +29,7 @@ class WebDataset : public Dataset {
     for (const auto& s : index_.shards) first_.push_back(first_.back() + s.nsamples());
     info_.channels = index_.channels;
     info_.num_classes = index_.num_classes;
+    info_.class_names = index_.class_names;
     set_photo_stats(info_);
     const int shards = static_cast<int>(index_.shards.size());
     seq_.resize(static_cast<size_t>(shards));

@@ -164,6 +164,17 @@ def test_pack_reads_back_in_python_and_verify_catches_corruption():
         q = json.loads(p.stdout.strip().splitlines()[-1])["roi_psnr"]
         expect(q["samples"] == 8 and q["identical"] <= 8 and q["full_ms_per_image"] > 0, q)
         expect(q["identical"] == 8 or q["worst_db"] > 20, q)
+        # The class names travel with the shards (the index's "classes"; `data index` keeps them), so a run
+        # trained on them names the classes in predict, as one trained on the folder does.
+        names = [f"class{c}" for c in range(CLASSES)]
+        expect(json.load(open(os.path.join(out, "shardindex.json")))["dlrun"]["classes"] == names, "no class names")
+        dlrun("data", "index", out, check=0)
+        expect(json.load(open(os.path.join(out, "shardindex.json")))["dlrun"]["classes"] == names, "data index lost them")
+        with RunDir() as r:
+            train(cfg, r.path, "train.max_steps=2", "train.eval_at_end=false")
+            p = dlrun("predict", "--checkpoint", r.path, files[0][0], "--json", check=0)
+            top = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])["top"]
+            expect(all(t["class"] in names for t in top), top)
         # One flipped byte in the shard: verify names it (exit 2); training from it is refused by name.
         shard = os.path.join(out, "ifo-000000.tar")
         with open(shard, "r+b") as f:
@@ -173,6 +184,7 @@ def test_pack_reads_back_in_python_and_verify_catches_corruption():
             f.write(bytes([b[0] ^ 0xFF]))
         p = dlrun("data", "verify", out, check=2)
         expect("BAD" in p.stdout and "ifo-000000.tar" in p.stdout and "SHA-256" in p.stdout, p.stdout)
+        expect("1 of 1 shard(s) do not match their index" in p.stdout, p.stdout)
         with RunDir() as r:
             p = train(cfg, r.path, check=2)
             expect("ifo-000000.tar does not match its index" in p.stdout, p.stdout[-2000:])
@@ -398,6 +410,8 @@ def test_splits_never_mix_in_one_folder():
         shutil.copy(s.file("packed-val", "val-000000.tar"), out)
         p = dlrun("data", "verify", out, check=2)
         expect("val-000000.tar: not in the index" in p.stdout, p.stdout)
+        # (counted as what it is: the shards that are listed match)
+        expect("1 shard(s) in the folder are not in the index" in p.stdout and "do not match" not in p.stdout, p.stdout)
         with RunDir() as r:
             p = train(config(s.file("c.yaml"), out, s.file("cache")), r.path, "train.epochs=1", check=2)
             expect("also holds 1 other(s) (val-000000.tar)" in p.stdout and "another split's" in p.stdout,
@@ -445,6 +459,8 @@ def test_a_tar_with_scattered_samples_and_a_truncated_jpeg_are_named():
         dlrun("data", "index", s.file("cut"), check=0)
         p = dlrun("data", "verify", s.file("cut"), check=2)
         expect("a.tar" in p.stdout and "sample 2" in p.stdout and "Premature end of JPEG file" in p.stdout, p.stdout)
+        expect("match their index but hold an image that does not decode" in p.stdout and "do not match" not in p.stdout,
+               p.stdout)
         img = jpeg(5, 256, 192)
         with open(s.file("half.jpg"), "wb") as f:
             f.write(img[:len(img) // 2])
