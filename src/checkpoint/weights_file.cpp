@@ -18,6 +18,7 @@ namespace {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
+constexpr const char* kOnnxKind = "an ONNX model";
 constexpr const char* kAccepted =
     "give a checkpoint directory, a run directory, or a weights file from `dlrun export` "
     "(safetensors, or --format torch)";
@@ -26,6 +27,12 @@ constexpr const char* kAccepted =
 
 std::string sniff_kind(const std::string& head) {
   if (head.empty()) return "an empty file";
+  // An ONNX ModelProto: field 1 (ir_version, a varint: 0x08) first, as every exporter writes it,
+  // and a producer's name (field 2: 0x12, then its length) or a graph soon after.
+  if (head.size() > 4 && static_cast<unsigned char>(head[0]) == 0x08 &&
+      (head.find("dlrun") != std::string::npos || head.find("pytorch") != std::string::npos ||
+       head.find("onnx") != std::string::npos))
+    return kOnnxKind;
   if (looks_like_safetensors(head)) return "a safetensors file";
   if (starts_with(head, "PK\x03\x04")) return "a zip archive (torch.save)";
   if (starts_with(head, "\xff\xd8\xff")) return "a JPEG image";
@@ -108,6 +115,10 @@ WeightsRead read_weights(const std::string& path,
     throw Error(ExitCode::kBadInput, path + ": a legacy torch.save file (torch < 1.6), which only Python reads",
                 "re-save it once with a current torch: python -c \"import torch,sys; "
                 "torch.save(torch.load(sys.argv[1]), sys.argv[2])\" OLD NEW");
+  } else if (sniff_kind(bytes.substr(0, 512)) == kOnnxKind) {
+    throw Error(ExitCode::kBadInput, path + ": an ONNX model; dlrun evaluates and predicts from its own weights, not ONNX",
+                "give the checkpoint (or run directory) it was exported from, or run the ONNX file in onnxruntime "
+                "(docs/training.md, \"ONNX\")");
   } else {
     fail_input("{}: {}, not model weights; {}", path, sniff_kind(bytes.substr(0, 512)), kAccepted);
   }

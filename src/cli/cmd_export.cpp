@@ -8,6 +8,8 @@
 // builds the remote store from the --remote-* flags.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -54,15 +56,22 @@ void settle_format(ExportOptions& o) {
     if (!named.empty()) o.to.format = named;
     return;
   }
-  if (!named.empty() && named != o.to.format)
+  if (!named.empty() && named != o.to.format) {
+    const std::string ext = o.to.format == "torch" ? ".pt or .pth" : "." + o.to.format;  // (safetensors, onnx)
     throw Error(ExitCode::kBadInput,
                 fmt::format("--format {} but --output {} names a {} file", o.to.format, o.to.output, named),
-                fmt::format("drop --format (the extension decides), or name the output for {} (.safetensors, .onnx, "
-                            ".pt)", o.to.format));
+                fmt::format("drop --format (the extension decides), or name the output {} for --format {}", ext,
+                            o.to.format));
+  }
 }
 
 void run_export(ExportOptions o) {
   settle_format(o);
+  {  // where the file goes must exist: bad input, said before anything is read (not a failed write)
+    const std::filesystem::path parent = std::filesystem::path(o.to.output).parent_path();
+    DLRUN_CHECK_INPUT(parent.empty() || std::filesystem::is_directory(parent),
+                      "--output {}: the folder {} does not exist (create it first)", o.to.output, parent.string());
+  }
   if (o.checkpoint == "best") {  // the checkpoint checkpoint.keep_best kept, as eval and predict take it
     DLRUN_CHECK_INPUT(!o.run_dir.empty(), "--checkpoint best needs --run-dir (the run whose BEST to export)");
     o.checkpoint = ckpt::best_checkpoint(o.run_dir);

@@ -131,8 +131,7 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   } else if (o.fold_batchnorm) {
     tensors = fold(set, r.source, tensors);
   }
-  format->write(o.output, w);
-  r.tensors = tensors.size();
+  r.tensors = format->write(o.output, w);
   return r;
 }
 

@@ -34,8 +34,9 @@ struct Weights {
   int64_t image_size = 0;           ///< the input's side: --image-size, the run's record, or data.image_size
 };
 
-/// Writes `weights` to the file `path`, atomically and durably.
-using WriteFn = void (*)(const std::string& path, const Weights& weights);
+/// Writes `weights` to the file `path`, atomically and durably; returns how many tensors the file
+/// holds (ONNX: its initializers, which folding or lowering may make fewer than `weights.tensors`).
+using WriteFn = size_t (*)(const std::string& path, const Weights& weights);
 
 struct Format {
   const char* name;  ///< what --format takes
@@ -54,11 +55,11 @@ const Format* find_format(const std::string& name);
 
 /// safetensors, with the checkpoint's step, epoch, config hash and versions as metadata
 /// (safetensors_format.cpp).
-void write_as_safetensors(const std::string& path, const Weights& weights);
+size_t write_as_safetensors(const std::string& path, const Weights& weights);
 /// torch.load-able dict of tensors, as a checkpoint's model.pt (torch_format.cpp).
-void write_as_torch(const std::string& path, const Weights& weights);
+size_t write_as_torch(const std::string& path, const Weights& weights);
 /// An ONNX model: the network lowered to standard operators, its weights as initializers
 /// (onnx_format.cpp).
-void write_as_onnx(const std::string& path, const Weights& weights);
+size_t write_as_onnx(const std::string& path, const Weights& weights);
 
 }  // namespace dlrun::exporting

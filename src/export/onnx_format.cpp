@@ -220,7 +220,7 @@ class Lowering {
 }  // namespace
 
 std::string onnx_bytes(models::Model& model, const ModelOptions& opts, int64_t side, bool fold,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, size_t* initializers) {
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -246,10 +246,11 @@ std::string onnx_bytes(models::Model& model, const ModelOptions& opts, int64_t s
   g.rename_last_output("logits");
   g.output("logits", {-1, opts.num_classes}, "batch");
   model.train(was_training);
+  if (initializers != nullptr) *initializers = g.initializers();
   return g.model_bytes("dlrun_" + opts.name, kOpset, kIrVersion, metadata);
 }
 
-void write_as_onnx(const std::string& path, const Weights& w) {
+size_t write_as_onnx(const std::string& path, const Weights& w) {
   DLRUN_CHECK(w.model != nullptr && w.config != nullptr, ExitCode::kRuntime, "ONNX export without a model");
   std::map<std::string, std::string> meta = {{"dlrun_version", build::version()},
                                              {"torch_version", build::torch_version()},
@@ -263,7 +264,10 @@ void write_as_onnx(const std::string& path, const Weights& w) {
   if (w.dataset.is_object()) meta["dlrun_dataset"] = w.dataset.dump();  // class names, mean and std of the input
   if (w.model->dtype() != torch::kFloat32)
     log::info("ONNX export: model.dtype is {}; the ONNX weights are float32", c10::toString(w.model->dtype()));
-  fsutil::write_file_atomic(path, onnx_bytes(*w.model, w.config->model, w.image_size, w.folded_batchnorm, meta));
+  size_t initializers = 0;
+  fsutil::write_file_atomic(path, onnx_bytes(*w.model, w.config->model, w.image_size, w.folded_batchnorm, meta,
+                                             &initializers));
+  return initializers;
 }
 
 }  // namespace dlrun::exporting

@@ -43,6 +43,7 @@ class OnnxGraph {
   std::string model_bytes(const std::string& graph_name, int64_t opset, int64_t ir_version,
                           const std::map<std::string, std::string>& metadata) const;
   size_t nodes() const { return nodes_.size(); }
+  size_t initializers() const { return weights_.size(); }
 
  private:
   struct Node {

@@ -9,7 +9,7 @@
 
 namespace dlrun::exporting {
 
-void write_as_safetensors(const std::string& path, const Weights& w) {
+size_t write_as_safetensors(const std::string& path, const Weights& w) {
   const nlohmann::json& m = w.manifest;
   std::map<std::string, std::string> meta = {{"format", "pt"},
                                              {"dlrun_version", build::version()},
@@ -21,6 +21,7 @@ void write_as_safetensors(const std::string& path, const Weights& w) {
   meta["weights"] = w.weights;
   if (w.dataset.is_object()) meta["dlrun_dataset"] = w.dataset.dump();  // what `dlrun predict` needs
   ckpt::write_safetensors(path, w.tensors, meta);
+  return w.tensors.size();
 }
 
 }  // namespace dlrun::exporting

@@ -7,6 +7,9 @@
 
 namespace dlrun::exporting {
 
-void write_as_torch(const std::string& path, const Weights& w) { ckpt::write_tensor_file(path, w.tensors); }
+size_t write_as_torch(const std::string& path, const Weights& w) {
+  ckpt::write_tensor_file(path, w.tensors);
+  return w.tensors.size();
+}
 
 }  // namespace dlrun::exporting

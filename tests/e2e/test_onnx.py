@@ -35,9 +35,11 @@ def relative_error(got, want):
 def check_model(name, overrides, run, fold):
     out = run.file(f"{name}{'-folded' if fold else ''}.onnx")
     args = ["export", "--checkpoint", run.path, "--format", "onnx", "--output", out]
-    dlrun(*args, *(["--fold-batchnorm"] if fold else []), check=0)
+    said = dlrun(*args, *(["--fold-batchnorm"] if fold else []), check=0).stdout
     model = onnx.load(out)
     onnx.checker.check_model(model, full_check=True)
+    # The count said is the file's: its initializers (folded weights are fewer than the checkpoint's).
+    expect(f"{len(model.graph.initializer)} tensors from" in said, (len(model.graph.initializer), said))
     ops = {n.op_type for n in model.graph.node}
     has_bn = name != "mlp"
     expect(("BatchNormalization" in ops) == (has_bn and not fold), f"{name} fold={fold}: operators {sorted(ops)}")
@@ -117,6 +119,9 @@ def test_the_format_follows_the_output_extension():
         train(cfg("tiny.yaml"), run.path, *SMALL)
         dlrun("export", "--checkpoint", run.path, "--output", run.file("m.onnx"), check=0)
         onnx.checker.check_model(onnx.load(run.file("m.onnx")), full_check=True)
+        # dlrun's own ONNX export given to eval: said for what it is (not "a file of unknown kind").
+        p = dlrun("eval", cfg("tiny.yaml"), *SMALL, "--checkpoint", run.file("m.onnx"), check=2)
+        expect("m.onnx: an ONNX model; dlrun evaluates and predicts from its own weights" in p.stdout, p.stdout)
         p = dlrun("export", "--checkpoint", run.path, "--output", run.file("m.pt"), check=0)
         expect("written as torch" in p.stdout, p.stdout)
         p = dlrun("export", "--checkpoint", run.path, "--output", run.file("m.weights"), check=0)
@@ -124,7 +129,11 @@ def test_the_format_follows_the_output_extension():
         expect(len(load_file(run.file("m.weights"))) > 0, "m.weights")
         p = dlrun("export", "--checkpoint", run.path, "--format", "safetensors", "--output", run.file("x.onnx"), check=2)
         expect("--format safetensors but --output" in p.stdout and "onnx file" in p.stdout, p.stdout)
+        expect("name the output .safetensors for --format safetensors" in p.stdout, p.stdout)  # its own extension
         expect(not os.path.exists(run.file("x.onnx")), "x.onnx was written")
+        # An output whose folder does not exist is bad input (exit 2), named; nothing is written.
+        p = dlrun("export", "--checkpoint", run.path, "--output", "/nonexistent/dir/x.pt", check=2)
+        expect("/nonexistent/dir" in p.stdout, p.stdout)
 
 
 if __name__ == "__main__":
