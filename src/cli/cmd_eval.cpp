@@ -1,4 +1,4 @@
-// `dlrun eval CONFIG.yaml --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]
+// `dlrun eval [CONFIG.yaml] --checkpoint PATH|auto|best [key=value ...] [--run-dir DIR] [--json] [--fold-batchnorm]
 //  [--save-batch FILE]`
 // Evaluates the weights of a checkpoint, a run directory or an exported weights file on the
 // config's evaluation split: top-1, top-5, loss; a checkpoint's averages (ema.pt, swa.pt) too. The model, data and device come from the
@@ -48,7 +48,14 @@ void save_first_batch(models::Model& model, data::Loader& loader, const std::str
 }
 
 void run_eval(const EvalCmdOptions& o) {
-  Config cfg = load_validated(o.config);
+  // The config is optional, as predict's: without one, the checkpoint's or run directory's.
+  ConfigArgs ca = o.config;
+  if (!ca.path.empty() && !is_yaml_name(ca.path) && is_override(ca.path)) {
+    ca.overrides.insert(ca.overrides.begin(), ca.path);
+    ca.path.clear();
+  }
+  if (ca.path.empty()) ca.path = config_of_checkpoint(o.checkpoint, o.run_dir, "eval");
+  Config cfg = load_validated(ca);
   const ckpt::WeightsRead w = read_checkpoint_arg(cfg, o.checkpoint, o.run_dir);
   auto c = train::build_components(cfg, train::place(cfg), train::Purpose::kEval);
   models::LoadOptions lo;
@@ -91,7 +98,10 @@ void run_eval(const EvalCmdOptions& o) {
 void setup_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "evaluate a checkpoint on the config's evaluation split");
   auto o = std::make_shared<EvalCmdOptions>();
-  add_config_args(cmd, o->config);
+  cmd->add_option("config", o->config.path,
+                  "experiment YAML file; optional: without it, the config.yaml of the checkpoint or run directory "
+                  "--checkpoint names");
+  cmd->add_option("overrides", o->config.overrides, "dotted.key=value overrides (Hydra style)");
   cmd->add_option("--checkpoint", o->checkpoint, kCheckpointHelp)->required();
   cmd->add_option("--run-dir", o->run_dir, "run directory for --checkpoint auto|best");
   cmd->add_flag("--json", o->json, "print the result as JSON");

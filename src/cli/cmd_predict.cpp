@@ -121,40 +121,19 @@ void collect(const std::string& arg, std::vector<std::string>& out) {
   out.insert(out.end(), found.begin(), found.end());
 }
 
-/// A dotted.key=value override rather than an image path.
-bool is_override(const std::string& a) {
-  const auto eq = a.find('=');
-  if (eq == std::string::npos || a.find('/') < eq) return false;
-  const std::string key = a.substr(0, eq);
-  return key.find('.') != std::string::npos &&
-         key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") == std::string::npos;
-}
-
-bool is_yaml_name(const std::string& p) { return ends_with(p, ".yaml") || ends_with(p, ".yml"); }
-
-/// Without a config on the command line: the one a checkpoint or run directory carries.
-std::string config_of_checkpoint(const PredictOptions& o) {
-  const bool named = o.checkpoint == "auto" || o.checkpoint == "best";
-  const std::string dir = named ? o.run_dir : o.checkpoint;
-  DLRUN_CHECK_INPUT(!dir.empty() && fs::is_regular_file(dir + "/config.yaml"),
-                    "no config given, and --checkpoint {}{} carries none (config.yaml): give the experiment YAML "
-                    "first (an exported weights file holds the weights, not the model's config)",
-                    o.checkpoint, named ? (o.run_dir.empty() ? " (without --run-dir)" : " --run-dir " + o.run_dir) : "");
-  log::info("predict: the config from {}/config.yaml", dir);
-  return dir + "/config.yaml";
-}
-
 void predict(const PredictOptions& o) {
   ConfigArgs ca;
   std::vector<std::string> args = o.args;
   // The config is optional: a first argument that is no YAML file is an image (or an override).
   if (is_yaml_name(o.config)) ca.path = o.config;
-  else args.insert(args.begin(), o.config);
+  else if (!o.config.empty()) args.insert(args.begin(), o.config);
   std::vector<std::string> images;
   std::vector<std::string> paths;
   for (const auto& a : args) (is_override(a) ? ca.overrides : paths).push_back(a);
-  DLRUN_CHECK_INPUT(!paths.empty(), "no images given: name files, folders or glob patterns after the config");
-  if (ca.path.empty()) ca.path = config_of_checkpoint(o);
+  DLRUN_CHECK_INPUT(!paths.empty(), "no images given: name image files, folders or glob patterns{}",
+                    ca.path.empty() ? " (after the experiment YAML, or alone: the config then comes from --checkpoint)"
+                                    : " after the config");
+  if (ca.path.empty()) ca.path = config_of_checkpoint(o.checkpoint, o.run_dir, "predict");
   const Config cfg = load_validated(ca);
   for (const auto& p : paths) collect(p, images);
 
@@ -218,8 +197,7 @@ void setup_predict(CLI::App& app) {
   auto o = std::make_shared<PredictOptions>();
   cmd->add_option("config", o->config,
                   "experiment YAML file (the model, the evaluation transform); optional: without it, the config.yaml "
-                  "of the checkpoint or run directory --checkpoint names")
-      ->required();
+                  "of the checkpoint or run directory --checkpoint names");
   cmd->add_option("args", o->args, "dotted.key=value overrides, and image files, folders or glob patterns");
   cmd->add_option("--checkpoint", o->checkpoint, kCheckpointHelp)->required();
   cmd->add_option("--run-dir", o->run_dir, "run directory for --checkpoint auto|best");

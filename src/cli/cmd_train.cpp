@@ -45,8 +45,9 @@ void setup_train(CLI::App& app) {
     } else {  // a short header: what this config sets; the whole of it is in the run directory
       std::string set;
       for (const config::Change& c : config::changes(Config{}, args.cfg)) set += "\n  " + c.key + ": " + c.after;
+      // (config.yaml is written once the start-up checks pass: a refused start writes nothing)
       log0::info("config {}, run directory {}; set apart from the defaults:{}\n(the whole resolved config: "
-                 "{}/config.yaml, or --print-config)",
+                 "--print-config, or {}/config.yaml once training starts)",
                  o->path, args.run_dir, set.empty() ? " nothing" : set, args.run_dir);
     }
     int code = train::run(args);

@@ -1,9 +1,12 @@
 // --checkpoint PATH|auto|best (see weights_arg.h).
 #include "cli/weights_arg.h"
 
+#include <filesystem>
+
 #include "base/error.h"
 #include "base/fsutil.h"
 #include "base/log.h"
+#include "base/strings.h"
 #include "run/run_dir.h"
 
 namespace dlrun::cli {
@@ -23,6 +26,27 @@ ckpt::WeightsRead read_checkpoint_arg(const Config& cfg, const std::string& chec
                     "no checkpoints directory {} (use --checkpoint PATH or --run-dir)", dir.checkpoints());
   return ckpt::read_weights(checkpoint == "best" ? ckpt::best_checkpoint(dir.checkpoints()) : dir.checkpoints(),
                             on_skip);
+}
+
+bool is_override(const std::string& a) {
+  const auto eq = a.find('=');
+  if (eq == std::string::npos || a.find('/') < eq) return false;
+  const std::string key = a.substr(0, eq);
+  return key.find('.') != std::string::npos &&
+         key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") == std::string::npos;
+}
+
+bool is_yaml_name(const std::string& p) { return ends_with(p, ".yaml") || ends_with(p, ".yml"); }
+
+std::string config_of_checkpoint(const std::string& checkpoint, const std::string& run_dir, const char* command) {
+  const bool named = checkpoint == "auto" || checkpoint == "best";
+  const std::string dir = named ? run_dir : checkpoint;
+  DLRUN_CHECK_INPUT(!dir.empty() && std::filesystem::is_regular_file(dir + "/config.yaml"),
+                    "no config given, and --checkpoint {}{} carries none (config.yaml): give the experiment YAML "
+                    "first (an exported weights file holds the weights, not the model's config)",
+                    checkpoint, named ? (run_dir.empty() ? " (without --run-dir)" : " --run-dir " + run_dir) : "");
+  log::info("{}: the config from {}/config.yaml", command, dir);
+  return dir + "/config.yaml";
 }
 
 }  // namespace dlrun::cli

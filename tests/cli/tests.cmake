@@ -172,3 +172,7 @@ dlrun_cli_test(data_verify_missing 2 "/nonexistent/dlrun-shards is not a directo
 dlrun_cli_test(data_index_bad_pattern 2 "unbalanced" data index "/tmp/t-{000..002.tar")
 dlrun_cli_test(data_pack_needs_to 2 "--to is required" data pack --dataset mnist --root /nonexistent)
 dlrun_cli_test(webdataset_needs_shards 2 "data.shards: data.name=webdataset needs data.shards" config validate ${_cfg}/good.yaml data.name=webdataset model.in_channels=3 data.image_size=32)
+# predict's config is optional (the checkpoint's config.yaml then): its help does not mark it
+# REQUIRED, and without images it says what is missing, not "config is required".
+dlrun_cli_test(predict_no_images 2 "no images given: name image files, folders or glob patterns \\(after the experiment YAML, or alone"
+               predict --checkpoint /nonexistent)

@@ -205,6 +205,13 @@ def test_eval_reads_what_export_writes():
             expect(kind in out and "partial write" not in out and "corrupt" not in out, out)
         out = eval_json("--checkpoint", os.path.join(step, "model.pt"))
         expect(out["kind"] == "torch file" and out["loss"] == ref["loss"], out)
+        # Without a config: the run directory's (as predict takes it); an override still applies.
+        p = dlrun("eval", "--checkpoint", r.path, "--json", check=0)
+        expect(json.loads(p.stdout.strip().splitlines()[-1])["loss"] == ref["loss"], p.stdout[-1500:])
+        p = dlrun("eval", "data.eval_batch_size=7", "--checkpoint", r.path, "--json", check=0)
+        expect(json.loads(p.stdout.strip().splitlines()[-1])["samples"] == ref["samples"], p.stdout[-1500:])
+        p = dlrun("eval", "--checkpoint", r.file("w-torch-False.bin"), check=2)  # an export holds no config
+        expect("no config given, and --checkpoint" in p.stdout and "carries none (config.yaml)" in p.stdout, p.stdout)
 
 
 def python(code, *args):
