@@ -5,6 +5,7 @@
 // copies to the GPU, as in training). Prints images/s and images/s per worker, the figure
 // bench/compare.py puts next to torchvision's ImageFolder + DataLoader on the same files.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -73,12 +74,17 @@ void bench_data(const BenchDataOptions& o) {
                      {"mean_db", q.mean_psnr_db}, {"worst_db", q.worst_psnr_db},
                      {"roi_ms_per_image", 1e3 * q.roi_s / std::max<int64_t>(1, q.samples)},
                      {"full_ms_per_image", 1e3 * q.full_s / std::max<int64_t>(1, q.samples)}};
+    // A PSNR only for images that differ: with none, there is nothing to average (not 0.0 dB).
+    const bool others = q.samples > q.identical;
+    if (!others) j["roi_psnr"]["mean_db"] = j["roi_psnr"]["worst_db"] = nullptr;
     if (!o.json)
-      std::printf("region decode vs full decode, %lld samples: %lld identical, %lld at a reduced DCT scale; PSNR of "
-                  "the others mean %.1f dB, worst %.1f dB; %.2f vs %.2f ms per image (decode + transform, one "
-                  "thread)\n",
+      std::printf("region decode vs full decode, %lld samples: %lld identical, %lld at a reduced DCT scale; %s; %.2f "
+                  "vs %.2f ms per image (decode + transform, one thread)\n",
                   static_cast<long long>(q.samples), static_cast<long long>(q.identical),
-                  static_cast<long long>(q.scaled), q.mean_psnr_db, q.worst_psnr_db,
+                  static_cast<long long>(q.scaled),
+                  others ? fmt::format("PSNR of the others mean {:.1f} dB, worst {:.1f} dB", q.mean_psnr_db,
+                                       q.worst_psnr_db).c_str()
+                         : "every image identical",
                   1e3 * q.roi_s / std::max<int64_t>(1, q.samples), 1e3 * q.full_s / std::max<int64_t>(1, q.samples));
   }
   if (o.json) {

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <set>
 #include <limits>
 #include <vector>
 
@@ -207,54 +209,92 @@ Config bind_tree(const Tree& root, const std::string& file) {
   std::vector<std::string> section_names;
   for (const auto& s : sections) section_names.push_back(s.name);
   const auto keys = all_keys();  // for "did you mean" across sections
+  // Every mistake of the file is reported at once, as a compiler does: each key is bound on its
+  // own and its error kept; the first is the error, the others follow it (at most kMaxReported).
+  std::vector<Error> errors;
+  std::set<std::string> given;
+  auto attempt = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      if (e.code() != ExitCode::kBadInput) throw;
+      errors.push_back(e);
+    }
+  };
 
   for (const auto& [name, value] : root.map) {
     const std::string& sname = name;  // (a structured binding cannot be captured before C++20)
     auto sec = std::find_if(sections.begin(), sections.end(), [&](const Section& s) { return s.name == sname; });
     if (sec == sections.end()) {
-      std::string close = did_you_mean(name, section_names);
-      std::string all;
-      for (const auto& s : section_names) all += (all.empty() ? "" : ", ") + s;
-      fail_at(root.key_loc(name), name, "unknown section",
-          close.empty() ? "sections are: " + all : "did you mean '" + close + "'?");
+      attempt([&] {
+        std::string close = did_you_mean(sname, section_names);
+        std::string all;
+        for (const auto& s : section_names) all += (all.empty() ? "" : ", ") + s;
+        fail_at(root.key_loc(sname), sname, "unknown section",
+                close.empty() ? "sections are: " + all : "did you mean '" + close + "'?");
+      });
+      continue;
     }
     if (value->type == Tree::Type::kNull) continue;
-    if (value->type != Tree::Type::kMap)
-      fail_at(value->loc, name, "a section must be a mapping of keys, got " + describe_value(*value));
+    if (value->type != Tree::Type::kMap) {
+      attempt([&] { fail_at(value->loc, sname, "a section must be a mapping of keys, got " + describe_value(*value)); });
+      continue;
+    }
     for (const auto& [fname, fvalue] : value->map) {
-      std::string dotted = name + "." + fname;
+      const std::string dotted = name + "." + fname;
       const std::string& field_name = fname;
       auto f = std::find_if(sec->fields.begin(), sec->fields.end(), [&](const Field& x) { return x.name == field_name; });
       if (f == sec->fields.end()) {
-        std::vector<std::string> local;
-        for (const auto& x : sec->fields) local.push_back(x.name);
-        std::string close = did_you_mean(fname, local);
-        if (!close.empty()) {
-          close = name + "." + close;
-        } else {  // the right key in the wrong section, e.g. optim.warmup_epochs
-          std::vector<std::string> elsewhere;
-          for (const auto& k : keys)
-            if (k.substr(k.find('.') + 1) == fname) elsewhere.push_back(k);
-          if (elsewhere.size() == 1) close = elsewhere[0];
-        }
-        fail_at(value->key_loc(fname), dotted, "unknown key",
-            close.empty() ? "see `dlrun config show` for every key" : "did you mean '" + close + "'?");
+        attempt([&] {
+          std::vector<std::string> local;
+          for (const auto& x : sec->fields) local.push_back(x.name);
+          std::string close = did_you_mean(field_name, local);
+          if (!close.empty()) {
+            close = sname + "." + close;
+          } else {  // the right key in the wrong section, e.g. optim.warmup_epochs
+            std::vector<std::string> elsewhere;
+            for (const auto& k : keys)
+              if (k.substr(k.find('.') + 1) == field_name) elsewhere.push_back(k);
+            if (elsewhere.size() == 1) close = elsewhere[0];
+          }
+          fail_at(value->key_loc(field_name), dotted, "unknown key",
+                  close.empty() ? "see `dlrun config show` for every key" : "did you mean '" + close + "'?");
+        });
+        continue;
       }
-      bind_field(*f, *fvalue, dotted);
-      cfg.origin[dotted] = fvalue->loc;
+      const Tree& fv = *fvalue;
+      given.insert(dotted);  // (a value there, right or wrong: not "missing")
+      attempt([&] {
+        bind_field(*f, fv, dotted);
+        cfg.origin[dotted] = fv.loc;
+      });
     }
   }
   // Required values.
   for (const auto& sec : sections)
     for (const auto& f : sec.fields) {
       std::string dotted = sec.name + "." + f.name;
-      if (f.required && !cfg.origin.count(dotted)) {
-        std::string list;
-        for (const auto& c : f.choices) list += (list.empty() ? "" : ", ") + c;
-        fail_at(SourceLoc{file, 0, 0}, dotted, "missing required value",
-            fmt::format("set it in the file ({}: {{{}: ...}}) or as {}=...; one of: {}", sec.name, f.name, dotted, list));
+      if (f.required && !cfg.origin.count(dotted) && !given.count(dotted)) {
+        attempt([&] {
+          std::string list;
+          for (const auto& c : f.choices) list += (list.empty() ? "" : ", ") + c;
+          fail_at(SourceLoc{file, 0, 0}, dotted, "missing required value",
+                  fmt::format("set it in the file ({}: {{{}: ...}}) or as {}=...; one of: {}", sec.name, f.name, dotted,
+                              list));
+        });
       }
     }
+  if (errors.size() == 1) throw errors.front();
+  if (!errors.empty()) {
+    constexpr size_t kMaxReported = 20;
+    std::string more;
+    for (size_t i = 1; i < errors.size() && i < kMaxReported; ++i) more += "\n  also: " + errors[i].render();
+    if (errors.size() > kMaxReported) more += fmt::format("\n  ... and {} more", errors.size() - kMaxReported);
+    const Error& first = errors.front();
+    throw Error(ExitCode::kBadInput, first.loc(), first.key(),
+                fmt::format("{} ({} mistakes in all; the others below){}", first.message(), errors.size(), more),
+                first.hint());
+  }
   return cfg;
 }
 

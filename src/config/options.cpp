@@ -12,7 +12,11 @@ SourceLoc Config::where(const std::string& key) const {
 }
 
 void Config::refuse(const std::string& key, const std::string& message, const std::string& hint) const {
-  throw Error(ExitCode::kBadInput, where(key), key, message, hint);
+  // A message that names the key already (a parser's own error, "checkpoint.remote: ...") would
+  // read "checkpoint.remote: checkpoint.remote: ..." once the error renders the key: say it once.
+  const std::string named = key + ": ";
+  const std::string text = message.rfind(named, 0) == 0 ? message.substr(named.size()) : message;
+  throw Error(ExitCode::kBadInput, where(key), key, text, hint);
 }
 
 double PreemptionOptions::deadline_or_default() const {

@@ -167,3 +167,16 @@ TEST_CASE("the rendered error is file:line:col: key: message plus a hint line", 
   REQUIRE(e);
   CHECK(e->render() == "mem.yaml:4:3: optim.momentom: unknown key\n  hint: did you mean 'optim.momentum'?");
 }
+
+TEST_CASE("every mistake of a file is reported at once, the first as the error", "[config][errors]") {
+  // (before: a file with two mistakes took two runs to fix)
+  auto e = expect_load_error(kMin + "optim:\n  momentom: 0.9\n  lr: fast\ntrain: {epochs: -3}\nbogus: {x: 1}\n",
+                             {"optim.momentom", "", 4, 3, "unknown key"});
+  REQUIRE(e);
+  const std::string r = e->render();
+  CHECK_THAT(r, Catch::Contains("(4 mistakes in all; the others below)"));
+  CHECK_THAT(r, Catch::Contains("also: mem.yaml:5:7: optim.lr: expected a number"));
+  CHECK_THAT(r, Catch::Contains("also: mem.yaml:6:17: train.epochs: value -3 is out of range"));
+  CHECK_THAT(r, Catch::Contains("also: mem.yaml:7:1: bogus: unknown section"));
+  CHECK(e->code() == dlrun::ExitCode::kBadInput);
+}

@@ -170,6 +170,16 @@ TEST_CASE("checkpoint.remote must be an s3:// URL with a valid bucket", "[config
   expect_invalid(kMin + "checkpoint:\n  remote: s3://My_Bucket/x\n", {"checkpoint.remote", "", 4, 11, "no valid bucket name"});
   expect_invalid(kMin, {"checkpoint.remote", "command line 'checkpoint.remote=s3://b'", 0, 0, "no valid bucket name"},
                  {"checkpoint.remote=s3://b"});
+  {  // the key said once, not "checkpoint.remote: checkpoint.remote: ..."
+    Config c = config::load_text(kMin, "mem.yaml", {"checkpoint.remote=s3://b"});
+    try {
+      config::validate(c, {1});
+      FAIL("s3://b was accepted");
+    } catch (const dlrun::Error& e) {
+      CHECK(e.render().find("checkpoint.remote: checkpoint.remote") == std::string::npos);
+      CHECK(e.message().rfind("'s3://b' has no valid bucket name", 0) == 0);
+    }
+  }
   CHECK(config::validate(config::load_text(kMin + "checkpoint: {remote: s3://my-bucket/runs/exp1}\n", "mem.yaml")).empty());
 }
 
