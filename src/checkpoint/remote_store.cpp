@@ -5,6 +5,7 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <unistd.h>
@@ -341,8 +342,94 @@ std::vector<std::string> RemoteStore::apply_retention(int64_t keep_last, int64_t
   return removed;
 }
 
+namespace {
+
+constexpr const char* kHistory = "history";
+constexpr uint64_t kMaxHistoryFile = uint64_t{1} << 30;
+
+/// The history files of a run directory: metrics.jsonl and the TensorBoard event files.
+bool history_name(const std::string& name) {
+  return name == "metrics.jsonl" ||
+         (name.rfind("events.out.tfevents.", 0) == 0 && name.find('/') == std::string::npos && name.size() < 256);
+}
+
+/// `path` as it is now, up to its last whole record (the training thread may be appending one):
+/// for metrics.jsonl its last whole line, for an event file its last whole TFRecord frame
+/// (8-byte length, 4-byte CRC, the data, 4-byte CRC).
+std::string snapshot_of(const std::string& path, bool jsonl) {
+  std::string bytes = fsutil::read_file(path);
+  if (jsonl) {
+    const size_t nl = bytes.rfind('\n');
+    bytes.resize(nl == std::string::npos ? 0 : nl + 1);
+    return bytes;
+  }
+  size_t whole = 0;
+  while (bytes.size() - whole >= 12) {
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(bytes[whole + i]);
+    if (len > bytes.size() - whole - 12 || bytes.size() - whole - 12 - len < 4) break;
+    whole += 16 + len;
+  }
+  bytes.resize(whole);
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t RemoteStore::put_history(const std::string& run_dir) {
+  uint64_t sent = 0;
+  std::set<std::string> local;
+  for (const auto& name : fsutil::list_names(run_dir)) {
+    if (!history_name(name) || !fsutil::is_regular_file(run_dir + "/" + name)) continue;
+    const std::string bytes = snapshot_of(run_dir + "/" + name, name == "metrics.jsonl");
+    client_.put_bytes(url_.key(std::string(kHistory) + "/" + name), bytes, "application/octet-stream");
+    sent += bytes.size();
+    local.insert(name);
+  }
+  // The store's history mirrors this run directory's: a process that started fresh removes, once,
+  // the event files an earlier start under this prefix left (one that resumed fetched them).
+  if (!history_pruned_) {
+    const std::string base = url_.key(kHistory) + "/";
+    for (const auto& obj : client_.list(base).objects)
+      if (!local.count(obj.key.substr(base.size()))) client_.remove(obj.key);
+    history_pruned_ = true;
+  }
+  return sent;
+}
+
+int RemoteStore::fetch_history(const std::string& run_dir) {
+  if (fsutil::path_exists(run_dir + "/metrics.jsonl")) return 0;  // a run directory with records of its own
+  const std::string base = url_.key(kHistory) + "/";
+  int written = 0;
+  for (const auto& obj : client_.list(base).objects) {
+    const std::string name = obj.key.substr(base.size());
+    if (!history_name(name)) {
+      log::warn("{}: not a history file dlrun writes; left alone", url_.str(std::string(kHistory) + "/" + name));
+      continue;
+    }
+    DLRUN_CHECK_INPUT(obj.size <= kMaxHistoryFile, "{}: {} bytes, more than a run's history holds (1 GiB)",
+                      url_.str(std::string(kHistory) + "/" + name), obj.size);
+    std::string bytes;
+    client_.get(obj.key, [&](const char* p, size_t n) {
+      DLRUN_CHECK_INPUT(bytes.size() + n <= kMaxHistoryFile, "{}: larger than it was listed",
+                        url_.str(std::string(kHistory) + "/" + name));
+      bytes.append(p, n);
+    });
+    fsutil::write_file_atomic(run_dir + "/" + name, bytes);
+    ++written;
+  }
+  return written;
+}
+
 std::vector<std::string> RemoteStore::set_aside_after(int64_t step, const std::string& suffix) {
   std::vector<std::string> moved;
+  if (step < 0) {  // the whole run set aside (--resume never --force): its history with it
+    const std::string from = url_.key(kHistory) + "/", to = url_.key(std::string(kHistory) + suffix) + "/";
+    for (const auto& obj : client_.list(from).objects) {
+      client_.copy(obj.key, to + obj.key.substr(from.size()), obj.size);
+      client_.remove(obj.key);
+    }
+  }
   int64_t newest_left = -1;
   std::string newest_left_name;
   for (const auto& e : list()) {

@@ -127,6 +127,17 @@ class RemoteStore {
   /// (manifest first), so no later resume takes them; LATEST then names the newest complete
   /// checkpoint left, or is removed. Returns the names set aside.
   std::vector<std::string> set_aside_after(int64_t step, const std::string& suffix);
+  /// The run's history beside its checkpoints (docs/checkpoints.md, "A fresh VM continues the
+  /// run's records"): RUN_DIR/metrics.jsonl (up to its last whole line) and the TensorBoard event
+  /// files, as they are now, to PREFIX/history/; the first call also removes history objects
+  /// this run directory does not hold. Returns the bytes sent. Throws S3Error.
+  uint64_t put_history(const std::string& run_dir);
+  /// Into an empty RUN_DIR (no metrics.jsonl): the history PREFIX/history/ holds, so a resume on
+  /// a fresh VM counts what the earlier processes did and cost and its records begin at step 0.
+  /// Only metrics.jsonl and events.out.tfevents.* names are taken (an object's name is
+  /// untrusted: no path in it), each at most 1 GiB. Returns the files written (0: no history).
+  int fetch_history(const std::string& run_dir);
+
   /// Set: every request fails at once and a transfer under way is abandoned (within about a
   /// second), with S3Error code "cancelled". Cleared: requests work again.
   void cancel(bool on) { cancelled_ = on; }
@@ -138,6 +149,7 @@ class RemoteStore {
   remote::S3Client client_;
   remote::S3Url url_;
   std::atomic<bool> cancelled_{false};
+  bool history_pruned_ = false;  ///< put_history removed the objects the run directory lacks
 };
 
 }  // namespace dlrun::ckpt

@@ -75,11 +75,69 @@ Uploader::Totals Uploader::totals() const {
   return totals_;
 }
 
+void Uploader::keep_history(const std::string& run_dir, double every_s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    history_dir_ = run_dir;
+    history_every_s_ = every_s;
+    history_next_ = every_s > 0 ? mono_now() + every_s : 0;
+  }
+  cv_.notify_all();
+}
+
+bool Uploader::history_now(double deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (history_dir_.empty()) return true;
+  const int64_t ticket = ++history_asked_;
+  cv_.notify_all();
+  auto done = [&] { return history_done_ >= ticket || stop_; };
+  if (deadline <= 0) {
+    cv_.wait(lock, done);
+  } else {
+    const double left = deadline - mono_now();
+    if (left <= 0 || !cv_.wait_for(lock, std::chrono::duration<double>(left), done)) return false;
+  }
+  return history_done_ >= ticket && history_ok_;
+}
+
+void Uploader::upload_history(std::unique_lock<std::mutex>& lock) {
+  const std::string dir = history_dir_;
+  const int64_t asked = history_asked_;
+  lock.unlock();
+  bool ok = false;
+  try {
+    store_.put_history(dir);
+    ok = true;
+  } catch (const remote::S3Error& e) {
+    if (e.code() != remote::kCancelled) log::warn("the run's history could not be uploaded to {}: {}", store_.url().str(), e.what());
+  } catch (const std::exception& e) {
+    log::warn("the run's history could not be uploaded to {}: {}", store_.url().str(), e.what());
+  }
+  lock.lock();
+  history_done_ = std::max(history_done_, asked);
+  history_ok_ = ok;
+  if (history_every_s_ > 0) history_next_ = mono_now() + history_every_s_;
+  cv_.notify_all();
+}
+
 void Uploader::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+    // Woken by a checkpoint, a stop, a history asked for, or the history's period.
+    auto history_due = [&] {
+      return !history_dir_.empty() &&
+             (history_asked_ > history_done_ || (history_next_ > 0 && mono_now() >= history_next_));
+    };
+    auto ready = [&] { return stop_ || pending_.has_value() || history_due(); };
+    if (history_next_ > 0)
+      cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, history_next_ - mono_now())), ready);
+    else
+      cv_.wait(lock, ready);
     if (stop_) return;
+    if (!pending_) {
+      if (history_due()) upload_history(lock);
+      continue;
+    }
     const auto [dir, step] = *pending_;
     pending_.reset();
     busy_ = true;
@@ -118,6 +176,7 @@ void Uploader::run() {
         results_.push_back(r);
         retaining_ = true;  // the checkpoint is up: a stop waiting for it may go on
         cv_.notify_all();
+        if (!history_dir_.empty()) upload_history(lock);  // the records up to this checkpoint, beside it
         lock.unlock();
         try {
           for (const auto& gone : store_.apply_retention(opts_.keep_last, opts_.keep_every, step))

@@ -49,6 +49,13 @@ class Uploader {
   Uploader(RemoteStore& store, CheckpointOptions opts);
   ~Uploader();  ///< abandons the attempt in flight
   void submit(const std::string& local_dir, int64_t step);
+  /// From now on, also upload the history of `run_dir` (RemoteStore::put_history): after each
+  /// checkpoint, and every `every_s` seconds while idle (0: with checkpoints only).
+  void keep_history(const std::string& run_dir, double every_s);
+  /// Upload the history now and wait for it until `deadline` (monotonic seconds; <= 0: no
+  /// deadline); true when it is up. A failure is logged, never thrown: the history is records,
+  /// the checkpoints are the run.
+  bool history_now(double deadline);
   /// When the upload under way (or the remote retention after it) is of a step older than
   /// `step`, which is waiting, abandon it: a stop request wants the newest checkpoint in the
   /// bucket within its deadline, not an older one first.
@@ -73,6 +80,13 @@ class Uploader {
   int64_t uploading_step_ = -1;
   bool busy_ = false, stop_ = false;
   bool retaining_ = false;   ///< the upload is done; remote retention runs
+  // The run's history (keep_history): where, how often, and the requests of history_now().
+  std::string history_dir_;
+  double history_every_s_ = 0, history_next_ = 0;
+  int64_t history_asked_ = 0, history_done_ = 0;
+  bool history_ok_ = false;
+  /// Upload the history (the lock held on entry and on return, released meanwhile).
+  void upload_history(std::unique_lock<std::mutex>& lock);
   bool superseded_ = false;  ///< the upload in flight was abandoned for a newer checkpoint
   std::vector<Result> results_;
   Totals totals_;

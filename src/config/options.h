@@ -274,6 +274,7 @@ struct CheckpointOptions {
   SaveErrorPolicy on_error = SaveErrorPolicy::kContinue;  ///< a failed periodic write or upload
   int64_t max_failed_saves = 3;  ///< consecutive failed periodic saves before exit 1 (0: no limit)
   double remote_wait_s = 300;    ///< an unreachable store at resume: retries before exit 75
+  double remote_history_s = 60;  ///< the run's history (metrics.jsonl, TensorBoard) to the store this often (0: with checkpoints only)
 };
 
 struct PreemptionOptions {

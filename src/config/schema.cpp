@@ -323,6 +323,10 @@ std::vector<Section> describe(Config& c) {
       I("max_failed_saves", o.max_failed_saves, 0, 1e9,
         "with on_error: continue, this many periodic saves failing in a row stop the run (exit 1, saying how much "
         "training is at risk); 0: no limit"),
+      F("remote_history_s", o.remote_history_s, 0, 86400,
+        "the run's history (metrics.jsonl, TensorBoard events) goes to the store beside the checkpoints with each "
+        "upload and this often in seconds (0: with the uploads only), so a resume on a fresh VM counts what the "
+        "earlier processes did and cost and its records begin at step 0"),
       F("remote_wait_s", o.remote_wait_s, 0, 86400,
         "a resume whose store does not answer retries with backoff for this many seconds, then exits 75 (try again "
         "later); it never starts over"),

@@ -103,6 +103,9 @@ void Trainer::begin() {
   }
   if (plan_.set_aside) log0::warn("--force: the previous run was moved to {}", dir_.set_aside_previous_run());
   ckpt_.abandon(plan_.abandon_after, plan_.set_aside_remote);  // steps of a timeline given up
+  // A fresh VM resuming from the store: the run's records come with it, so its account counts
+  // the earlier processes (their interruptions, the steps replayed) and its metrics begin at 0.
+  if (plan_.fetched) ckpt_.fetch_history(dir_.path());
   const int64_t furthest = dir_.furthest_logged_step();  // steps an interrupted process got to
   st_.steps_lost_last = std::max<int64_t>(0, furthest - st_.step);
   st_.steps_lost_total += st_.steps_lost_last;
@@ -113,6 +116,7 @@ void Trainer::begin() {
   add_run_sinks(report_, cfg_, dir_, st_.last_step, std::move(endpoint_), account_.live_cost());
   meter_.watch_gpu();
   ckpt_.open(std::exchange(plan_.fetched, std::nullopt), plan_.upload_resumed);  // the download's bytes freed here
+  ckpt_.keep_history(dir_.path());
   metrics::Event e{"start", st_.step};
   e.fields = {{"epoch", epoch()}, {"total_steps", st_.last_step}, {"world_size", c_.placement.world_size},
               {"resumed_from", ckpt_.resumed_from()}, {"steps_lost", st_.steps_lost_last},
@@ -227,6 +231,7 @@ int Trainer::stop_and_save() {
   e.fields = {{"reason", reason}, {"signal_time", signal_time}, {"commit_time", commit_time}, {"steps_lost", 0}};
   record_interruption(std::move(e), "interrupted", signal_time, upload, /*read_loss=*/true,
                       {{"latency_s", commit_time - signal_time}});
+  ckpt_.upload_history(signal_time);  // the records of the stop itself, for the VM that resumes
   replicas_.outcome_read(st_.step);
   if (const int n = preempt::signals_ignored())
     log0::info("{} further signal(s) ignored: the same request delivered again, or after the commit", n);
@@ -251,6 +256,7 @@ int Trainer::finish() {
   e.fields = {{"status", "completed"}};
   report_.report(std::move(e));
   report_.close();
+  ckpt_.upload_history(0);
   // Each accuracy under its split's name: with a validation split, the test split's (the figure
   // to report) and the validation split's (what BEST and early stopping looked at).
   auto accuracy = [](const nlohmann::json& r) {

@@ -77,6 +77,7 @@ std::optional<int> Trainer::rescue() {
   e.fields = {{"lost_ranks", lost_ranks}, {"store_gone", loss.store_gone}, {"why", loss.why},
               {"writer", d.writer}, {"exact", d.exact}, {"survivors", d.survivors}, {"mid_step", mid_step}};
   record_interruption(std::move(e), "peer_lost", lost_at, upload, /*read_loss=*/false);
+  ckpt_.upload_history(lost_at);
   return kInterrupted;
 }
 

@@ -118,11 +118,33 @@ def test_a_fresh_vm_continues_the_run_exactly():
             expect(s["params_sha256"] == ref, "resumed on a fresh VM: params differ from the uninterrupted run")
             # kept beside the local ones (local retention may later drop it, like any other)
             expect("the downloaded checkpoint is kept as" in p.stdout and "step-00000023" in p.stdout, p.stdout[-2000:])
-        with RunDir() as killed:  # kill -9 with uploads in flight: whatever reached the bucket will do
+            expect("history" in p.stdout and "came from s3://" in p.stdout, p.stdout[-2000:])
+            continues_the_records(fresh, s, replayed=False)
+        expect("history/metrics.jsonl" in s3.keys("exp2"), s3.keys("exp2"))
+        # kill -9 with uploads in flight: whatever reached the bucket will do, the history with
+        # each checkpoint uploaded (how far past that checkpoint it reaches is the uploader's timing)
+        with RunDir() as killed:
             run(s3, killed, *s3.overrides("exp2b"), env={"DLRUN_FAULT": "abort_at_step:30"}, check=None)
             with RunDir() as fresh:
                 run(s3, fresh, *s3.overrides("exp2b"))
                 expect(fresh.summary()["params_sha256"] == ref, "after a kill -9: params differ")
+                continues_the_records(fresh, fresh.summary(), replayed=None)
+
+
+def continues_the_records(fresh, s, replayed):
+    """The run directory of a fresh VM that resumed from the bucket holds the whole run's records:
+    its account counts the interrupted process, metrics.jsonl and TensorBoard begin at step 1."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    w = s["wall_clock"]
+    expect(w["segments"] == 2 and w["interruptions"] == 1, w)
+    expect(replayed is None or (w["replayed_steps"] > 0) == replayed, w)
+    steps = sorted(fresh.step_losses())
+    expect(steps[0] == 1 and steps[-1] == s["steps"], steps[:3] + steps[-3:])
+    acc = EventAccumulator(fresh.path)
+    acc.Reload()
+    tb = sorted({e.step for e in acc.Scalars("train/loss")})
+    expect(tb[0] == 1 and tb[-1] == s["steps"], tb[:3] + tb[-3:])
 
 
 def test_a_kill_during_an_upload_leaves_latest_complete():

@@ -68,6 +68,12 @@ def test_a_prefix_whose_checkpoints_all_fail_is_not_started_over():
             keys = s3.keys("broken")
             aside = sorted({k.split("/")[0] for k in keys if ".aside-" in k.split("/")[0]})
             expect(len(aside) >= len(complete), aside)
+            # the earlier run's history set aside with its checkpoints: the store's is this run's
+            expect(any(k.startswith("history.aside-") and k.endswith("/metrics.jsonl") for k in keys), keys)
+            history = [k for k in keys if k.startswith("history/")]
+            expect(len([k for k in history if "tfevents" in k]) == 1, history)
+            steps = [json.loads(line).get("step") for line in s3.read("broken/history/metrics.jsonl").splitlines()]
+            expect(steps[0] == 0 and steps[-1] == 48, steps[:3] + steps[-3:])
             expect(s3.read("broken/LATEST") == b"step-00000048\n", s3.read("broken/LATEST"))
 
 

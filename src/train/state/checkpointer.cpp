@@ -366,6 +366,34 @@ double Checkpointer::interval_minutes(int64_t step) {
   return minutes;
 }
 
+void Checkpointer::keep_history(const std::string& run_dir) {
+  if (uploader_) uploader_->keep_history(run_dir, cfg_.checkpoint.remote_history_s);
+}
+
+int Checkpointer::fetch_history(const std::string& run_dir) {
+  if (!remote_) return 0;
+  try {
+    const int n = remote_->fetch_history(run_dir);
+    if (n > 0)
+      log0::info("the run's history ({} file(s): metrics.jsonl, TensorBoard events) came from {}: its records and "
+                 "its account go on from the earlier processes'",
+                 n, remote_->url().str("history"));
+    return n;
+  } catch (const std::exception& e) {
+    log::warn("the run's history could not be read from {} ({}); this run's records start anew", remote_->url().str(),
+              e.what());
+    return 0;
+  }
+}
+
+void Checkpointer::upload_history(double signal_time) {
+  if (!uploader_) return;
+  std::string why;
+  const double deadline = signal_time > 0 ? stop_deadline(cfg_.preemption, signal_time, &why) : mono_now() + 60;
+  if (!uploader_->history_now(deadline))
+    log0::warn("the run's history did not reach {}{}", remote_->url().str(), why.empty() ? "" : " within " + why);
+}
+
 Checkpointer::StopUpload Checkpointer::upload_before_deadline(int64_t step, double signal_time,
                                                               const std::string& reason) {
   StopUpload out;

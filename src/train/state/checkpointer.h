@@ -61,6 +61,15 @@ class Checkpointer {
   /// local checkpoint the run resumed from (the store's LATEST is older: its upload was cut off).
   void open(std::optional<ckpt::FileSet> fetched, bool upload_resumed = false,
             std::unique_ptr<ckpt::SnapshotWriter> writer = nullptr);
+  /// With checkpoint.remote (leader): the run's history (metrics.jsonl, the TensorBoard event
+  /// files of `run_dir`) goes to the store beside the checkpoints, with each upload and every
+  /// checkpoint.remote_history_s seconds (docs/checkpoints.md, "A fresh VM continues the run's
+  /// records"). fetch_history brings it into an empty run directory before a resume from the
+  /// store writes there; upload_history sends it now (a stop within its deadline, counted from
+  /// `signal_time`; the end of a run: 0). Failures are warnings: these are records, not the run.
+  void keep_history(const std::string& run_dir);
+  int fetch_history(const std::string& run_dir);
+  void upload_history(double signal_time);
   /// A rank other than the leader that writes the survivors' checkpoint after a lost peer
   /// (dist.peer_timeout_s; rank 0 may be the one lost): it connects to checkpoint.remote and
   /// opens a writer of its own, into its --run-dir's checkpoints/, as the leader would have.
