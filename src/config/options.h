@@ -37,6 +37,7 @@ enum class S3Addressing { kAuto, kPath, kVirtual };
 enum class TlsFloor { k1_2, k1_3 };
 enum class ServerSideEncryption { kNone, kS3, kKms };
 enum class SaveErrorPolicy { kContinue, kStop };
+enum class BadSamplePolicy { kError, kSkip };
 enum class FusedKernels { kAuto, kOn, kOff, kCudnn };
 enum class MicroBatch { kOff, kAuto };
 enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
@@ -67,6 +68,7 @@ template <> struct EnumNames<ServerSideEncryption> {
   static constexpr std::array<const char*, 3> names{"none", "AES256", "aws:kms"};
 };
 template <> struct EnumNames<SaveErrorPolicy> { static constexpr std::array<const char*, 2> names{"continue", "stop"}; };
+template <> struct EnumNames<BadSamplePolicy> { static constexpr std::array<const char*, 2> names{"error", "skip"}; };
 template <> struct EnumNames<EvalMetric> {
   static constexpr std::array<const char*, 4> names{"none", "accuracy", "top5", "loss"};
 };
@@ -172,6 +174,10 @@ struct DataOptions {
   double retry_s = 120.0;        ///< how long an unreachable store is retried before the run fails
   bool allow_unencrypted_http = false;  ///< s3:// shards over plain http:// to a host that is not this one
   bool jpeg_roi_decode = true;   ///< decode JPEGs at a DCT scale, only the rows and columns the crop needs
+  /// A sample that does not decode (docs/data.md, "A damaged image"): error (exit 2 naming it)
+  /// or skip (replaced, named and counted in summary.json), at most max_bad_samples of them.
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::kError;
+  int64_t max_bad_samples = 100;
 
   /// The directory the dataset reads from: `root`, or the dataset's default location
   /// (Debian's dataset-fashion-mnist for fashion_mnist; "" when there is none).

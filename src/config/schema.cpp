@@ -185,6 +185,14 @@ std::vector<Section> describe(Config& c) {
         "another host: requests and the session token then travel unencrypted (loopback is always accepted)"),
       B("jpeg_roi_decode", o.jpeg_roi_decode,
         "decode JPEGs at the smallest DCT scale that covers the crop, and only its rows and columns (false: full decode)"),
+      En("on_bad_sample", o.on_bad_sample,
+         "a sample whose image does not decode or read (a truncated JPEG, a damaged shard member): error (the run "
+         "ends, exit 2, naming it) or skip (in training replaced by the next sample of the epoch's order that "
+         "decodes, in an evaluation left out; named in metrics.jsonl and summary.json, counted exactly across "
+         "resumes)"),
+      I("max_bad_samples", o.max_bad_samples, 1, 1e9,
+        "with on_bad_sample: skip, more distinct bad samples than this in training end the run (exit 2): the data "
+        "is damaged beyond a few files"),
     }});
   }
   {

@@ -6,12 +6,14 @@
 // and augmented there (device_augment.h), inline.
 #include "data/loader.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "base/env.h"
@@ -32,6 +34,9 @@ struct Loader::Impl {
   SamplerGeometry geo;
   bool pin = false;
   bool encoded = false;  // image files, decoded here knowing each sample's crop
+  bool skip_bad = false;  // data.on_bad_sample: skip
+  static constexpr int64_t kSubstituteTries = 64;
+  mutable std::set<int64_t> warned;  // an evaluation's bad samples already named (log_mu)
 
   // DLRUN_SAMPLE_LOG=PATH (a test flag): every sample this rank produces, as a line of
   // PATH.rank<r>: epoch, position in the epoch's order, dataset index, label and the SHA-256
@@ -89,15 +94,54 @@ struct Loader::Impl {
     int micro = 0;
     geo.task(first_step, t, &begin, &end, &step, &micro);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t index = idx[static_cast<size_t>(i)];
-      if (encoded) {
-        yp[i] = produce_encoded(index, xp + i * plane);
-      } else {
-        yp[i] = produce_decoded(index, xp + i * plane);
+      int64_t index = idx[static_cast<size_t>(i)];
+      float* dst = xp + i * plane;
+      try {
+        yp[i] = produce_one(index, dst);
+      } catch (const Error& e) {
+        if (!skip_bad || e.code() != ExitCode::kBadInput) throw;
+        out.bad.push_back({index, e.message()});
+        if (spec.train) {
+          index = substitute(begin + i, e, dst, &yp[i]);
+        } else {
+          std::fill(dst, dst + plane, 0.0f);
+          yp[i] = -1;
+          warn_once(index, e.message());
+        }
       }
-      if (sample_log) log_sample(begin + i, index, yp[i], xp + i * plane, plane);
+      if (sample_log) log_sample(begin + i, index, yp[i], dst, plane);
     }
     return out;
+  }
+
+  int64_t produce_one(int64_t index, float* out) const {
+    return encoded ? produce_encoded(index, out) : produce_decoded(index, out);
+  }
+
+  /// data.on_bad_sample: skip, training: the sample at `position` of the epoch's order failed
+  /// with `first`; the next position whose sample decodes gives the image and label instead (a
+  /// function of the data only, so workers, timing and resumes see the same). Returns its index.
+  int64_t substitute(int64_t position, const Error& first, float* out, int64_t* label) const {
+    const int64_t n = static_cast<int64_t>(perm->size());
+    for (int64_t k = 1; k <= kSubstituteTries && k < n; ++k) {
+      const int64_t index = (*perm)[static_cast<size_t>((position + k) % n)];
+      try {
+        *label = produce_one(index, out);
+        return index;
+      } catch (const Error& e) {
+        if (e.code() != ExitCode::kBadInput) throw;  // (counted when its own position is read)
+      }
+    }
+    fail_input("{}; and the {} samples after it in the epoch's order do not decode either "
+               "(data.on_bad_sample: skip replaces a sample by the next one that does): the data is damaged beyond "
+               "a few files; `dlrun data verify` lists them", first.message(), kSubstituteTries);
+  }
+
+  /// An evaluation's bad sample, named once per loader.
+  void warn_once(int64_t index, const std::string& error) const {
+    std::lock_guard<std::mutex> lock(log_mu);
+    if (warned.insert(index).second)
+      log::warn("evaluation: sample {} is left out (data.on_bad_sample: skip): {}", index, error);
   }
 
   /// A float batch of `sizes` in ordinary host memory, reused once nothing but this pool holds it:
@@ -222,6 +266,7 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const 
   }
   m.pin = spec.device.is_cuda() && opts.pin_memory;
   m.encoded = m.ds->encoded();
+  m.skip_bad = opts.on_bad_sample == BadSamplePolicy::kSkip;
   // The batches in flight: every worker's prefetched ones, the one being consumed, and one held
   // by the step that ran before it.
   m.pool_cap = static_cast<size_t>(std::max<int64_t>(1, opts.workers) * std::max<int64_t>(1, opts.prefetch) + 2);

@@ -22,6 +22,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "config/options.h"
 #include "data/dataset.h"
@@ -44,9 +46,20 @@ struct Position {
   int64_t cursor = 0;  ///< samples of it consumed by all ranks: a multiple of the global batch
 };
 
+/// A sample that did not decode or read (an error of exit 2: a truncated JPEG, a damaged shard
+/// member) under data.on_bad_sample: skip (docs/data.md, "A damaged image").
+struct BadSample {
+  int64_t index = 0;  ///< the dataset index
+  std::string error;  ///< the error, naming the file
+};
+
 struct Batch {
   torch::Tensor x;  ///< (b, C, H, W) float32, normalized, on the target device
-  torch::Tensor y;  ///< (b) int64
+  torch::Tensor y;  ///< (b) int64; -1 for a bad sample of an evaluation (not counted)
+  /// The bad samples of this micro-batch: in training each was replaced by the next sample of
+  /// the epoch's order that decodes (its own augmentation), so the batch keeps its size and the
+  /// run stays a function of the data; in an evaluation its row is zeros with label -1.
+  std::vector<BadSample> bad;
   int64_t step_in_epoch = 0;  ///< global step this micro-batch belongs to
   int micro = 0;              ///< micro-batch index within the step (0..grad_accum-1)
 };

@@ -44,6 +44,22 @@ std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& t) {
   return group_ ? group_->all_gather(t) : std::vector<torch::Tensor>{t};
 }
 
+std::vector<std::string> Replicas::gather_text(const std::string& text) {
+  if (!group_) return {text};
+  const auto lengths = group_->all_gather(torch::full({1}, static_cast<int64_t>(text.size()), torch::kLong));
+  int64_t most = 1;
+  for (const auto& l : lengths) most = std::max(most, l.item<int64_t>());
+  torch::Tensor bytes = torch::zeros({most}, torch::kUInt8);
+  std::copy(text.begin(), text.end(), reinterpret_cast<char*>(bytes.data_ptr<uint8_t>()));
+  const auto all = group_->all_gather(bytes);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const torch::Tensor b = all[r].to(torch::kCPU).contiguous();
+    out.emplace_back(reinterpret_cast<const char*>(b.data_ptr<uint8_t>()), static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  return out;
+}
+
 void Replicas::agree_committed(int64_t step, const std::string& failure) {
   if (!group_ || (!leader() && !failure.empty())) return;
   const std::string key = fmt::format("commit/{}", step);

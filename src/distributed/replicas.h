@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -48,6 +49,8 @@ class Replicas {
   void all_reduce(torch::Tensor& t);
   /// Every rank's `t`, in rank order.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& t);
+  /// Every rank's `text`, in rank order (its length, then the bytes, through all_gather).
+  std::vector<std::string> gather_text(const std::string& text);
   /// Run `commit` (the stop's save: its collectives on every rank, the commit on the leader),
   /// then agree_committed() on its outcome; when it throws, the leader tells the others why and
   /// waits for them to read it (outcome_read) before the exception goes on.

@@ -21,6 +21,9 @@ struct TrainState {
   int64_t resumed_from_step = -1;  ///< -1: fresh start
   bool eval_pending = false;       ///< an evaluation was due when the run was interrupted
   nlohmann::json preemption;       ///< the preempt event of this process, if any
+  /// Training samples that did not decode (data.on_bad_sample: skip; train/observe/bad_samples.h):
+  /// {"reads": reads replaced, "samples": {"<dataset index>": {"error", "reads", "first_step"}}}.
+  nlohmann::json bad_samples = nlohmann::json::object();
 };
 
 }  // namespace dlrun::train

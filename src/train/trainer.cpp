@@ -140,7 +140,20 @@ std::optional<data::Batch> Trainer::next_batch() {
     fault::slow_batch();
   }
   meter_.waited(mono_now() - asked);
+  if (b && !b->bad.empty()) bad_samples_.consumed(*b);
   return b;
+}
+
+bool Trainer::any_rank_asked_to_stop() {
+  if (!replicas_.distributed()) {
+    if (bad_samples_.pending()) bad_samples_.merge(replicas_, st_.step);
+    return preempt::stop_requested();
+  }
+  // One collective for both questions: the ranks asked to stop, the ranks with bad samples.
+  auto flags = torch::tensor({preempt::stop_requested() ? 1 : 0, bad_samples_.pending() ? 1 : 0}, torch::kInt32);
+  replicas_.all_reduce(flags);
+  if (flags[1].item<int>() > 0) bad_samples_.merge(replicas_, st_.step);
+  return flags[0].item<int>() > 0;
 }
 
 void Trainer::step(const std::vector<data::Batch>& micro) {
@@ -302,7 +315,9 @@ nlohmann::json Trainer::summary(const std::string& status) {
   const Goodput g = account_.now();  // the record so far, this process's included
   in.wall_clock = g.wall_clock_json();
   in.cost = g.cost_json(account_.price());
-  return run_summary(in);
+  nlohmann::json j = run_summary(in);
+  j["bad_samples"] = bad_samples_json(cfg_.data, st_);
+  return j;
 }
 
 void Trainer::record_failure(const std::string& what, const char* status) noexcept {

@@ -25,6 +25,7 @@
 #include "run/run_dir.h"
 #include "run/triggers.h"
 #include "train/components.h"
+#include "train/observe/bad_samples.h"
 #include "train/observe/evaluations.h"
 #include "train/observe/goodput.h"
 #include "train/observe/outputs.h"
@@ -65,7 +66,8 @@ class Trainer {
         evals_(cfg_, *c_.model, c_.eval_loader.get(), c_.val_loader.get(), replicas_, report_, c_.averages.all()),
         parts_({cfg_, *c_.model, optimizers_, runner_.precision().scaler(), runner_.micro_batches(), st_,
                 *c_.train_loader, replicas_, c_.total_steps, c_.placement.device, &evals_.monitor(),
-                dataset_record(cfg_, c_.data.info), c_.averages.all()}) {
+                dataset_record(cfg_, c_.data.info), c_.averages.all()}),
+        bad_samples_(cfg_.data, st_, report_) {
     st_.last_step = c_.total_steps;
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
@@ -133,7 +135,9 @@ class Trainer {
   std::optional<data::Batch> next_batch();
   void step(const std::vector<data::Batch>& micro);
   std::optional<int> at_boundary(bool epoch_end);
-  bool any_rank_asked_to_stop() { return replicas_.any(preempt::stop_requested()); }  // a collective
+  /// Whether any rank was asked to stop; the training samples that did not decode merged with
+  /// it when any rank has some. A collective.
+  bool any_rank_asked_to_stop();
   bool run_eval();
   bool act_on_verdict();
   void save(SaveReason why, bool sync);
@@ -161,6 +165,7 @@ class Trainer {
   Checkpointer ckpt_;
   Evaluations evals_;         ///< periodic and test evaluations, the best checkpoint, early stopping
   CheckpointParts parts_;
+  BadSampleTally bad_samples_;  ///< data.on_bad_sample: skip
   ResumePlan plan_;           ///< what begin() still does for the resume: set aside, keep a download, upload
   double start_mono_ = -1;    ///< when begin() ran (-1: the run directory is not ours yet)
   data::Position boundary_;   ///< the loader's position at the last step boundary (a rescue's)

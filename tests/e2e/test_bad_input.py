@@ -6,10 +6,11 @@ import json
 import os
 import re
 import shutil
-
 import struct
+import subprocess
+import sys
 
-from common import RunDir, cfg, dlrun, expect, main, snapshot, train
+from common import DLRUN, SRC, RunDir, cfg, dlrun, environment, expect, main, snapshot, train
 
 TINY = cfg("tiny.yaml")
 FMNIST = "/usr/share/datasets/fashion-mnist"
@@ -65,27 +66,86 @@ def test_bad_resume_path():
         expect("nope" in p.stdout, p.stdout[-800:])
 
 
+def folder_with_a_broken_image(root):
+    """image_folder with 8 PNGs per class and split, and train/dog/00_broken.jpg (dataset index 9
+    of 17: read in step 3 of each epoch of 4 steps of batch 4 without shuffling)."""
+    from PIL import Image
+    for split in ("train", "val"):
+        for c in ("cat", "dog"):
+            os.makedirs(os.path.join(root, split, c))
+            for i in range(8):
+                Image.new("RGB", (20, 18), (i * 30 % 255, 80 if c == "cat" else 200, 40)).save(
+                    os.path.join(root, split, c, f"{i}.png"))
+    with open(os.path.join(root, "train", "dog", "00_broken.jpg"), "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 definitely not a jpeg")
+
+
+def folder_run(root, *overrides):
+    return ("data.name=image_folder", f"data.root={root}", "data.image_size=16", "model.in_channels=3",
+            "data.augment=[]", "data.batch_size=4", "data.workers=0", "data.shuffle=false", *overrides)
+
+
 def test_undecodable_image_mid_run():
     """image_folder decodes lazily: a corrupt JPEG met during training stops the run with exit
     2 naming the file, and summary.json says the run failed."""
-    from PIL import Image
     with RunDir() as r:
         root = r.file("imgs")
-        for split in ("train", "val"):
-            for c in ("cat", "dog"):
-                os.makedirs(os.path.join(root, split, c))
-                for i in range(8):
-                    Image.new("RGB", (20, 18), (i * 30 % 255, 80 if c == "cat" else 200, 40)).save(
-                        os.path.join(root, split, c, f"{i}.png"))
-        with open(os.path.join(root, "train", "dog", "00_broken.jpg"), "wb") as f:
-            f.write(b"\xff\xd8\xff\xe0 definitely not a jpeg")
-        p = dlrun("train", TINY, "data.name=image_folder", f"data.root={root}", "data.image_size=16",
-                  "model.in_channels=3", "data.augment=[]", "data.batch_size=4", "data.workers=0",
-                  "data.shuffle=false", "train.epochs=1", "--run-dir", r.file("run"), check=2)
+        folder_with_a_broken_image(root)
+        p = dlrun("train", TINY, *folder_run(root, "train.epochs=1"), "--run-dir", r.file("run"), check=2)
         expect("00_broken.jpg" in p.stdout, p.stdout[-1500:])
         with open(r.file("run", "summary.json")) as f:
             s = json.load(f)
         expect(s["status"] == "failed" and s["steps"] > 0, s)
+
+
+def test_a_damaged_image_is_skipped_named_and_counted_exactly_across_a_kill():
+    """data.on_bad_sample: skip. A broken training image is replaced by the next one that decodes
+    (each epoch), named once (a warning, a bad_sample event) and counted in summary.json; killed
+    after the second read and resumed from the checkpoint before it, the run counts the same
+    reads and ends with the same parameters. A broken evaluation image is left out of the
+    figures. More distinct bad samples than data.max_bad_samples end the run with exit 2."""
+    with RunDir() as r:
+        root = r.file("imgs")
+        folder_with_a_broken_image(root)
+        with open(os.path.join(root, "val", "cat", "zz_broken.png"), "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n cut short")
+        skip = folder_run(root, "train.epochs=3", "data.on_bad_sample=skip")
+        p = dlrun("train", TINY, *skip, "--run-dir", r.file("whole"), check=0)
+        with open(r.file("whole", "summary.json")) as f:
+            s = json.load(f)
+        b = s["bad_samples"]
+        expect(b["policy"] == "skip" and b["distinct"] == 1 and b["reads_replaced"] == 3, b)
+        expect(b["samples"][0]["index"] == 9 and "00_broken.jpg" in b["samples"][0]["error"], b)
+        expect(p.stdout.count("training sample 9 is replaced") == 1, p.stdout[-2000:])
+        events = [json.loads(line) for line in open(r.file("whole", "metrics.jsonl"))]
+        expect([e["index"] for e in events if e.get("event") == "bad_sample"] == [9], "bad_sample events")
+        expect(s["eval"]["samples"] == 16 and "zz_broken.png" in p.stdout, (s["eval"], p.stdout[-2000:]))
+        # Killed after step 7 (the checkpoint of step 5 holds the first read; step 7 read it again).
+        sync = "checkpoint.async=false"  # the save of step 5 committed before the kill, however busy the machine
+        dlrun("train", TINY, *skip, sync, "--run-dir", r.file("killed"), env={"DLRUN_FAULT": "abort_at_step:7"},
+              check=None)
+        dlrun("train", TINY, *skip, sync, "data.workers=2", "--run-dir", r.file("killed"), check=0)
+        with open(r.file("killed", "summary.json")) as f:
+            k = json.load(f)
+        expect(k["resumed_from_step"] in (4, 5) and k["bad_samples"] == b, (k["resumed_from_step"], k["bad_samples"], b))
+        expect(k["params_sha256"] == s["params_sha256"], "a resumed run with a skipped sample differs")
+        # Two ranks (each reads half of every batch): the same sample replaced by the same one, the
+        # ranks' bad samples merged at the step boundary into one count.
+        from s3_server import free_port
+        two = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "dlrun-launch"), "--nproc-per-node", "2",
+                              "--master-port", str(free_port()), "--", DLRUN, "train", TINY, *skip, "log.progress=none",
+                              "--run-dir", r.file("two")], env=environment(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=300)
+        expect(two.returncode == 0, two.stdout[-3000:])
+        with open(r.file("two", "summary.json")) as f:
+            t = json.load(f)
+        expect(t["world_size"] == 2 and t["bad_samples"] == b, (t["bad_samples"], b))
+        # The cap counts distinct samples.
+        with open(os.path.join(root, "train", "cat", "00_broken.png"), "wb") as f:
+            f.write(b"not a png")
+        p = dlrun("train", TINY, *skip, "data.max_bad_samples=1", "--run-dir", r.file("capped"), check=2)
+        expect("2 distinct training samples did not decode, more than data.max_bad_samples (1)" in p.stdout,
+               p.stdout[-1500:])
 
 
 DIVERGE = ("model.name=mlp", "model.hidden=[32]", "optim.lr=1000", "sched.name=constant", "sched.warmup_steps=0")
@@ -279,7 +339,9 @@ def test_absurd_data_headers_and_directories_for_files():
 
 if __name__ == "__main__":
     main([test_corrupt_idx_files, test_incompatible_resume_is_refused, test_fresh_start_does_not_mix_runs,
-          test_bad_resume_path, test_undecodable_image_mid_run, test_nonfinite_loss_stops_the_run_naming_the_step,
+          test_bad_resume_path, test_undecodable_image_mid_run,
+          test_a_damaged_image_is_skipped_named_and_counted_exactly_across_a_kill,
+          test_nonfinite_loss_stops_the_run_naming_the_step,
           test_nonfinite_steps_can_be_skipped_and_counted, test_config_validate_refuses_what_train_refuses,
           test_damaged_checkpoints_are_refused_and_nothing_changes,
           test_resume_auto_refuses_a_checkpoint_from_a_newer_dlrun, test_another_models_checkpoint_is_refused_by_eval,

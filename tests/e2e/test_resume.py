@@ -217,8 +217,8 @@ def test_golden_checkpoint_trains_on():
         states = [json.load(open(os.path.join(d, "state.json"))) for d in (GOLDEN, now)]
         # Keys added since the golden checkpoint was made, each optional when a checkpoint is
         # loaded (the golden one loads above without them): dataset (what `dlrun predict` needs)
-        # and monitor (checkpoint.keep_best, train.early_stop).
-        added = {"dataset", "monitor"}
+        # monitor (checkpoint.keep_best, train.early_stop) and bad_samples (data.on_bad_sample).
+        added = {"dataset", "monitor", "bad_samples"}
         expect(set(states[0]) <= set(states[1]) and set(states[1]) - set(states[0]) == added,
                f"state.json keys: golden {sorted(states[0])}, now {sorted(states[1])}")
         for key in states[0]:

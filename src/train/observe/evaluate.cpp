@@ -13,14 +13,18 @@ EvalResult evaluate(models::Model& model, data::Loader& loader, const std::funct
   const bool complete = data::each_batch(loader, stop, [&](const data::Batch& b) {
     auto logits = model.forward(b.x).to(model.dtype());  // (b, classes), float32 under autocast too
     auto y = b.y.to(logits.device());
+    // A label of -1 is a sample that did not decode, left out (data.on_bad_sample: skip): no
+    // class matches it, cross_entropy ignores it and it is not counted.
     auto loss_sum = torch::nn::functional::cross_entropy(
-        logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-1));
     const int64_t k = std::min<int64_t>(5, logits.size(1));
     auto topk = std::get<1>(logits.topk(k, 1));  // (b, k)
     auto hit = topk.eq(y.unsqueeze(1));           // (b, k)
     auto batch = torch::stack({hit.select(1, 0).sum().to(torch::kFloat64), hit.any(1).sum().to(torch::kFloat64),
                                loss_sum.to(torch::kFloat64),
-                               torch::full({}, static_cast<double>(y.size(0)), hit.options().dtype(torch::kFloat64))});
+                               b.bad.empty() ? torch::full({}, static_cast<double>(y.size(0)),
+                                                           hit.options().dtype(torch::kFloat64))
+                                             : y.ge(0).sum().to(torch::kFloat64)});
     sums = sums.defined() ? sums + batch : batch;
   });
   auto t = sums.defined() ? sums.to(torch::kCPU) : torch::zeros({4}, torch::kFloat64);

@@ -204,6 +204,7 @@ class TrainStatePart : public ckpt::Part {
     j["skipped_steps"] = st.skipped_steps;
     j["eval_pending"] = st.eval_pending;
     j["steps_lost_total"] = st.steps_lost_total;
+    j["bad_samples"] = st.bad_samples;
   }
   void check(const ckpt::Snapshot& snap) override;
   void load(const ckpt::Snapshot& snap) override {
@@ -215,6 +216,9 @@ class TrainStatePart : public ckpt::Part {
     st.skipped_steps = json_int_or(j, "skipped_steps", 0, what);
     st.eval_pending = j.value("eval_pending", false);
     st.steps_lost_total = json_int_or(j, "steps_lost_total", 0, what);
+    st.bad_samples = j.value("bad_samples", nlohmann::json::object());
+    DLRUN_CHECK_INPUT(st.bad_samples.is_object() && st.bad_samples.value("samples", nlohmann::json::object()).is_object(),
+                      "{}: bad_samples is not an object of samples", what);
     st.resumed_from_step = st.step;
   }
 
