@@ -235,12 +235,13 @@ Config bind_tree(const Tree& root, const std::string& file) {
       });
       continue;
     }
-    if (value->type == Tree::Type::kNull) continue;
-    if (value->type != Tree::Type::kMap) {
-      attempt([&] { fail_at(value->loc, sname, "a section must be a mapping of keys, got " + describe_value(*value)); });
+    const Tree& section = *value;  // (the lambdas below take it by name: not a structured binding)
+    if (section.type == Tree::Type::kNull) continue;
+    if (section.type != Tree::Type::kMap) {
+      attempt([&] { fail_at(section.loc, sname, "a section must be a mapping of keys, got " + describe_value(section)); });
       continue;
     }
-    for (const auto& [fname, fvalue] : value->map) {
+    for (const auto& [fname, fvalue] : section.map) {
       const std::string dotted = name + "." + fname;
       const std::string& field_name = fname;
       auto f = std::find_if(sec->fields.begin(), sec->fields.end(), [&](const Field& x) { return x.name == field_name; });
@@ -257,7 +258,7 @@ Config bind_tree(const Tree& root, const std::string& file) {
               if (k.substr(k.find('.') + 1) == field_name) elsewhere.push_back(k);
             if (elsewhere.size() == 1) close = elsewhere[0];
           }
-          fail_at(value->key_loc(field_name), dotted, "unknown key",
+          fail_at(section.key_loc(field_name), dotted, "unknown key",
                   close.empty() ? "see `dlrun config show` for every key" : "did you mean '" + close + "'?");
         });
         continue;
