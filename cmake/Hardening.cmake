@@ -34,6 +34,7 @@ find_library(DLRUN_TORCH_CPU torch_cpu PATHS ${DLRUN_TORCH_LIBDIR} NO_DEFAULT_PA
 find_library(DLRUN_C10 c10 PATHS ${DLRUN_TORCH_LIBDIR} NO_DEFAULT_PATH REQUIRED)
 file(GLOB DLRUN_PARSER_SOURCES CONFIGURE_DEPENDS ${_src}/data/*.cpp ${_src}/checkpoint/*.cpp)
 add_library(dlrun_parsers STATIC ${DLRUN_PARSER_SOURCES})
+dlrun_unity(dlrun_parsers)
 target_include_directories(dlrun_parsers PUBLIC ${TORCH_INCLUDE_DIRS})
 target_compile_options(dlrun_parsers PRIVATE ${DLRUN_WARNINGS})
 target_precompile_headers(dlrun_parsers PRIVATE ${_src}/pch/torch.h)

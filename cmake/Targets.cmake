@@ -74,6 +74,7 @@ function(dlrun_fake_nvml target)
   target_compile_definitions(${target} PRIVATE DLRUN_FAKE_NVML="$<TARGET_FILE:dlrun_fake_nvml>")
 endfunction()
 
+dlrun_unity(dlrun_base)
 if(DLRUN_HARDEN)
   return()  # the sanitizer build (cmake/Hardening.cmake) takes dlrun_base and the source lists only
 endif()
@@ -168,3 +169,11 @@ target_precompile_headers(dlrun_cli REUSE_FROM dlrun_core)
 add_executable(dlrun ${_src}/main.cpp)
 target_link_libraries(dlrun PRIVATE dlrun_cli)
 dlrun_link(dlrun)
+
+# The libraries in batches (DLRUN_UNITY; sources with their own flags stay alone). Tests are
+# not batched: their files share helper names.
+set(_libs dlrun_core dlrun_kernels dlrun_train dlrun_cli)
+foreach(_folder ${DLRUN_TRAIN_FOLDERS})
+  list(APPEND _libs dlrun_train_${_folder})
+endforeach()
+dlrun_unity(${_libs})

@@ -216,6 +216,11 @@ std::string parent_of(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+std::string dir_part(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
 std::string base_name(const std::string& path) {
   const std::string p = without_trailing_slashes(path);
   return p == "/" ? p : fs::path(p).filename().string();

@@ -50,6 +50,9 @@ bool is_regular_file(const std::string& path);
 std::vector<std::string> list_names(const std::string& dir);
 /// Parent directory of a path ("." when there is none).
 std::string parent_of(const std::string& path);
+/// What comes before the last '/' of `path`, as written ("" when it has none; also for an
+/// s3:// key or a brace pattern, which parent_of would normalise).
+std::string dir_part(const std::string& path);
 /// Last path component, ignoring trailing slashes.
 std::string base_name(const std::string& path);
 

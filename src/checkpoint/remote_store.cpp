@@ -24,7 +24,7 @@ namespace dlrun::ckpt {
 
 namespace {
 
-[[noreturn]] void fail_verify(const std::string& where, const std::string& reason) {
+[[noreturn]] void fail_remote_verify(const std::string& where, const std::string& reason) {
   throw Error(ExitCode::kBadInput, fmt::format("{}: checkpoint does not verify: {}", where, reason),
               "`dlrun ckpt list s3://...` shows which remote checkpoints are complete");
 }
@@ -39,7 +39,7 @@ remote::Encryption recorded_encryption(const nlohmann::json& manifest, const std
   const bool ok = r.is_object() && r.contains("algorithm") && r["algorithm"].is_string() &&
                   (!r.contains("kms_key_id") || r["kms_key_id"].is_string()) &&
                   (!r.contains("bucket_key") || r["bucket_key"].is_boolean());
-  if (!ok) fail_verify(where, fmt::format("manifest.json: malformed '{}' (needs an algorithm)", kEncryptionKey));
+  if (!ok) fail_remote_verify(where, fmt::format("manifest.json: malformed '{}' (needs an algorithm)", kEncryptionKey));
   return {r["algorithm"].get<std::string>(), r.value("kms_key_id", std::string()), r.value("bucket_key", false)};
 }
 
@@ -210,12 +210,12 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   try {
     manifest_sse = client_.get(url_.key(name + "/" + detail::kManifest), [&](const char* p, size_t n) {
       if (manifest_text.size() + n > size_t(detail::kMaxManifestBytes))  // the local reader's cap
-        fail_verify(where, fmt::format("manifest.json: larger than {} bytes, not a dlrun manifest",
+        fail_remote_verify(where, fmt::format("manifest.json: larger than {} bytes, not a dlrun manifest",
                                        detail::kMaxManifestBytes));
       manifest_text.append(p, n);
     });
   } catch (const remote::S3Error& e) {
-    if (e.status() == 404) fail_verify(where, "missing manifest.json (an upload cut short?)");
+    if (e.status() == 404) fail_remote_verify(where, "missing manifest.json (an upload cut short?)");
     throw;
   }
   FileSet set;
@@ -223,37 +223,37 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
   try {
     set.manifest = parse_json_capped(manifest_text, detail::kMaxJsonDepth);
   } catch (const std::exception& e) {
-    fail_verify(where, fmt::format("manifest.json: not valid JSON ({})", e.what()));
+    fail_remote_verify(where, fmt::format("manifest.json: not valid JSON ({})", e.what()));
   }
   if (!set.manifest.is_object() || !set.manifest.contains("files") || !set.manifest["files"].is_array())
-    fail_verify(where, "manifest.json: malformed (needs a 'files' list)");
+    fail_remote_verify(where, "manifest.json: malformed (needs a 'files' list)");
   for (const char* key : {"step", "epoch"})
     if (set.manifest.contains(key) && !set.manifest[key].is_number_integer())
-      fail_verify(where, fmt::format("manifest.json: '{}' is not an integer", key));
+      fail_remote_verify(where, fmt::format("manifest.json: '{}' is not an integer", key));
   bool newer = false;
   if (const std::string why = detail::format_problem(set.manifest, &newer); !why.empty()) {
     if (newer)
       throw NewerFormatError(ExitCode::kBadInput, fmt::format("{}: {}", where, why),
                              "this run was continued by a newer dlrun: use that version (or start a new run with "
                              "--run-dir and another checkpoint.remote prefix)");
-    fail_verify(where, why);
+    fail_remote_verify(where, why);
   }
   // Every object must be stored as the manifest records (an object replaced by one written
   // without encryption is not this checkpoint's).
   const remote::Encryption recorded = recorded_encryption(set.manifest, where);
   auto check_stored = [&](const std::string& file, const remote::Encryption& got) {
     if (!remote::satisfies(got, recorded))
-      fail_verify(where, fmt::format("{}: stored with server-side encryption {}; manifest.json records {}", file,
+      fail_remote_verify(where, fmt::format("{}: stored with server-side encryption {}; manifest.json records {}", file,
                                      got.describe(), recorded.describe()));
   };
   check_stored(detail::kManifest, manifest_sse);
   for (const auto& f : set.manifest["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
-      fail_verify(where, "manifest.json: malformed file entry (needs name, bytes, sha256)");
+      fail_remote_verify(where, "manifest.json: malformed file entry (needs name, bytes, sha256)");
     const auto file = f["name"].get<std::string>();
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
-      fail_verify(where, fmt::format("manifest.json: invalid file name '{}'", file));
+      fail_remote_verify(where, fmt::format("manifest.json: invalid file name '{}'", file));
     Sha256 h;
     std::vector<char> bytes;
     uint64_t size = 0;
@@ -262,17 +262,17 @@ FileSet RemoteStore::download(const std::string& name, bool keep) {
     try {
       stored = client_.get(url_.key(name + "/" + file), [&](const char* p, size_t n) {
         if (size + n > expected)  // never hold more than the manifest promises
-          fail_verify(where, fmt::format("{}: larger than the {} bytes manifest.json lists", file, expected));
+          fail_remote_verify(where, fmt::format("{}: larger than the {} bytes manifest.json lists", file, expected));
         h.update(p, n);
         size += n;
         if (keep) bytes.insert(bytes.end(), p, p + n);
       });
     } catch (const remote::S3Error& e) {
-      if (e.status() == 404) fail_verify(where, file + ": missing (listed in manifest.json)");
+      if (e.status() == 404) fail_remote_verify(where, file + ": missing (listed in manifest.json)");
       throw;
     }
     const std::string why = detail::file_mismatch(f, size, h.hex());
-    if (!why.empty()) fail_verify(where, why);
+    if (!why.empty()) fail_remote_verify(where, why);
     check_stored(file, stored);
     set.files.emplace_back(file, std::move(bytes));
   }

@@ -95,7 +95,7 @@ uint64_t header_length(const std::string& bytes) {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 /// A tensor of the header: what it is and where its bytes lie in the data after the header.
-struct Entry {
+struct TensorEntry {
   std::string name;
   c10::ScalarType type;
   std::vector<int64_t> shape;
@@ -112,7 +112,7 @@ struct DuplicateName {
 /// `data_size` bytes of data after it: the tensors in data order, covering every data byte once
 /// -- no tensor named twice, no two overlapping, no gap between them, none past the data and no
 /// data after the last. Exit 2 naming `what` and the tensor otherwise.
-std::vector<Entry> read_header(const std::string& text, uint64_t data_size, const std::string& what,
+std::vector<TensorEntry> read_header(const std::string& text, uint64_t data_size, const std::string& what,
                                std::map<std::string, std::string>* metadata) {
   nlohmann::json header;
   try {
@@ -129,7 +129,7 @@ std::vector<Entry> read_header(const std::string& text, uint64_t data_size, cons
     fail_input("{}: the safetensors header is not JSON: {}", what, e.what());
   }
   DLRUN_CHECK_INPUT(header.is_object(), "{}: the safetensors header is not a JSON object", what);
-  std::vector<Entry> entries;
+  std::vector<TensorEntry> entries;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (metadata && v.is_object())
@@ -138,7 +138,7 @@ std::vector<Entry> read_header(const std::string& text, uint64_t data_size, cons
       continue;
     }
     try {
-      Entry e{name, scalar_type_of(v.at("dtype").get<std::string>(), what, name), {}, 0, 0};
+      TensorEntry e{name, scalar_type_of(v.at("dtype").get<std::string>(), what, name), {}, 0, 0};
       // Integers only: a float (9e99) converted to an integer type is undefined behaviour.
       std::vector<uint64_t> offsets;
       DLRUN_CHECK_INPUT(v.at("shape").is_array() && v.at("data_offsets").is_array(),
@@ -172,12 +172,12 @@ std::vector<Entry> read_header(const std::string& text, uint64_t data_size, cons
     }
   }
   // Data order (the header's key order is not kept by every writer), then every byte once.
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::stable_sort(entries.begin(), entries.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
   });
   uint64_t at = 0;
-  const Entry* previous = nullptr;
-  for (const Entry& e : entries) {
+  const TensorEntry* previous = nullptr;
+  for (const TensorEntry& e : entries) {
     DLRUN_CHECK_INPUT(e.begin >= at, "{}: tensor '{}' (bytes {} to {}) overlaps tensor '{}' (which ends at {})", what,
                       e.name, e.begin, e.end, previous ? previous->name : "", at);
     DLRUN_CHECK_INPUT(e.begin == at, "{}: tensor '{}' begins at byte {}, leaving {} bytes after {} that no tensor holds",

@@ -5,13 +5,14 @@
 
 #include <cmath>
 
+#include "base/numbers.h"
+
 namespace dlrun::data {
 
 namespace F = torch::nn::functional;
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
 
 /// grid_sample with per-sample affine maps theta (B, 2, 3) from output to source coordinates.
 torch::Tensor warp(const torch::Tensor& x, const std::vector<float>& theta, int64_t oh, int64_t ow) {

@@ -40,10 +40,6 @@ std::string file_part(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
-std::string dir_part(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash);
-}
 
 uint64_t file_size(const std::string& path) {
   std::error_code ec;
@@ -212,18 +208,18 @@ std::unique_ptr<ShardSource> open_source(const std::string& spec, const std::str
   if (remote::is_s3_url(spec)) {
     const bool pattern = spec.find('{') != std::string::npos || ends_with(spec, ".tar");
     const bool index = ends_with(spec, ".json");
-    remote::S3Url url = remote::parse_s3_url(pattern || index ? dir_part(spec) : spec, what);
+    remote::S3Url url = remote::parse_s3_url(pattern || index ? fsutil::dir_part(spec) : spec, what);
     std::vector<std::string> urls;
     if (pattern) urls = brace_expand(file_part(spec), what);
     return std::make_unique<S3Source>(url, urls, index ? url.key(file_part(spec)) : "", what, remote);
   }
   if (ends_with(spec, ".json")) {
     DLRUN_CHECK_INPUT(is_regular_file(spec), "{}: shard index {} does not exist", what, spec);
-    return std::make_unique<LocalSource>(dir_part(spec).empty() ? "." : dir_part(spec), std::vector<std::string>{},
+    return std::make_unique<LocalSource>(fsutil::dir_part(spec).empty() ? "." : fsutil::dir_part(spec), std::vector<std::string>{},
                                          spec, what);
   }
   if (spec.find('{') != std::string::npos || ends_with(spec, ".tar")) {
-    const std::string dir = dir_part(spec).empty() ? "." : dir_part(spec);
+    const std::string dir = fsutil::dir_part(spec).empty() ? "." : fsutil::dir_part(spec);
     DLRUN_CHECK_INPUT(dir.find('{') == std::string::npos, "{}: braces are accepted in the file name only: '{}'", what,
                       spec);
     return std::make_unique<LocalSource>(dir, brace_expand(file_part(spec), what), "", what);
@@ -299,7 +295,7 @@ ShardIndex load_index(ShardSource& src, const std::string& cache_dir, const std:
     std::string sha;
     if (path.empty()) {
       path = root + "/" + urls[i];
-      make_dirs(dir_part(path));
+      make_dirs(fsutil::dir_part(path));
       const std::string part = fmt::format("{}.part.{}", path, ::getpid());  // ranks sharing the cache
       sha = src.download(urls[i], part);
       rename_durable(part, path);

@@ -31,10 +31,6 @@ using fsutil::rename_durable;
 
 namespace {
 
-std::string dir_part(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash);
-}
 
 uint64_t size_of(const std::string& path) {
   std::error_code ec;
@@ -122,7 +118,7 @@ struct ShardStore::Impl {
       }
       std::remove(path.c_str());
     }
-    make_dirs(dir_part(path));
+    make_dirs(fsutil::dir_part(path));
     const std::string part = fmt::format("{}.part.{}.{}", path, ::getpid(), i);
     for (int attempt = 0;; ++attempt) {
       const std::string sha = download_retrying(i, part);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/numbers.h"
 #include "data/memory_dataset.h"
 #include "data/sample_rng.h"
 
@@ -15,7 +16,6 @@ namespace dlrun::data {
 namespace {
 
 constexpr int64_t kClasses = 10;
-constexpr double kPi = 3.14159265358979323846;
 
 /// Class templates (K, C, H, W) in [-1, 1].
 std::vector<float> make_templates(uint64_t seed, int64_t c, int64_t h, int64_t w) {

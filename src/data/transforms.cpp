@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/numbers.h"
 #include "data/transforms.h"
 
 namespace dlrun::data {
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
 
 /// Weights of a 1-D resampling: output i reads src[first[i] + k] * w[i][k].
 struct Taps {

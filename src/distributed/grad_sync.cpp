@@ -20,7 +20,8 @@
 #include "distributed/group_impl.h"
 
 namespace dlrun::dist {
-namespace {
+// Named, not anonymous: GradSync::State (a member of a class with linkage) holds one.
+namespace grad_sync_detail {
 
 /// The buckets' all-reduces in flight, each with the future the Reducer waits on.
 struct InFlight {
@@ -51,6 +52,12 @@ struct InFlight {
     keep.clear();
   }
 };
+
+}  // namespace grad_sync_detail
+
+namespace {
+
+using grad_sync_detail::InFlight;
 
 /// The Reducer's all-reduce of a bucket, through an abortable future (above).
 class AbortableAllReduce : public c10d::CommHookInterface {
@@ -107,6 +114,7 @@ class AbortableAllReduce : public c10d::CommHookInterface {
 }  // namespace
 
 struct GradSync::State {
+  using InFlight = grad_sync_detail::InFlight;
   Group* group = nullptr;
   std::shared_ptr<c10d::Reducer> reducer;
   std::shared_ptr<InFlight> inflight = std::make_shared<InFlight>();

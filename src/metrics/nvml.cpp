@@ -9,7 +9,9 @@
 #include <limits>
 
 namespace dlrun::metrics {
-namespace {
+// NVML's C types, named outside the anonymous namespace: Nvml::Api (a member of a class with
+// linkage) holds pointers to functions taking them.
+namespace nvml_c {
 
 using Device = void*;
 struct Utilization {  // nvmlUtilization_t
@@ -21,6 +23,14 @@ struct Memory {  // nvmlMemory_t (version 1)
   unsigned long long free;
   unsigned long long used;
 };
+
+}  // namespace nvml_c
+
+namespace {
+
+using nvml_c::Device;
+using nvml_c::Memory;
+using nvml_c::Utilization;
 constexpr int kSuccess = 0;
 constexpr int kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -34,6 +44,9 @@ bool bind(void* lib, const char* name, F*& out) {
 }  // namespace
 
 struct Nvml::Api {
+  using Device = nvml_c::Device;
+  using Utilization = nvml_c::Utilization;
+  using Memory = nvml_c::Memory;
   void* lib = nullptr;
   int (*init)() = nullptr;
   int (*shutdown)() = nullptr;

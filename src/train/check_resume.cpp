@@ -65,7 +65,7 @@ std::string launcher_path(const CheckResumeOptions& o, const std::string& self) 
   return fsutil::path_exists(beside) ? beside : "dlrun-launch";
 }
 
-struct Segment {
+struct Interruption {
   std::string signal;    ///< "SIGTERM", "SIGUSR1", "SIGKILL", or "" for the last segment
   int64_t at_step = -1;  ///< the logged step when the signal was sent (-1: the segment ended first)
   int status = 0;        ///< waitpid's
@@ -111,12 +111,12 @@ class Checker {
   }
 
   /// Starts a segment, sends `sig` once a step >= `target` is logged (by this segment), waits.
-  Segment interrupt(const std::string& run, const std::string& log, int sig, int64_t target, double timeout_s) {
+  Interruption interrupt(const std::string& run, const std::string& log, int sig, int64_t target, double timeout_s) {
     MetricsLog tail = MetricsLog::from_end(run + "/metrics.jsonl");  // this segment's steps only
     int64_t highest = -1;
     Child c(argv(run), log);
     const double deadline = mono_now() + timeout_s;
-    Segment s;
+    Interruption s;
     s.signal = sig == SIGKILL ? "SIGKILL" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
     while (!c.poll()) {
       DLRUN_CHECK(mono_now() < deadline, ExitCode::kRuntime, "check-resume: {} ran past {:.0f} s (log: {})", run,
@@ -186,12 +186,12 @@ CheckResumeReport check_resume(const CheckResumeOptions& o) {
   // The three kinds in an order drawn once, then in turn: K >= 3 interruptions use each.
   std::vector<int> kinds = {SIGTERM, SIGUSR1, SIGKILL};
   std::shuffle(kinds.begin(), kinds.end(), rng);
-  std::vector<Segment> segments;
+  std::vector<Interruption> segments;
   int n = 0;
   for (int64_t target : targets) {
     const int sig = kinds[static_cast<size_t>(n) % kinds.size()];
     const std::string log = fmt::format("{}/interrupted-{}.log", work, ++n);
-    Segment s = ck.interrupt(b, log, sig, target, timeout);
+    Interruption s = ck.interrupt(b, log, sig, target, timeout);
     log::info("check-resume: segment {}: {} at step {} -> {}", n, s.signal, s.at_step, s.outcome);
     segments.push_back(s);
     // A segment ends as its signal says (75 after SIGTERM or SIGUSR1, killed by SIGKILL), or, when
@@ -243,7 +243,7 @@ CheckResumeReport check_resume(const CheckResumeOptions& o) {
   report["segments"] = segs;
   std::string verdict;
   if (identical) {
-    const auto delivered = std::count_if(segments.begin(), segments.end(), [](const Segment& g) { return g.at_step >= 0; });
+    const auto delivered = std::count_if(segments.begin(), segments.end(), [](const Interruption& g) { return g.at_step >= 0; });
     // Name every part compared: the weights, and each average the run kept (EMA, SWA).
     std::string averages;
     nlohmann::json compared = nlohmann::json::array({"losses", "params_sha256"});

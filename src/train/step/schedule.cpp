@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/numbers.h"
+
 namespace dlrun::train {
 namespace {
-constexpr double kPi = 3.14159265358979323846;
 double cos_anneal(double start, double end, double pct) { return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1.0); }
 }  // namespace
 
