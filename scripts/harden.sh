@@ -5,7 +5,8 @@
 #   scripts/harden.sh fuzz [SECS]   run every fuzz target SECS seconds (default 60) from its seeds
 #                                   and the corpus earlier runs grew (build-harden/fuzz-corpus/)
 #   scripts/harden.sh tsan          build with TSan and run the same tests (loader, writer, watcher threads)
-#   scripts/harden.sh ci            asan, then fuzz 60 (what scripts/test.sh runs in CI)
+#   scripts/harden.sh ci            asan, then fuzz 60 with two targets at a time (what
+#                                   scripts/test.sh runs in CI), each phase's seconds printed
 #
 # Builds go to build-harden/ (asan + fuzzers) and build-tsan/ beside build/; the venv and the
 # Debian packages come from scripts/setup.sh (run it first, or run scripts/test.sh).
@@ -33,9 +34,34 @@ configure_build() {  # DIR SANITIZERS
   cmake --build "$dir" -- ${DLRUN_BUILD_JOBS:+-j$DLRUN_BUILD_JOBS}
 }
 
+asan_tests() {
+  (cd "$ROOT/build-harden" && ctest --output-on-failure --no-tests=error -L asan -j "${DLRUN_TEST_JOBS:-2}" --timeout 600)
+}
+
 run_asan() {
   configure_build "$ROOT/build-harden" "address,undefined"
-  (cd "$ROOT/build-harden" && ctest --output-on-failure --no-tests=error -L asan -j "${DLRUN_TEST_JOBS:-2}" --timeout 600)
+  asan_tests
+}
+
+# timed NAME CMD...: CMD, then its seconds.
+timed() {
+  local name=$1; shift
+  local start=$SECONDS rc=0
+  "$@" || rc=$?
+  say "phase $name: $((SECONDS - start)) s$( ((rc)) && echo " (FAILED)")"
+  return $rc
+}
+
+# Every fuzz target for SECS seconds, two at a time (one core each; each fuzzer is one process),
+# after one build: the two halves do not run ninja in the same directory at once.
+fuzz_in_pairs() {
+  local secs=$1 half=$(( (${#FUZZERS[@]} + 1) / 2 )) rc=0
+  configure_build "$ROOT/build-harden" "address,undefined"
+  DLRUN_FUZZ_NO_BUILD=1 DLRUN_FUZZ_TARGETS="${FUZZERS[*]:0:$half}" bash "$0" fuzz "$secs" &
+  local first=$!
+  DLRUN_FUZZ_NO_BUILD=1 DLRUN_FUZZ_TARGETS="${FUZZERS[*]:$half}" bash "$0" fuzz "$secs" || rc=1
+  wait "$first" || rc=1
+  return $rc
 }
 
 run_tsan() {
@@ -48,7 +74,7 @@ run_tsan() {
 
 run_fuzz() {
   local secs=${1:-60} dir="$ROOT/build-harden" failed=0
-  configure_build "$dir" "address,undefined"
+  [[ -n "${DLRUN_FUZZ_NO_BUILD:-}" ]] || configure_build "$dir" "address,undefined"
   local report="$dir/fuzz-report-${FUZZERS[*]// /-}.txt"
   : >"$report"
   for name in "${FUZZERS[@]}"; do
@@ -82,6 +108,8 @@ case "${1:-ci}" in
   asan) run_asan ;;
   tsan) run_tsan ;;
   fuzz) run_fuzz "${2:-60}" ;;
-  ci) run_asan && run_fuzz "${2:-60}" ;;
+  ci) timed "sanitizer build" configure_build "$ROOT/build-harden" "address,undefined" &&
+      timed "sanitizer tests" asan_tests &&
+      timed "fuzzing (two targets at a time)" fuzz_in_pairs "${2:-60}" ;;
   *) echo "usage: scripts/harden.sh asan|tsan|fuzz [SECONDS]|ci" >&2; exit 2 ;;
 esac

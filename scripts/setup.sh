@@ -13,6 +13,11 @@
 #   DLRUN_BUILD_DIR  build directory (default ./build)
 #   DLRUN_CUDA       AUTO|ON|OFF (default AUTO: compile the .cu sources when nvcc is found)
 #   DLRUN_BUILD_TYPE CMake build type (default Release)
+#   DLRUN_BUILD_TARGETS  targets to build (default all; scripts/quickstart.sh: dlrun)
+#   DLRUN_SETUP_MINIMAL=1  what building and running dlrun needs, not what only the tests need
+#                    (their servers, clang, the Python packages other than torch):
+#                    scripts/quickstart.sh; scripts/test.sh adds the rest
+#   DLRUN_CUDA given and different from the build directory's setting: it is configured again
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,11 +32,17 @@ say() { printf '[setup] %s\n' "$*"; }
 DEBS=(cmake ninja-build ccache g++ pkg-config
       libcli11-dev libyaml-cpp-dev libfmt-dev catch2 nlohmann-json3-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libexpat1-dev libgloo-dev
-      dataset-fashion-mnist python3-venv
-      prometheus  # the real scraper of the live metrics endpoint's e2e test
+      dataset-fashion-mnist python3-venv ca-certificates)
+TEST_DEBS=(prometheus  # the real scraper of the live metrics endpoint's e2e test
       munge slurmctld slurmd slurm-client iproute2  # the real single-node Slurm and the two-host namespaces of the e2e tests
-      openssl ca-certificates  # the TLS test's CA and certificates (e2e:remote_security), the system CA store
+      openssl  # the TLS test's CA and certificates (e2e:remote_security)
       clang libclang-rt-14-dev)  # the sanitizer + fuzz build (scripts/harden.sh)
+if [[ -n "${DLRUN_SETUP_MINIMAL:-}" ]]; then
+  # torch (scripts/versions.sh lists it first) and numpy, without which importing torch warns
+  PY_PINS=("${PY_PINS[0]}" $(printf '%s\n' "${PY_PINS[@]}" | grep '^numpy=='))
+else
+  DEBS+=("${TEST_DEBS[@]}")
+fi
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -72,6 +83,11 @@ fi
 
 # ---- configure + build ---------------------------------------------------------------
 TORCH_CMAKE="$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+cached_cuda() { sed -n 's/^DLRUN_CUDA:STRING=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; }
+if [[ -f "$BUILD_DIR/build.ninja" && -n "${DLRUN_CUDA:-}" && "$(cached_cuda)" != "$DLRUN_CUDA" ]]; then
+  say "configuring $BUILD_DIR again: DLRUN_CUDA=$DLRUN_CUDA (it was $(cached_cuda))"
+  cmake "$BUILD_DIR" -DDLRUN_CUDA="$DLRUN_CUDA" >/dev/null
+fi
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   say "configuring $BUILD_DIR"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
@@ -80,5 +96,8 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DDLRUN_PYTHON="$VENV/bin/python" \
     -DDLRUN_CUDA="${DLRUN_CUDA:-AUTO}"
 fi
-say "building (ninja -C $BUILD_DIR)"
-cmake --build "$BUILD_DIR" -- ${DLRUN_BUILD_JOBS:+-j$DLRUN_BUILD_JOBS}
+# DLRUN_BUILD_TARGETS: what to build (default: everything, the tests included); the quickstart
+# builds `dlrun` alone.
+read -r -a targets <<< "${DLRUN_BUILD_TARGETS:-}"
+say "building ${targets[*]:-everything} (ninja -C $BUILD_DIR)"
+cmake --build "$BUILD_DIR" ${targets[@]:+--target "${targets[@]}"} -- ${DLRUN_BUILD_JOBS:+-j$DLRUN_BUILD_JOBS}

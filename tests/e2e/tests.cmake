@@ -44,3 +44,12 @@ if(DLRUN_PYTHON)
   # example (validate, then train up to its start-up checks), and trains a few tiny runs.
   dlrun_e2e_test(first_hour test_first_hour.py)
 endif()
+# scripts/test.sh runs the e2e tests two at a time. These run several processes at once, or
+# their assertions watch the clock (a peer's timeout, a loader's speed, a kill's moment): they
+# hold both cores (PROCESSORS 2), so that nothing runs beside them.
+if(DLRUN_PYTHON)
+  foreach(_t dist elastic two_hosts peer_lost exit75 slurm check_resume micro_batch shards soak metrics_endpoint
+             profile bench_scripts preemption resume launch)
+    set_tests_properties(e2e:${_t} PROPERTIES PROCESSORS 2)
+  endforeach()
+endif()
