@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   setup_export(app);
   setup_data(app);
   setup_check_resume(app);
+  setup_models(app);
   // A dispatcher error from LibTorch (CUDA out of memory, a shape mismatch) is a runtime
   // failure; everything else is mapped by its dlrun::Error code.
   try {

@@ -23,5 +23,6 @@ void setup_ckpt(CLI::App& app);
 void setup_export(CLI::App& app);
 void setup_data(CLI::App& app);
 void setup_check_resume(CLI::App& app);  ///< `dlrun check-resume` (cmd_check_resume.cpp)
+void setup_models(CLI::App& app);        ///< `dlrun models` (cmd_models.cpp)
 
 }  // namespace dlrun::cli

@@ -251,7 +251,7 @@ void bench_kernels(const BenchKernelsOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   Paired unit_total, part_total;  // over the network, round by round, counts included
   int failed_units = 0;
-  for (const Unit& u : models::resnet_conv_bn_units(50, image)) {
+  for (const Unit& u : models::resnet_conv_bn_units("resnet50", image)) {
     auto x = at::randn({batch, u.in, u.side, u.side}, act).contiguous(format).requires_grad_(u.in != 3);
     auto w = (at::randn({u.out, u.in, u.k, u.k}, act) * 0.05).contiguous(format).requires_grad_(true);
     const int64_t os = u.out_side();

@@ -13,6 +13,17 @@
 namespace fs = std::filesystem;
 
 namespace dlrun::config {
+namespace {
+
+// The ResNet family's names (src/models/resnet.cpp: resnet*, resnext*, wide_resnet*): the config
+// layer is below the models, so it knows them by their prefixes.
+bool resnet_family(const std::string& name) {
+  for (const char* prefix : {"resnet", "resnext", "wide_resnet"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
 
 void check_device_fit(const Config& c, bool cuda, const std::string& device) {
   if (cuda) return;
@@ -97,7 +108,7 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
 
   // Model.
   if (c.model.name == "mlp" && c.model.hidden.empty()) c.refuse("model.hidden", "mlp needs at least one hidden layer");
-  if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && c.model.name.rfind("resnet", 0) != 0)
+  if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && !resnet_family(c.model.name))
     c.refuse("model.activation_checkpointing", fmt::format("stages are a ResNet notion; {} has none", c.model.name),
         "use blocks (or none)");
 

@@ -238,10 +238,10 @@ std::string onnx_bytes(models::Model& model, const ModelOptions& opts, int64_t s
     nn::Sequential features(std::dynamic_pointer_cast<nn::SequentialImpl>(children["features"]));
     nn::Sequential classifier(std::dynamic_pointer_cast<nn::SequentialImpl>(children["classifier"]));
     logits = lower.sequence(classifier, "classifier", lower.sequence(features, "features", images));
-  } else if (opts.name.rfind("resnet", 0) == 0) {
+  } else if (models::family(opts.name) == "resnet") {
     logits = lower.resnet(model, opts.stem == ResnetStem::kImagenet, images);
   } else {
-    fail_input("ONNX export: model.name={} has no ONNX lowering (mlp, convnet and the ResNets have)", opts.name);
+    fail_input("ONNX export: model.name={} has no ONNX lowering (mlp, convnet and the ResNet family have)", opts.name);
   }
   g.rename_last_output("logits");
   g.output("logits", {-1, opts.num_classes}, "batch");

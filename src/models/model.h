@@ -100,6 +100,25 @@ std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t in
 /// Names accepted by build().
 std::vector<std::string> names();
 
+/// A model of the zoo, as `dlrun models` lists it.
+struct ZooEntry {
+  std::string name;
+  std::string family;  ///< "resnet" (ResNet, ResNeXt, Wide ResNet), "convnet", "mlp"
+  /// torchvision's (the model it reproduces, weight for weight) or dlrun's own.
+  bool torchvision = false;
+  /// The parameters of the usual shape: 1000 classes and 3 channels for torchvision's models
+  /// (torchvision's own count), 10 classes and 1 channel of 28x28 for dlrun's.
+  int64_t parameters = 0;
+  int64_t image_size = 0;  ///< the side it is usually trained at (torchvision's weights' crop)
+  std::vector<std::string> features;  ///< the dlrun features that apply, docs/models.md
+};
+
+/// The zoo, in build()'s order of names.
+std::vector<ZooEntry> zoo();
+
+/// The family of a zoo name ("" when it is none).
+std::string family(const std::string& name);
+
 /// Parameter count (trainable).
 int64_t num_parameters(const torch::nn::Module& m);
 

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include <functional>
+#include <map>
 #include <mutex>
 
 #include "config/choices.h"
@@ -25,23 +26,43 @@ struct BuildInput {
 };
 
 struct Entry {
-  const char* name;
+  std::string name;
+  const char* family;
   detail::InitScheme scheme;
   std::function<std::shared_ptr<Model>(const BuildInput&)> make;
+  int64_t parameters = 0;  ///< torchvision's count (1000 classes): models_test.cpp builds each to check it
 };
+
+// The features of each family (docs/models.md).
+const std::vector<std::string>& features_of(const std::string& family) {
+  static const std::map<std::string, std::vector<std::string>> table = {
+      {"mlp", {"amp", "ema", "swa", "ddp", "micro_batch", "onnx"}},
+      {"convnet",
+       {"amp", "channels_last", "activation_checkpointing:blocks", "fused_conv_bn_relu", "fold_batchnorm",
+        "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
+      {"resnet",
+       {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
+        "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
+  };
+  return table.at(family);
+}
 
 const std::vector<Entry>& registry() {
   using detail::InitScheme;
-  static const std::vector<Entry> entries = {
-      {"mlp", InitScheme::kPytorchDefault,
-       [](const BuildInput& in) {
-         return detail::make_mlp(in.opts, in.opts.in_channels * in.input_h * in.input_w);
-       }},
-      {"convnet", InitScheme::kPytorchDefault, [](const BuildInput& in) { return detail::make_convnet(in.opts); }},
-      {"resnet18", InitScheme::kTorchvisionResNet, [](const BuildInput& in) { return detail::make_resnet(in.opts, 18); }},
-      {"resnet34", InitScheme::kTorchvisionResNet, [](const BuildInput& in) { return detail::make_resnet(in.opts, 34); }},
-      {"resnet50", InitScheme::kTorchvisionResNet, [](const BuildInput& in) { return detail::make_resnet(in.opts, 50); }},
-  };
+  static const std::vector<Entry> entries = [] {
+    std::vector<Entry> e = {
+        {"mlp", "mlp", InitScheme::kPytorchDefault,
+         [](const BuildInput& in) {
+           return detail::make_mlp(in.opts, in.opts.in_channels * in.input_h * in.input_w);
+         }},
+        {"convnet", "convnet", InitScheme::kPytorchDefault,
+         [](const BuildInput& in) { return detail::make_convnet(in.opts); }},
+    };
+    for (const auto& [name, parameters] : detail::resnet_variants())
+      e.push_back({name, "resnet", InitScheme::kTorchvisionResNet,
+                   [name = name](const BuildInput& in) { return detail::make_resnet(in.opts, name); }, parameters});
+    return e;
+  }();
   return entries;
 }
 
@@ -70,6 +91,35 @@ std::vector<std::string> names() {
   std::vector<std::string> out;
   for (const auto& e : registry()) out.emplace_back(e.name);
   return out;
+}
+
+std::vector<ZooEntry> zoo() {
+  std::vector<ZooEntry> out;
+  for (const auto& e : registry()) {
+    ZooEntry z;
+    z.name = e.name;
+    z.family = e.family;
+    z.torchvision = e.parameters > 0;
+    z.features = features_of(e.family);
+    if (z.torchvision) {
+      z.parameters = e.parameters;
+      z.image_size = 224;
+    } else {  // dlrun's small models, at their defaults (ModelOptions): built, they are tiny
+      ModelOptions o;
+      o.name = e.name;
+      z.image_size = 28;
+      GlobalCpuRngGuard keep_global_rng;
+      z.parameters = num_parameters(*e.make(BuildInput{o, 28, 28}));
+    }
+    out.push_back(std::move(z));
+  }
+  return out;
+}
+
+std::string family(const std::string& name) {
+  for (const auto& e : registry())
+    if (e.name == name) return e.family;
+  return "";
 }
 
 namespace {

@@ -1,10 +1,15 @@
-// `resnet18`, `resnet34`, `resnet50`: torchvision's ResNet v1.5, layer for layer.
+// torchvision's ResNet family, layer for layer: resnet18/34/50/101/152 (v1.5), ResNeXt
+// (resnext50_32x4d, resnext101_32x8d, resnext101_64x4d) and Wide ResNet (wide_resnet50_2,
+// wide_resnet101_2), from one table of variants (kVariants: block kind, blocks per stage,
+// groups and width per group, as torchvision's constructors take them).
 //
 // Modules are registered in torchvision's order and under its names (conv1, bn1, layer1.0.
 // conv1, layer1.0.downsample.0, fc, ...), so state_dict() keys, their order and shapes equal
-// torchvision.models.resnetXX().state_dict()'s and exported weights load there with
-// strict=True. Bottleneck strides on its 3x3 conv (v1.5). The `cifar` stem swaps the 7x7/2
-// conv + max pool for a 3x3/1 conv (same name, conv1) for 32x32 inputs.
+// torchvision.models.NAME().state_dict()'s: a file torchvision wrote loads strictly and gives
+// the same logits (tests/models/torchvision_compat.py), and dlrun's exports load there with
+// strict=True. Bottleneck strides on its 3x3 conv (v1.5), whose width is
+// planes * width_per_group / 64 * groups. The `cifar` stem swaps the 7x7/2 conv + max pool for
+// a 3x3/1 conv (same name, conv1) for 32x32 inputs.
 //
 // The convolutions are written once, as ConvSpecs (the stem's, each block's, the stage table):
 // the constructors build the network from them, and resnet_conv_bn_units (models/shapes.h) walks
@@ -27,16 +32,46 @@ namespace {
 
 namespace nn = torch::nn;
 
-nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
+nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t groups = 1) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).groups(groups).bias(false));
 }
 
 // One convolution (square kernel, no bias) as a constructor makes it.
 struct ConvSpec {
   int64_t in, out, k, stride, pad;
+  int64_t groups = 1;
 };
 
-nn::Conv2d conv(const ConvSpec& c) { return conv(c.in, c.out, c.k, c.stride, c.pad); }
+nn::Conv2d conv(const ConvSpec& c) { return conv(c.in, c.out, c.k, c.stride, c.pad, c.groups); }
+
+// A member of the family, as torchvision's constructor arguments: block kind, blocks per stage,
+// groups and width per group of the bottleneck's 3x3 conv.
+struct Variant {
+  const char* name;
+  bool bottleneck;  ///< Bottleneck (1x1, 3x3, 1x1 x4) or BasicBlock (two 3x3)
+  std::array<int64_t, 4> blocks;
+  int64_t groups;
+  int64_t width_per_group;
+  int64_t parameters;  ///< torchvision's count (1000 classes, 3 channels)
+};
+constexpr Variant kVariants[] = {
+    {"resnet18", false, {2, 2, 2, 2}, 1, 64, 11689512},
+    {"resnet34", false, {3, 4, 6, 3}, 1, 64, 21797672},
+    {"resnet50", true, {3, 4, 6, 3}, 1, 64, 25557032},
+    {"resnet101", true, {3, 4, 23, 3}, 1, 64, 44549160},
+    {"resnet152", true, {3, 8, 36, 3}, 1, 64, 60192808},
+    {"resnext50_32x4d", true, {3, 4, 6, 3}, 32, 4, 25028904},
+    {"resnext101_32x8d", true, {3, 4, 23, 3}, 32, 8, 88791336},
+    {"resnext101_64x4d", true, {3, 4, 23, 3}, 64, 4, 83455272},
+    {"wide_resnet50_2", true, {3, 4, 6, 3}, 1, 128, 68883240},
+    {"wide_resnet101_2", true, {3, 4, 23, 3}, 1, 128, 126886696},
+};
+
+const Variant& variant(const std::string& name) {
+  for (const Variant& v : kVariants)
+    if (name == v.name) return v;
+  fail_runtime("{} is not a member of the ResNet family", name);
+}
 
 // The stem's convolution: 7x7/2 (imagenet, followed by the max pool below) or 3x3/1 (cifar).
 ConvSpec stem_conv(int64_t in_channels, bool imagenet) {
@@ -79,11 +114,11 @@ class BasicBlock : public Block {
  public:
   static constexpr int64_t kExpansion = 1;
   /// Its conv-BN-ReLUs in forward order, the last one the block end (conv-BN-add-ReLU).
-  static std::array<ConvSpec, 2> convs(int64_t in, int64_t planes, int64_t stride) {
+  static std::array<ConvSpec, 2> convs(int64_t in, int64_t planes, int64_t stride, const Variant& /*v*/) {
     return {{{in, planes, 3, stride, 1}, {planes, planes, 3, 1, 1}}};
   }
-  BasicBlock(int64_t in, int64_t planes, int64_t stride) {
-    const auto c = convs(in, planes, stride);
+  BasicBlock(int64_t in, int64_t planes, int64_t stride, const Variant& v) {
+    const auto c = convs(in, planes, stride, v);
     conv1_ = register_module("conv1", conv(c[0]));
     bn1_ = register_module("bn1", BatchNorm2d(planes));
     conv2_ = register_module("conv2", conv(c[1]));
@@ -103,21 +138,28 @@ class BasicBlock : public Block {
   nn::Sequential downsample_{nullptr};
 };
 
-// 1x1 reduce, 3x3 (strided, v1.5), 1x1 expand by 4 (resnet50).
+// 1x1 reduce, 3x3 (strided, v1.5; grouped in ResNeXt), 1x1 expand by 4 (resnet50 and deeper,
+// ResNeXt, Wide ResNet).
 class Bottleneck : public Block {
  public:
   static constexpr int64_t kExpansion = 4;
-  /// Its conv-BN-ReLUs in forward order, the last one the block end (conv-BN-add-ReLU).
-  static std::array<ConvSpec, 3> convs(int64_t in, int64_t planes, int64_t stride) {
-    return {{{in, planes, 1, 1, 0}, {planes, planes, 3, stride, 1}, {planes, planes * kExpansion, 1, 1, 0}}};
+  /// The 3x3 conv's channels: planes, scaled by width_per_group / 64, times groups.
+  static int64_t width(int64_t planes, const Variant& v) {
+    return planes * v.width_per_group / 64 * v.groups;
   }
-  Bottleneck(int64_t in, int64_t planes, int64_t stride) {
+  /// Its conv-BN-ReLUs in forward order, the last one the block end (conv-BN-add-ReLU).
+  static std::array<ConvSpec, 3> convs(int64_t in, int64_t planes, int64_t stride, const Variant& v) {
+    const int64_t w = width(planes, v);
+    return {{{in, w, 1, 1, 0}, {w, w, 3, stride, 1, v.groups}, {w, planes * kExpansion, 1, 1, 0}}};
+  }
+  Bottleneck(int64_t in, int64_t planes, int64_t stride, const Variant& v) {
     const int64_t out = planes * kExpansion;
-    const auto c = convs(in, planes, stride);
+    const int64_t w = width(planes, v);
+    const auto c = convs(in, planes, stride, v);
     conv1_ = register_module("conv1", conv(c[0]));
-    bn1_ = register_module("bn1", BatchNorm2d(planes));
+    bn1_ = register_module("bn1", BatchNorm2d(w));
     conv2_ = register_module("conv2", conv(c[1]));
-    bn2_ = register_module("bn2", BatchNorm2d(planes));
+    bn2_ = register_module("bn2", BatchNorm2d(w));
     conv3_ = register_module("conv3", conv(c[2]));
     bn3_ = register_module("bn3", BatchNorm2d(out));
     if (stride != 1 || in != out) downsample_ = register_module("downsample", projection(in, out, stride));
@@ -139,7 +181,7 @@ class Bottleneck : public Block {
 class ResNet : public Model {
  public:
   template <typename B>
-  ResNet(const ModelOptions& opts, const std::array<int64_t, 4>& blocks, B* /*block type tag*/)
+  ResNet(const ModelOptions& opts, const Variant& v, B* /*block type tag*/)
       : channels_last_(opts.channels_last),
         imagenet_stem_(opts.stem == ResnetStem::kImagenet),
         dropout_(opts.dropout),
@@ -150,8 +192,8 @@ class ResNet : public Model {
     int64_t in = stem.out;
     for (size_t i = 0; i < 4; ++i) {
       nn::Sequential layer;
-      for (int64_t b = 0; b < blocks[i]; ++b) {
-        auto block = std::make_shared<B>(in, kPlanes[i], block_stride(i, b));
+      for (int64_t b = 0; b < v.blocks[i]; ++b) {
+        auto block = std::make_shared<B>(in, kPlanes[i], block_stride(i, b), v);
         block->fused = &fused_;
         block->folded = &folded_;
         layer->push_back(block);
@@ -196,15 +238,12 @@ class ResNet : public Model {
   nn::Linear fc_{nullptr};
 };
 
-// f(block type tag, blocks per stage) for resnet`depth`: the one table of the depths.
+// f(block type tag, variant) for the family member `name`.
 template <typename F>
-auto with_depth(int depth, F&& f) {
-  switch (depth) {
-    case 18: return f(static_cast<BasicBlock*>(nullptr), std::array<int64_t, 4>{2, 2, 2, 2});
-    case 34: return f(static_cast<BasicBlock*>(nullptr), std::array<int64_t, 4>{3, 4, 6, 3});
-    case 50: return f(static_cast<Bottleneck*>(nullptr), std::array<int64_t, 4>{3, 4, 6, 3});
-    default: fail_runtime("resnet{} is not implemented (18, 34, 50 are)", depth);
-  }
+auto with_variant(const std::string& name, F&& f) {
+  const Variant& v = variant(name);
+  if (v.bottleneck) return f(static_cast<Bottleneck*>(nullptr), v);
+  return f(static_cast<BasicBlock*>(nullptr), v);
 }
 
 // The side of a convolution's (or pool's) output for an input of side `side`.
@@ -215,6 +254,7 @@ class UnitList {
  public:
   // Adds the unit `c` on an input of side `side`; returns its output's side.
   int64_t add(const ConvSpec& c, int64_t side, bool tail) {
+    if (c.groups != 1) fail_runtime("the units of a grouped convolution are not listed (ResNeXt): take a ResNet");
     const auto key = std::make_tuple(c.in, c.out, c.k, c.stride, side, tail);
     const auto it = seen_.find(key);
     if (it != seen_.end()) {
@@ -243,19 +283,25 @@ class UnitList {
 
 }  // namespace
 
-std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth) {
-  return with_depth(depth, [&](auto* tag, const std::array<int64_t, 4>& blocks) -> std::shared_ptr<Model> {
-    return std::make_shared<ResNet>(opts, blocks, tag);
+std::shared_ptr<Model> make_resnet(const ModelOptions& opts, const std::string& name) {
+  return with_variant(name, [&](auto* tag, const Variant& v) -> std::shared_ptr<Model> {
+    return std::make_shared<ResNet>(opts, v, tag);
   });
+}
+
+std::vector<std::pair<std::string, int64_t>> resnet_variants() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const Variant& v : kVariants) out.emplace_back(v.name, v.parameters);
+  return out;
 }
 
 }  // namespace dlrun::models::detail
 
 namespace dlrun::models {
 
-std::vector<ConvBnUnit> resnet_conv_bn_units(int depth, int64_t image) {
+std::vector<ConvBnUnit> resnet_conv_bn_units(const std::string& name, int64_t image) {
   using namespace detail;
-  return with_depth(depth, [&](auto* tag, const std::array<int64_t, 4>& blocks) {
+  return with_variant(name, [&](auto* tag, const Variant& v) {
     using B = std::remove_pointer_t<decltype(tag)>;
     UnitList units;
     const ConvSpec stem = stem_conv(3, true);
@@ -263,8 +309,8 @@ std::vector<ConvBnUnit> resnet_conv_bn_units(int depth, int64_t image) {
     side = out_side(side, kPoolKernel, kPoolStride, kPoolPad);
     int64_t in = stem.out;
     for (size_t s = 0; s < 4; ++s)
-      for (int64_t b = 0; b < blocks[s]; ++b) {
-        const auto convs = B::convs(in, kPlanes[s], block_stride(s, b));
+      for (int64_t b = 0; b < v.blocks[s]; ++b) {
+        const auto convs = B::convs(in, kPlanes[s], block_stride(s, b), v);
         for (size_t i = 0; i < convs.size(); ++i) side = units.add(convs[i], side, i + 1 == convs.size());
         in = kPlanes[s] * B::kExpansion;
       }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dlrun::models {
@@ -31,12 +32,13 @@ struct ConvBnUnit {
   std::vector<int64_t> weight_shape() const { return {out, in, k, k}; }
 };
 
-/// The conv-BN-ReLU units of resnet`depth` (18, 34 or 50; else dlrun::Error, exit 1) with the
+/// The conv-BN-ReLU units of the ResNet `name` (resnet18 ... wide_resnet101_2, not a ResNeXt:
+/// its grouped convs are not listed; else dlrun::Error, exit 1) with the
 /// ImageNet stem, for 3-channel `image` x `image` inputs: the stem's conv, then per block its
 /// convs in forward order (the last one the tail); the projection shortcuts (conv-BN, no ReLU)
 /// are not units. Each distinct shape (channels, kernel, stride, input side, tail) once, in
 /// order of first appearance, with its count. The batch enters only through the shapes
 /// (input_shape(batch), output_shape(batch)).
-std::vector<ConvBnUnit> resnet_conv_bn_units(int depth, int64_t image);
+std::vector<ConvBnUnit> resnet_conv_bn_units(const std::string& name, int64_t image);
 
 }  // namespace dlrun::models

@@ -19,8 +19,11 @@ std::shared_ptr<Model> make_mlp(const ModelOptions& opts, int64_t in_features);
 /// A 4-conv BN/ReLU CNN for small images (28x28, 32x32); base width opts.width.
 std::shared_ptr<Model> make_convnet(const ModelOptions& opts);
 
-/// torchvision's ResNet v1.5 (`depth` 18, 34 or 50), with the stem that opts.stem names.
-std::shared_ptr<Model> make_resnet(const ModelOptions& opts, int depth);
+/// The member `name` of torchvision's ResNet family (ResNet v1.5, ResNeXt, Wide ResNet; one of
+/// resnet_names()), with the stem that opts.stem names.
+std::shared_ptr<Model> make_resnet(const ModelOptions& opts, const std::string& name);
+/// The family's names, each with torchvision's parameter count (1000 classes).
+std::vector<std::pair<std::string, int64_t>> resnet_variants();
 
 /// How parameters are drawn.
 enum class InitScheme {

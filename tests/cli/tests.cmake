@@ -176,3 +176,9 @@ dlrun_cli_test(webdataset_needs_shards 2 "data.shards: data.name=webdataset need
 # REQUIRED, and without images it says what is missing, not "config is required".
 dlrun_cli_test(predict_no_images 2 "no images given: name image files, folders or glob patterns \\(after the experiment YAML, or alone"
                predict --checkpoint /nonexistent)
+
+# `dlrun models`: the zoo with families and torchvision's parameter counts; a pattern; --json.
+dlrun_cli_expect(models 0 MATCH "resnext50_32x4d +resnet +torchvision +25\\.0M +224" "wide_resnet101_2 .* 126\\.9M"
+                 "convnet +convnet +dlrun" ARGS models)
+dlrun_cli_expect(models_pattern 0 MATCH "\"name\": \"resnext101_64x4d\"" "\"parameters\": 83455272" ARGS models "resnext*" --json)
+dlrun_cli_expect(models_no_match 2 MATCH "no model name matches 'vit_zz\\*'" ARGS models "vit_zz*")

@@ -30,6 +30,14 @@ def test_an_exact_config_is_identical():
     expect(not os.path.exists(r["work_dir"]), "the work directory of an identical check is removed")
 
 
+def test_the_resnet_family_with_grouped_convolutions_resumes_exactly():
+    """ResNeXt (a grouped 3x3 in every block): killed and resumed, the uninterrupted weights."""
+    p, r = check("--steps", "6", "--interruptions", "2", "--seed", "5", "model.name=resnext50_32x4d",
+                 "data.synthetic_shape=[3,32,32]", "model.in_channels=3", "data.batch_size=4",
+                 "data.synthetic_train_size=64")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
@@ -63,5 +71,6 @@ def test_bad_flags():
 
 
 if __name__ == "__main__":
-    main([test_an_exact_config_is_identical, test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
+    main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
+          test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

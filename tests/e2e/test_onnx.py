@@ -1,5 +1,5 @@
 """`dlrun export --format onnx`, checked with the real tools: every zoo model (mlp, convnet,
-ResNet-18/34/50), BatchNorm kept or folded, is trained a few steps (so its BatchNorm statistics
+ResNet-18/34/50, and ResNeXt-50 for the ResNet family's grouped convolutions), BatchNorm kept or folded, is trained a few steps (so its BatchNorm statistics
 are not the initial ones), exported, passed through onnx.checker (full check, with shape
 inference), and run by onnxruntime on the first evaluation batch `dlrun eval --save-batch`
 wrote: its logits must match dlrun's within 1e-4 relative, for the whole batch and for a batch
@@ -23,6 +23,8 @@ MODELS = {
     "resnet18": ["model.name=resnet18", "model.stem=cifar"],
     "resnet34": ["model.name=resnet34", "data.synthetic_shape=[3,32,32]", "model.in_channels=3"],
     "resnet50": ["model.name=resnet50", "data.synthetic_shape=[3,32,32]", "model.in_channels=3"],
+    # the family's grouped 3x3 (ONNX Conv's group attribute), folded too
+    "resnext50_32x4d": ["model.name=resnext50_32x4d", "data.synthetic_shape=[3,32,32]", "model.in_channels=3"],
 }
 SMALL = ["train.max_steps=3", "data.batch_size=8", "data.eval_batch_size=6", "data.synthetic_train_size=64",
          "data.synthetic_eval_size=12", "checkpoint.every_steps=0", "data.augment=[]"]

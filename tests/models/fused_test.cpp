@@ -113,7 +113,11 @@ std::vector<ModelCase> model_cases() {
   ModelOptions convnet;
   convnet.name = "convnet";
   convnet.width = 8;
-  return {{resnet("resnet18"), 12, 1 + 8, 8}, {resnet("resnet50"), 16, 1 + 16 * 2, 16}, {convnet, 12, 4, 0}};
+  // ResNeXt: the grouped 3x3 convs of its blocks through the fused operators
+  return {{resnet("resnet18"), 12, 1 + 8, 8},
+          {resnet("resnet50"), 16, 1 + 16 * 2, 16},
+          {resnet("resnext50_32x4d"), 16, 1 + 16 * 2, 16},
+          {convnet, 12, 4, 0}};
 }
 
 }  // namespace

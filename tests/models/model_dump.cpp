@@ -4,6 +4,12 @@
 //   dlrun_model_dump NAME NUM_CLASSES IN_CHANNELS STEM SEED SIZE OUT_PREFIX
 // writes OUT_PREFIX.state.pt ({state-dict key: tensor}, in state-dict order) and
 // OUT_PREFIX.io.pt ({"input": (2, C, SIZE, SIZE), "logits": (2, NUM_CLASSES)}, eval mode).
+//
+//   dlrun_model_dump --load NAME WEIGHTS INPUT OUT
+// the other way: builds NAME for the input's shape and class count of WEIGHTS' last entry (the
+// head's bias), loads WEIGHTS (a file torch.save wrote: torchvision's state dict) strictly as
+// model.init and `dlrun eval --checkpoint` read it, and writes OUT ({"logits": ...}, eval mode)
+// for INPUT's "input" tensor (torch.save of {"input": (N, C, H, W)}).
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -11,7 +17,9 @@
 #include <iostream>
 #include <string>
 
+#include "checkpoint/weights_file.h"
 #include "models/model.h"
+#include "models/weights.h"
 
 namespace {
 
@@ -22,9 +30,42 @@ void write_dict(const c10::Dict<std::string, at::Tensor>& dict, const std::strin
   if (!out) throw std::runtime_error(path + ": cannot write");
 }
 
+// --load: torchvision's weights into dlrun's model, and its logits.
+int load_and_run(const std::string& name, const std::string& weights, const std::string& input_file,
+                 const std::string& out) {
+  const dlrun::ckpt::WeightsRead w = dlrun::ckpt::read_weights(weights);
+  const dlrun::ckpt::WeightsRead in = dlrun::ckpt::read_weights(input_file);
+  const torch::Tensor input = in.tensors.at(0).second;  // (N, C, H, W)
+  dlrun::ModelOptions opts;
+  opts.name = name;
+  opts.num_classes = w.tensors.back().second.size(0);  // the head's bias comes last
+  opts.in_channels = input.size(1);
+  auto model = dlrun::models::build(opts, /*seed=*/0, input.size(2), input.size(3));
+  dlrun::models::LoadOptions o;
+  o.strict = true;
+  o.in_channels = opts.in_channels;
+  const auto report = dlrun::models::load_weights(*model, w.tensors, w.path, o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  c10::Dict<std::string, at::Tensor> io;
+  io.insert("logits", model->forward(input.to(model->dtype())));
+  write_dict(io, out);
+  std::cout << name << ": " << report.summary() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[1]) == "--load") {
+    try {
+      torch::set_num_threads(1);
+      return load_and_run(argv[2], argv[3], argv[4], argv[5]);
+    } catch (const std::exception& e) {
+      std::cerr << "dlrun_model_dump: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (argc != 8) {
     std::cerr << "usage: dlrun_model_dump NAME NUM_CLASSES IN_CHANNELS STEM SEED SIZE OUT_PREFIX\n";
     return 2;

@@ -9,6 +9,12 @@ if(DLRUN_PYTHON)
            COMMAND ${DLRUN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/torchvision_compat.py
                    $<TARGET_FILE:dlrun_model_dump>)
   set_tests_properties(py:torchvision_resnet_compat PROPERTIES LABELS python TIMEOUT 300)
+  # The other way, for every torchvision model of the zoo (`dlrun models --json`): torchvision's
+  # weights file, loaded strictly, gives torchvision's logits.
+  add_test(NAME py:torchvision_zoo
+           COMMAND ${DLRUN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/torchvision_zoo.py $<TARGET_FILE:dlrun>
+                   $<TARGET_FILE:dlrun_model_dump>)
+  set_tests_properties(py:torchvision_zoo PROPERTIES LABELS python TIMEOUT 600)
 endif()
 
 # Activation checkpointing really frees memory (each mode in its own dlrun process).

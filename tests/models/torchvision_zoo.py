@@ -1,0 +1,105 @@
+"""Every torchvision model of dlrun's zoo reads torchvision's own weights file strictly and gives
+torchvision's logits: torchvision.models.NAME(num_classes=K) with torchvision's initialisation,
+torch.save(model.state_dict()) (the format people download), then dlrun loads that file as
+model.init and `dlrun eval --checkpoint` read it (strict: every key and shape must fit) and runs
+the same images in eval mode.
+
+The names come from `dlrun models --json`: a zoo name whose family is torchvision's and that
+this test does not check fails it. Each family's batch and image side are the smallest it takes,
+so the whole list stays within minutes on 2 cores.
+
+Also: torchvision's file of another variant (resnet50's weights for resnext50_32x4d) is refused
+by `dlrun config validate` (which reads and fits model.init as train does) with exit 2 naming the
+file and the first tensor that does not fit.
+
+Usage: torchvision_zoo.py PATH/TO/dlrun PATH/TO/dlrun_model_dump [NAME...]
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.jit._pickle
+import torchvision
+
+# family -> (batch, image side): the smallest input each takes.
+INPUTS = {
+    "resnet": (2, 32),
+}
+# families of dlrun's own, not torchvision's
+NOT_TORCHVISION = {"mlp", "convnet"}
+
+
+def check(dump_exe, tmp, name, family, seed):
+    batch, side = INPUTS[family]
+    torch.manual_seed(seed)
+    num_classes = 3 + seed % 5  # not 1000: the head's shape is checked too
+    model = getattr(torchvision.models, name)(num_classes=num_classes).eval()
+    weights = Path(tmp) / f"{name}.pth"
+    torch.save(model.state_dict(), weights)
+    x = torch.randn(batch, 3, side, side)
+    inputs = Path(tmp) / f"{name}.input.pt"
+    torch.save({"input": x}, inputs)
+    out = Path(tmp) / f"{name}.out.pt"
+    run = subprocess.run([dump_exe, "--load", name, str(weights), str(inputs), str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, f"{name}: dlrun_model_dump --load failed:\n{run.stdout}{run.stderr}"
+    assert "missing: none" in run.stdout and "unexpected: none" in run.stdout, run.stdout
+    # torch::pickle_save tags typed dicts with restore_type_tag, allow-listed here.
+    with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+        got = torch.load(out, weights_only=True)["logits"]
+    with torch.no_grad():
+        want = model(x)
+    assert got.shape == want.shape == (batch, num_classes), f"{name}: {got.shape} vs {want.shape}"
+    # 1e-5 relative to the logits' scale: float32 on the CPU, the same ops in the same order
+    # (a different order of a reduction moves the last bits only).
+    scale = want.abs().max().item()
+    diff = (got - want).abs().max().item()
+    assert diff <= 1e-5 * max(scale, 1.0), f"{name}: logits differ by {diff:.3e} (scale {scale:.3e})"
+    weights.unlink()
+    return len(model.state_dict()), diff, scale
+
+
+TINY = Path(__file__).resolve().parents[1] / "e2e" / "data" / "tiny.yaml"
+
+
+def check_wrong_variant(dlrun, tmp):
+    weights = Path(tmp) / "resnet50.pth"
+    torch.save(torchvision.models.resnet50(num_classes=10).state_dict(), weights)
+    p = subprocess.run([dlrun, "config", "validate", str(TINY), "model.name=resnext50_32x4d",
+                        "model.in_channels=3", "data.synthetic_shape=[3,32,32]", f"model.init={weights}"],
+                       capture_output=True, text=True)
+    said = p.stdout + p.stderr
+    assert p.returncode == 2, f"resnet50's weights for resnext50_32x4d: exit {p.returncode}\n{said}"
+    assert "model.init" in said and str(weights) in said and "layer1.0.conv1.weight" in said, said
+    print("ok resnet50's file refused for resnext50_32x4d:",
+          next(l for l in said.splitlines() if "layer1.0.conv1.weight" in l).strip())
+
+
+def main():
+    dlrun, dump_exe = sys.argv[1], sys.argv[2]
+    only = set(sys.argv[3:])
+    torch.set_num_threads(1)
+    listed = json.loads(subprocess.run([dlrun, "models", "--json"], check=True, capture_output=True,
+                                       text=True).stdout)
+    names = [(m["name"], m["family"]) for m in listed if m["family"] not in NOT_TORCHVISION]
+    unknown = sorted({f for _, f in names} - set(INPUTS))
+    assert not unknown, f"zoo families this test does not know how to check: {unknown}"
+    assert names, "dlrun models lists no torchvision model"
+    with tempfile.TemporaryDirectory() as tmp:
+        if not only:
+            check_wrong_variant(dlrun, tmp)
+        for seed, (name, family) in enumerate(names):
+            if only and name not in only:
+                continue
+            start = time.monotonic()
+            keys, diff, scale = check(dump_exe, tmp, name, family, seed)
+            print(f"ok {name}: {keys} keys loaded strictly, max |logit diff| {diff:.2e} "
+                  f"(logits up to {scale:.2e}), {time.monotonic() - start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
