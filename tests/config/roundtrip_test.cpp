@@ -155,7 +155,9 @@ TEST_CASE("config show lists every key of the schema once, with its doc", "[conf
   CHECK(config::to_yaml(c, false).find('#') == std::string::npos);
   // Choices the doc does not spell out are appended, and required fields say so.
   CHECK_THAT(config::to_yaml(c, true),
-             Catch::Matchers::Contains("# model architecture: mlp | convnet | resnet18 | resnet34 | resnet50 (required)\n"));
+             Catch::Matchers::Contains("# model architecture: mlp | convnet | resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | "
+                                       "resnext50_32x4d | resnext101_32x8d | resnext101_64x4d | wide_resnet50_2 | "
+                                       "wide_resnet101_2 (required)\n"));
   CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# optimizer: sgd | adamw\n"));
   CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# terminal display: auto (a bar on a TTY, else lines), bar, lines or none\n"));
 }
