@@ -40,7 +40,7 @@ void default_affine(torch::Tensor& weight, torch::Tensor& bias, at::Generator& g
 
 void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
   if (auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(&m)) {
-    if (scheme == InitScheme::kTorchvisionResNet) {
+    if (scheme == InitScheme::kTorchvisionResNet || scheme == InitScheme::kTorchvisionMobile) {
       // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / fan_out).
       fill_normal(conv->weight, std::sqrt(2.0 / static_cast<double>(fan_out(conv->weight))), gen);
       if (conv->bias.defined()) conv->bias.zero_();
@@ -48,7 +48,12 @@ void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
       default_affine(conv->weight, conv->bias, gen);
     }
   } else if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m)) {
-    default_affine(linear->weight, linear->bias, gen);
+    if (scheme == InitScheme::kTorchvisionMobile) {  // normal_(0, 0.01), zeros_
+      fill_normal(linear->weight, 0.01, gen);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else {
+      default_affine(linear->weight, linear->bias, gen);
+    }
   } else if (auto* bn = dynamic_cast<torch::nn::BatchNorm2dImpl*>(&m)) {
     bn->reset_parameters();  // weight 1, bias 0, running mean 0 / var 1, 0 batches tracked
   }

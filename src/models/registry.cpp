@@ -43,6 +43,10 @@ const std::vector<std::string>& features_of(const std::string& family) {
       {"resnet",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
         "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
+      // ReLU6 has no fused operator yet, and no ONNX composition yet
+      {"mobilenet",
+       {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
+        "ddp", "micro_batch"}},
   };
   return table.at(family);
 }
@@ -61,6 +65,9 @@ const std::vector<Entry>& registry() {
     for (const auto& [name, parameters] : detail::resnet_variants())
       e.push_back({name, "resnet", InitScheme::kTorchvisionResNet,
                    [name = name](const BuildInput& in) { return detail::make_resnet(in.opts, name); }, parameters});
+    for (const auto& [name, parameters] : detail::mobilenet_variants())
+      e.push_back({name, "mobilenet", InitScheme::kTorchvisionMobile,
+                   [name = name](const BuildInput& in) { return detail::make_mobilenet(in.opts, name); }, parameters});
     return e;
   }();
   return entries;

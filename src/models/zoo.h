@@ -25,10 +25,15 @@ std::shared_ptr<Model> make_resnet(const ModelOptions& opts, const std::string& 
 /// The family's names, each with torchvision's parameter count (1000 classes).
 std::vector<std::pair<std::string, int64_t>> resnet_variants();
 
+/// torchvision's MobileNet family: `name` one of mobilenet_variants().
+std::shared_ptr<Model> make_mobilenet(const ModelOptions& opts, const std::string& name);
+std::vector<std::pair<std::string, int64_t>> mobilenet_variants();
+
 /// How parameters are drawn.
 enum class InitScheme {
   kPytorchDefault,     ///< Conv/Linear: U(+-1/sqrt(fan_in)) weight and bias; norms: 1 and 0
   kTorchvisionResNet,  ///< Conv: kaiming_normal(fan_out, relu); Linear: default; norms: 1 and 0
+  kTorchvisionMobile,  ///< Conv: kaiming_normal(fan_out), zero bias; Linear: N(0, 0.01), zero bias; norms: 1 and 0
 };
 
 /// Re-draw every parameter of `m` and its descendants from `gen` alone, in state-dict order.

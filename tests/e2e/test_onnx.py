@@ -71,6 +71,20 @@ def test_every_zoo_model_runs_in_onnxruntime():
                 check_model(name, overrides, run, fold)
 
 
+def test_a_model_without_an_onnx_composition_is_refused_and_exports_otherwise():
+    """mobilenet_v2 has no ONNX lowering yet: exit 2 naming it, nothing written; safetensors
+    and torch exports of the same run work."""
+    overrides = ["model.name=mobilenet_v2", "data.synthetic_shape=[3,32,32]", "model.in_channels=3"]
+    with RunDir() as run:
+        train(cfg("tiny.yaml"), run.path, *SMALL, *overrides)
+        p = dlrun("export", "--checkpoint", run.path, "--format", "onnx", "--output", run.file("m.onnx"))
+        expect(p.returncode == 2 and "mobilenet_v2 has no ONNX lowering" in p.stdout, p.stdout)
+        expect(not os.path.exists(run.file("m.onnx")), "a refused export wrote a file")
+        for ext in ("safetensors", "pt"):
+            dlrun("export", "--checkpoint", run.path, "--output", run.file(f"m.{ext}"), check=0)
+            expect(os.path.getsize(run.file(f"m.{ext}")) > 3_000_000, ext)
+
+
 def test_image_size_comes_from_the_run_or_the_flag():
     with RunDir() as run:
         train(cfg("tiny.yaml"), run.path, *SMALL)
@@ -139,5 +153,6 @@ def test_the_format_follows_the_output_extension():
 
 
 if __name__ == "__main__":
-    main([test_every_zoo_model_runs_in_onnxruntime, test_image_size_comes_from_the_run_or_the_flag,
+    main([test_every_zoo_model_runs_in_onnxruntime, test_a_model_without_an_onnx_composition_is_refused_and_exports_otherwise,
+          test_image_size_comes_from_the_run_or_the_flag,
           test_the_format_follows_the_output_extension])

@@ -1,0 +1,39 @@
+// The shared blocks of blocks.h.
+#include "models/blocks.h"
+
+#include <algorithm>
+
+namespace dlrun::models::detail {
+
+torch::Tensor activate(Act act, const torch::Tensor& x) {
+  switch (act) {
+    case Act::kNone: return x;
+    case Act::kReLU: return torch::relu(x);
+    case Act::kReLU6: return torch::hardtanh(x, 0.0, 6.0);
+  }
+  return x;
+}
+
+ConvNormActImpl::ConvNormActImpl(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, Act act,
+                                 double eps, double momentum)
+    : act_(act) {
+  conv_ = register_module(
+      "0", torch::nn::Conv2d(
+               torch::nn::Conv2dOptions(in, out, k).stride(stride).padding((k - 1) / 2).groups(groups).bias(false)));
+  bn_ = register_module("1", BatchNorm2d(torch::nn::BatchNormOptions(out).eps(eps).momentum(momentum)));
+}
+
+torch::Tensor ConvNormActImpl::forward(const torch::Tensor& x) {
+  const bool fold = folded != nullptr && *folded;
+  if (act_ == Act::kReLU) return conv_bn_relu(conv_, bn_, x, fused != nullptr && *fused, fold);
+  return activate(act_, conv_bn(conv_, bn_, x, fold));
+}
+
+int64_t make_divisible(double v, int64_t divisor) {
+  const int64_t d = divisor;
+  int64_t rounded = std::max(d, static_cast<int64_t>(v + d / 2.0) / d * d);
+  if (static_cast<double>(rounded) < 0.9 * v) rounded += d;
+  return rounded;
+}
+
+}  // namespace dlrun::models::detail

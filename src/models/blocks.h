@@ -1,0 +1,46 @@
+// Blocks the model families share, each written once (docs/design.md, "How a feature is
+// added"): torchvision's Conv2dNormActivation (a convolution, its BatchNorm and an activation,
+// registered as the children "0" and "1" so its state-dict keys are torchvision's), and the
+// rounding of channel counts torchvision's mobile families use.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "models/batchnorm.h"
+
+namespace dlrun::models::detail {
+
+/// The activation after a convolution and its BatchNorm.
+enum class Act { kNone, kReLU, kReLU6 };
+
+/// y = act(x), out of place (a block's input may be its shortcut).
+torch::Tensor activate(Act act, const torch::Tensor& x);
+
+/// torchvision's Conv2dNormActivation with BatchNorm2d: "0" Conv2d (no bias, padding
+/// (k - 1) / 2), "1" BatchNorm2d(eps, momentum), then the activation (no parameters, no key).
+/// With kReLU the pair runs through conv_bn_relu (the fused operator when the model asks);
+/// otherwise conv_bn, folded in evaluation passes when the model asks.
+class ConvNormActImpl : public torch::nn::Module {
+ public:
+  ConvNormActImpl(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, Act act, double eps = 1e-5,
+                  double momentum = 0.1);
+  /// (N, in, H, W) -> (N, out, H / stride, W / stride)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  const bool* fused = nullptr;   ///< the model's use_fused_conv_bn_relu flag (null: off)
+  const bool* folded = nullptr;  ///< the model's use_folded_batchnorm flag (null: off)
+
+ private:
+  torch::nn::Conv2d conv_{nullptr};
+  BatchNorm2d bn_{nullptr};
+  Act act_;
+};
+TORCH_MODULE(ConvNormAct);
+
+/// torchvision's _make_divisible: `v` rounded to the nearest multiple of `divisor` (at least
+/// `divisor`), and up by one more when rounding down lost over 10 %.
+int64_t make_divisible(double v, int64_t divisor = 8);
+
+}  // namespace dlrun::models::detail

@@ -1,0 +1,120 @@
+// torchvision's MobileNetV2, layer for layer: `mobilenet_v2` (width 1.0).
+//
+// Modules are registered under torchvision's names: features.0 (the stem's Conv2dNormActivation:
+// features.0.0 conv, features.0.1 BatchNorm), features.1 ... features.17 (inverted residual
+// blocks: conv.0, conv.1 Conv2dNormActivations — the expansion, left out when the expansion is
+// 1, and the depthwise 3x3 — then conv.N the 1x1 projection and conv.N+1 its BatchNorm),
+// features.18 (the last 1x1 Conv2dNormActivation) and classifier.1 (the Linear after
+// classifier.0, a Dropout of model.dropout). So a torchvision state dict loads strictly and
+// gives the same logits (tests/models/torchvision_zoo.py). The blocks come from one table
+// (kInvertedResiduals: expansion t, channels c, repeats n, stride s), as torchvision's.
+#include <fmt/ranges.h>
+
+#include <array>
+
+#include "models/blocks.h"
+#include "models/recompute.h"
+#include "models/zoo.h"
+
+namespace dlrun::models::detail {
+namespace {
+
+namespace nn = torch::nn;
+
+// torchvision's inverted_residual_setting: expansion, output channels, repeats, first stride.
+struct Stage {
+  int64_t t, c, n, s;
+};
+constexpr std::array<Stage, 7> kInvertedResiduals = {{
+    {1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2}, {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1},
+}};
+constexpr int64_t kStemChannels = 32, kLastChannels = 1280;
+
+// 1x1 expansion (unless t == 1), depthwise 3x3 (strided), 1x1 linear projection; the input is
+// added when the shape is kept.
+class InvertedResidualImpl : public nn::Module {
+ public:
+  InvertedResidualImpl(int64_t in, int64_t out, int64_t stride, int64_t expansion)
+      : residual_(stride == 1 && in == out) {
+    const int64_t hidden = in * expansion;  // torchvision: int(round(inp * expand_ratio))
+    conv_ = register_module("conv", nn::Sequential());
+    if (expansion != 1) conv_->push_back(ConvNormAct(in, hidden, 1, 1, 1, Act::kReLU6));
+    conv_->push_back(ConvNormAct(hidden, hidden, 3, stride, hidden, Act::kReLU6));
+    project_ = conv_->size();
+    conv_->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));
+    conv_->push_back(BatchNorm2d(out));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = x;
+    for (size_t i = 0; i < project_; ++i) y = conv_->ptr<ConvNormActImpl>(i)->forward(y);
+    nn::Conv2d conv(conv_->ptr<nn::Conv2dImpl>(project_));
+    BatchNorm2d bn(conv_->ptr<BatchNorm2dImpl>(project_ + 1));
+    y = conv_bn(conv, bn, y, folded != nullptr && *folded);
+    return residual_ ? y + x : y;
+  }
+
+  const bool* folded = nullptr;  ///< the model's use_folded_batchnorm flag
+
+ private:
+  bool residual_;
+  size_t project_ = 0;
+  nn::Sequential conv_{nullptr};
+};
+TORCH_MODULE(InvertedResidual);
+
+class MobileNetV2 : public Model {
+ public:
+  explicit MobileNetV2(const ModelOptions& opts)
+      : channels_last_(opts.channels_last), recompute_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks) {
+    features_ = register_module("features", nn::Sequential());
+    int64_t in = make_divisible(kStemChannels);
+    features_->push_back(ConvNormAct(opts.in_channels, in, 3, 2, 1, Act::kReLU6));
+    for (const Stage& st : kInvertedResiduals) {
+      const int64_t out = make_divisible(static_cast<double>(st.c));
+      for (int64_t i = 0; i < st.n; ++i) {
+        features_->push_back(InvertedResidual(in, out, i == 0 ? st.s : 1, st.t));
+        in = out;
+      }
+    }
+    const int64_t last = make_divisible(kLastChannels);
+    features_->push_back(ConvNormAct(in, last, 1, 1, 1, Act::kReLU6));
+    classifier_ = register_module("classifier", nn::Sequential(nn::Dropout(opts.dropout), nn::Linear(last, opts.num_classes)));
+    for (const auto& m : modules(/*include_self=*/false)) {
+      if (auto* cna = dynamic_cast<ConvNormActImpl*>(m.get())) {
+        cna->fused = &fused_;
+        cna->folded = &folded_;
+      } else if (auto* block = dynamic_cast<InvertedResidualImpl*>(m.get())) {
+        block->folded = &folded_;
+      }
+    }
+  }
+
+  // (N, C, H, W) -> (N, num_classes)
+  torch::Tensor forward(torch::Tensor x) override {
+    DLRUN_CHECK_INPUT(x.dim() == 4, "mobilenet_v2 needs (N, C, H, W) images, got shape {}", fmt::join(x.sizes(), "x"));
+    x = as_input(x);
+    if (channels_last_) x = channels_last(x);
+    // Each block (and the first and last conv) a segment of its own under activation checkpointing.
+    for (size_t i = 0; i < features_->size(); ++i) x = forward_span(features_, i, i + 1, x, recompute_);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (N, 1280)
+    return classifier_->forward(x);
+  }
+
+ private:
+  bool channels_last_;
+  bool recompute_;
+  nn::Sequential features_{nullptr};
+  nn::Sequential classifier_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_mobilenet(const ModelOptions& opts, const std::string& name) {
+  if (name == "mobilenet_v2") return std::make_shared<MobileNetV2>(opts);
+  fail_runtime("{} is not a member of the MobileNet family", name);
+}
+
+std::vector<std::pair<std::string, int64_t>> mobilenet_variants() { return {{"mobilenet_v2", 3504872}}; }
+
+}  // namespace dlrun::models::detail
