@@ -10,6 +10,9 @@ torch::Tensor activate(Act act, const torch::Tensor& x) {
     case Act::kNone: return x;
     case Act::kReLU: return torch::relu(x);
     case Act::kReLU6: return torch::hardtanh(x, 0.0, 6.0);
+    case Act::kHardswish: return torch::hardswish(x);
+    case Act::kSigmoid: return torch::sigmoid(x);
+    case Act::kHardsigmoid: return torch::hardsigmoid(x);
   }
   return x;
 }
@@ -27,6 +30,18 @@ torch::Tensor ConvNormActImpl::forward(const torch::Tensor& x) {
   const bool fold = folded != nullptr && *folded;
   if (act_ == Act::kReLU) return conv_bn_relu(conv_, bn_, x, fused != nullptr && *fused, fold);
   return activate(act_, conv_bn(conv_, bn_, x, fold));
+}
+
+SqueezeExcitationImpl::SqueezeExcitationImpl(int64_t in, int64_t squeeze, Act act, Act scale)
+    : act_(act), scale_(scale) {
+  fc1_ = register_module("fc1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, squeeze, 1)));
+  fc2_ = register_module("fc2", torch::nn::Conv2d(torch::nn::Conv2dOptions(squeeze, in, 1)));
+}
+
+torch::Tensor SqueezeExcitationImpl::forward(const torch::Tensor& x) {
+  torch::Tensor s = torch::adaptive_avg_pool2d(x, {1, 1});  // (N, in, 1, 1)
+  s = activate(scale_, fc2_->forward(activate(act_, fc1_->forward(s))));
+  return s * x;
 }
 
 int64_t make_divisible(double v, int64_t divisor) {

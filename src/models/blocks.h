@@ -1,7 +1,8 @@
 // Blocks the model families share, each written once (docs/design.md, "How a feature is
 // added"): torchvision's Conv2dNormActivation (a convolution, its BatchNorm and an activation,
-// registered as the children "0" and "1" so its state-dict keys are torchvision's), and the
-// rounding of channel counts torchvision's mobile families use.
+// registered as the children "0" and "1" so its state-dict keys are torchvision's), its
+// SqueezeExcitation (fc1, fc2), and the rounding of channel counts torchvision's mobile families
+// use.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,7 +14,7 @@
 namespace dlrun::models::detail {
 
 /// The activation after a convolution and its BatchNorm.
-enum class Act { kNone, kReLU, kReLU6 };
+enum class Act { kNone, kReLU, kReLU6, kHardswish, kSigmoid, kHardsigmoid };
 
 /// y = act(x), out of place (a block's input may be its shortcut).
 torch::Tensor activate(Act act, const torch::Tensor& x);
@@ -38,6 +39,20 @@ class ConvNormActImpl : public torch::nn::Module {
   Act act_;
 };
 TORCH_MODULE(ConvNormAct);
+
+/// torchvision's SqueezeExcitation: x * scale(fc2(act(fc1(mean over H, W of x)))), fc1 and fc2
+/// 1x1 convolutions with biases (in -> squeeze -> in).
+class SqueezeExcitationImpl : public torch::nn::Module {
+ public:
+  SqueezeExcitationImpl(int64_t in, int64_t squeeze, Act act, Act scale);
+  /// (N, in, H, W) -> (N, in, H, W)
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv2d fc1_{nullptr}, fc2_{nullptr};
+  Act act_, scale_;
+};
+TORCH_MODULE(SqueezeExcitation);
 
 /// torchvision's _make_divisible: `v` rounded to the nearest multiple of `divisor` (at least
 /// `divisor`), and up by one more when rounding down lost over 10 %.

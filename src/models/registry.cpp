@@ -43,7 +43,7 @@ const std::vector<std::string>& features_of(const std::string& family) {
       {"resnet",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
         "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
-      // ReLU6 has no fused operator yet, and no ONNX composition yet
+      // ReLU6 and hard-swish have no fused operator yet, and the family no ONNX composition yet
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch"}},

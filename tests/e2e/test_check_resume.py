@@ -38,13 +38,15 @@ def test_the_resnet_family_with_grouped_convolutions_resumes_exactly():
     expect(p.returncode == 0 and r["identical"], p.stdout)
 
 
-def test_mobilenet_v2_resumes_exactly():
-    """MobileNetV2 (depthwise convs, ReLU6, inverted residuals): killed and resumed, the
-    uninterrupted weights; dropout before the head (model.dropout) drawn the same after a resume."""
-    p, r = check("--steps", "6", "--interruptions", "2", "--seed", "9", "model.name=mobilenet_v2",
-                 "model.dropout=0.2", "data.synthetic_shape=[3,32,32]", "model.in_channels=3",
-                 "data.batch_size=8", "data.synthetic_train_size=64")
-    expect(p.returncode == 0 and r["identical"], p.stdout)
+def test_mobilenets_resume_exactly():
+    """MobileNetV2 (depthwise convs, ReLU6, inverted residuals) and MobileNetV3 (squeeze-
+    excitation, hard-swish): killed and resumed, the uninterrupted weights; dropout before the
+    head (model.dropout) drawn the same after a resume."""
+    for name in ("mobilenet_v2", "mobilenet_v3_small"):
+        p, r = check("--steps", "6", "--interruptions", "2", "--seed", "9", f"model.name={name}",
+                     "model.dropout=0.2", "data.synthetic_shape=[3,32,32]", "model.in_channels=3",
+                     "data.batch_size=8", "data.synthetic_train_size=64")
+        expect(p.returncode == 0 and r["identical"], f"{name}: {p.stdout}")
 
 
 def test_two_ranks_through_the_launcher():
@@ -81,6 +83,6 @@ def test_bad_flags():
 
 if __name__ == "__main__":
     main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
-          test_mobilenet_v2_resumes_exactly,
+          test_mobilenets_resume_exactly,
           test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

@@ -15,7 +15,8 @@ inline const std::map<std::string, std::vector<std::string>>& registry_names() {
   static const std::map<std::string, std::vector<std::string>> names = {
       {"model.name",
        {"mlp", "convnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
-        "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "mobilenet_v2"}},
+        "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "mobilenet_v2",
+        "mobilenet_v3_large", "mobilenet_v3_small"}},
       {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
       {"data.augment", {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}},
   };
