@@ -128,6 +128,9 @@ struct ModelOptions {
   ResnetStem stem = ResnetStem::kImagenet;
   std::vector<int64_t> hidden = {512, 256};
   double dropout = 0.0;
+  /// Stochastic depth's largest drop probability (the last block's; torchvision's linear rule
+  /// over the blocks); NaN: auto, the family's torchvision default (EfficientNet 0.2), 0 off.
+  double stochastic_depth = std::numeric_limits<double>::quiet_NaN();
   int64_t width = 32;
   bool channels_last = false;
   ModelDtype dtype = ModelDtype::kFloat32;

@@ -117,6 +117,9 @@ std::vector<Section> describe(Config& c) {
       En("stem", o.stem, "ResNet stem: imagenet (7x7/2 conv + max pool) or cifar (3x3/1 conv)"),
       IL("hidden", o.hidden, 1, 1e6, "mlp: hidden layer widths"),
       F("dropout", o.dropout, 0, 0.99, "dropout probability before the classifier (every model)"),
+      Fauto("stochastic_depth", o.stochastic_depth, 0, 0.99,
+            "stochastic depth: the last residual block's drop probability, rising linearly from 0 over the "
+            "blocks (EfficientNet); auto: the family's torchvision default (docs/models.md), 0: off"),
       I("width", o.width, 1, 4096, "convnet: base channel count"),
       B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
       En("dtype", o.dtype, "parameter, activation and gradient dtype: float32, or float64 for numerical checks (slow; no amp)"),

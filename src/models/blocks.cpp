@@ -13,6 +13,7 @@ torch::Tensor activate(Act act, const torch::Tensor& x) {
     case Act::kHardswish: return torch::hardswish(x);
     case Act::kSigmoid: return torch::sigmoid(x);
     case Act::kHardsigmoid: return torch::hardsigmoid(x);
+    case Act::kSiLU: return torch::silu(x);
   }
   return x;
 }

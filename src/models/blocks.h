@@ -14,7 +14,7 @@
 namespace dlrun::models::detail {
 
 /// The activation after a convolution and its BatchNorm.
-enum class Act { kNone, kReLU, kReLU6, kHardswish, kSigmoid, kHardsigmoid };
+enum class Act { kNone, kReLU, kReLU6, kHardswish, kSigmoid, kHardsigmoid, kSiLU };
 
 /// y = act(x), out of place (a block's input may be its shortcut).
 torch::Tensor activate(Act act, const torch::Tensor& x);

@@ -40,7 +40,8 @@ void default_affine(torch::Tensor& weight, torch::Tensor& bias, at::Generator& g
 
 void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
   if (auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(&m)) {
-    if (scheme == InitScheme::kTorchvisionResNet || scheme == InitScheme::kTorchvisionMobile) {
+    if (scheme == InitScheme::kTorchvisionResNet || scheme == InitScheme::kTorchvisionMobile ||
+        scheme == InitScheme::kTorchvisionEfficientNet) {
       // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / fan_out).
       fill_normal(conv->weight, std::sqrt(2.0 / static_cast<double>(fan_out(conv->weight))), gen);
       if (conv->bias.defined()) conv->bias.zero_();
@@ -50,6 +51,9 @@ void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
   } else if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m)) {
     if (scheme == InitScheme::kTorchvisionMobile) {  // normal_(0, 0.01), zeros_
       fill_normal(linear->weight, 0.01, gen);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (scheme == InitScheme::kTorchvisionEfficientNet) {  // uniform_(+-1/sqrt(out)), zeros_
+      fill_uniform(linear->weight, 1.0 / std::sqrt(static_cast<double>(linear->weight.size(0))), gen);
       if (linear->bias.defined()) linear->bias.zero_();
     } else {
       default_affine(linear->weight, linear->bias, gen);

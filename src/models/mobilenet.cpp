@@ -30,10 +30,10 @@ namespace {
 namespace nn = torch::nn;
 
 // torchvision's inverted_residual_setting: expansion, output channels, repeats, first stride.
-struct Stage {
+struct V2Stage {
   int64_t t, c, n, s;
 };
-constexpr std::array<Stage, 7> kInvertedResiduals = {{
+constexpr std::array<V2Stage, 7> kInvertedResiduals = {{
     {1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2}, {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1},
 }};
 constexpr int64_t kStemChannels = 32, kLastChannels = 1280;
@@ -81,7 +81,7 @@ class MobileNetV2 : public Model {
     features_ = register_module("features", nn::Sequential());
     int64_t in = make_divisible(kStemChannels);
     features_->push_back(ConvNormAct(opts.in_channels, in, 3, 2, 1, Act::kReLU6));
-    for (const Stage& st : kInvertedResiduals) {
+    for (const V2Stage& st : kInvertedResiduals) {
       const int64_t out = make_divisible(static_cast<double>(st.c));
       for (int64_t i = 0; i < st.n; ++i) {
         features_->push_back(InvertedResidual(in, out, i == 0 ? st.s : 1, st.t));

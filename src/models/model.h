@@ -103,7 +103,7 @@ std::vector<std::string> names();
 /// A model of the zoo, as `dlrun models` lists it.
 struct ZooEntry {
   std::string name;
-  std::string family;  ///< "resnet" (ResNet, ResNeXt, Wide ResNet), "mobilenet", "convnet", "mlp"
+  std::string family;  ///< "resnet" (ResNet, ResNeXt, Wide ResNet), "mobilenet", "efficientnet", "convnet", "mlp"
   /// torchvision's (the model it reproduces, weight for weight) or dlrun's own.
   bool torchvision = false;
   /// The parameters of the usual shape: 1000 classes and 3 channels for torchvision's models

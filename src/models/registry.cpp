@@ -44,6 +44,9 @@ const std::vector<std::string>& features_of(const std::string& family) {
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
         "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
       // ReLU6 and hard-swish have no fused operator yet, and the family no ONNX composition yet
+      {"efficientnet",
+       {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
+        "ddp", "micro_batch", "stochastic_depth"}},
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch"}},
@@ -68,6 +71,9 @@ const std::vector<Entry>& registry() {
     for (const auto& [name, parameters] : detail::mobilenet_variants())
       e.push_back({name, "mobilenet", InitScheme::kTorchvisionMobile,
                    [name = name](const BuildInput& in) { return detail::make_mobilenet(in.opts, name); }, parameters});
+    for (const auto& [name, parameters] : detail::efficientnet_variants())
+      e.push_back({name, "efficientnet", InitScheme::kTorchvisionEfficientNet,
+                   [name = name](const BuildInput& in) { return detail::make_efficientnet(in.opts, name); }, parameters});
     return e;
   }();
   return entries;

@@ -157,7 +157,8 @@ TEST_CASE("config show lists every key of the schema once, with its doc", "[conf
   CHECK_THAT(config::to_yaml(c, true),
              Catch::Matchers::Contains("# model architecture: mlp | convnet | resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | "
                                        "resnext50_32x4d | resnext101_32x8d | resnext101_64x4d | wide_resnet50_2 | "
-                                       "wide_resnet101_2 | mobilenet_v2 | mobilenet_v3_large | mobilenet_v3_small (required)\n"));
+                                       "wide_resnet101_2 | mobilenet_v2 | mobilenet_v3_large | mobilenet_v3_small | "
+                                       "efficientnet_b0 | efficientnet_b1 | efficientnet_b2 | efficientnet_b3 | efficientnet_b4 | efficientnet_b5 | efficientnet_b6 | efficientnet_b7 (required)\n"));
   CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# optimizer: sgd | adamw\n"));
   CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# terminal display: auto (a bar on a TTY, else lines), bar, lines or none\n"));
 }

@@ -49,6 +49,15 @@ def test_mobilenets_resume_exactly():
         expect(p.returncode == 0 and r["identical"], f"{name}: {p.stdout}")
 
 
+def test_efficientnet_with_stochastic_depth_resumes_exactly():
+    """EfficientNet-B0 with stochastic depth (model.stochastic_depth: auto, torchvision's 0.2):
+    each residual branch dropped per sample at random in training, the same draws after a resume."""
+    p, r = check("--steps", "6", "--interruptions", "2", "--seed", "4", "model.name=efficientnet_b0",
+                 "data.synthetic_shape=[3,32,32]", "model.in_channels=3", "data.batch_size=8",
+                 "data.synthetic_train_size=64")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
@@ -83,6 +92,6 @@ def test_bad_flags():
 
 if __name__ == "__main__":
     main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
-          test_mobilenets_resume_exactly,
+          test_mobilenets_resume_exactly, test_efficientnet_with_stochastic_depth_resumes_exactly,
           test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

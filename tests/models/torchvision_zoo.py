@@ -29,6 +29,7 @@ import torchvision
 INPUTS = {
     "resnet": (2, 32),
     "mobilenet": (2, 32),
+    "efficientnet": (2, 32),
 }
 # families of dlrun's own, not torchvision's
 NOT_TORCHVISION = {"mlp", "convnet"}

@@ -16,7 +16,8 @@ inline const std::map<std::string, std::vector<std::string>>& registry_names() {
       {"model.name",
        {"mlp", "convnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
         "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "mobilenet_v2",
-        "mobilenet_v3_large", "mobilenet_v3_small"}},
+        "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
+        "efficientnet_b3", "efficientnet_b4", "efficientnet_b5", "efficientnet_b6", "efficientnet_b7"}},
       {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
       {"data.augment", {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}},
   };
