@@ -15,10 +15,11 @@ namespace fs = std::filesystem;
 namespace dlrun::config {
 namespace {
 
-// The ResNet family's names (src/models/resnet.cpp: resnet*, resnext*, wide_resnet*): the config
-// layer is below the models, so it knows them by their prefixes.
-bool resnet_family(const std::string& name) {
-  for (const char* prefix : {"resnet", "resnext", "wide_resnet"})
+// The names of the families built of stages (src/models/resnet.cpp: resnet*, resnext*,
+// wide_resnet*; regnet.cpp: regnet_*): the config layer is below the models, so it knows them by
+// their prefixes.
+bool has_stages(const std::string& name) {
+  for (const char* prefix : {"resnet", "resnext", "wide_resnet", "regnet_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
 }
@@ -108,8 +109,8 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
 
   // Model.
   if (c.model.name == "mlp" && c.model.hidden.empty()) c.refuse("model.hidden", "mlp needs at least one hidden layer");
-  if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && !resnet_family(c.model.name))
-    c.refuse("model.activation_checkpointing", fmt::format("stages are a ResNet notion; {} has none", c.model.name),
+  if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && !has_stages(c.model.name))
+    c.refuse("model.activation_checkpointing", fmt::format("{} has no stages to checkpoint", c.model.name),
         "use blocks (or none)");
 
   // Optimizer and schedule.

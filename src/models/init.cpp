@@ -41,15 +41,19 @@ void default_affine(torch::Tensor& weight, torch::Tensor& bias, at::Generator& g
 void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
   if (auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(&m)) {
     if (scheme == InitScheme::kTorchvisionResNet || scheme == InitScheme::kTorchvisionMobile ||
-        scheme == InitScheme::kTorchvisionEfficientNet) {
+        scheme == InitScheme::kTorchvisionEfficientNet || scheme == InitScheme::kTorchvisionRegNet) {
       // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / fan_out).
       fill_normal(conv->weight, std::sqrt(2.0 / static_cast<double>(fan_out(conv->weight))), gen);
-      if (conv->bias.defined()) conv->bias.zero_();
+      if (!conv->bias.defined()) return;
+      if (scheme == InitScheme::kTorchvisionRegNet)  // RegNet leaves the biases (its SE's) to Conv2d
+        fill_uniform(conv->bias, 1.0 / std::sqrt(static_cast<double>(fan_in(conv->weight))), gen);
+      else
+        conv->bias.zero_();
     } else {
       default_affine(conv->weight, conv->bias, gen);
     }
   } else if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m)) {
-    if (scheme == InitScheme::kTorchvisionMobile) {  // normal_(0, 0.01), zeros_
+    if (scheme == InitScheme::kTorchvisionMobile || scheme == InitScheme::kTorchvisionRegNet) {  // normal_(0, 0.01), zeros_
       fill_normal(linear->weight, 0.01, gen);
       if (linear->bias.defined()) linear->bias.zero_();
     } else if (scheme == InitScheme::kTorchvisionEfficientNet) {  // uniform_(+-1/sqrt(out)), zeros_

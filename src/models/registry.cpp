@@ -47,6 +47,9 @@ const std::vector<std::string>& features_of(const std::string& family) {
       {"efficientnet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch", "stochastic_depth"}},
+      {"regnet",
+       {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
+        "sync_batchnorm", "ema", "swa", "ddp", "micro_batch"}},
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch"}},
@@ -74,6 +77,9 @@ const std::vector<Entry>& registry() {
     for (const auto& [name, parameters] : detail::efficientnet_variants())
       e.push_back({name, "efficientnet", InitScheme::kTorchvisionEfficientNet,
                    [name = name](const BuildInput& in) { return detail::make_efficientnet(in.opts, name); }, parameters});
+    for (const auto& [name, parameters] : detail::regnet_variants())
+      e.push_back({name, "regnet", InitScheme::kTorchvisionRegNet,
+                   [name = name](const BuildInput& in) { return detail::make_regnet(in.opts, name); }, parameters});
     return e;
   }();
   return entries;

@@ -33,12 +33,17 @@ std::vector<std::pair<std::string, int64_t>> mobilenet_variants();
 std::shared_ptr<Model> make_efficientnet(const ModelOptions& opts, const std::string& name);
 std::vector<std::pair<std::string, int64_t>> efficientnet_variants();
 
+/// torchvision's RegNet (every regnet_x_* and regnet_y_*): `name` one of regnet_variants().
+std::shared_ptr<Model> make_regnet(const ModelOptions& opts, const std::string& name);
+std::vector<std::pair<std::string, int64_t>> regnet_variants();
+
 /// How parameters are drawn.
 enum class InitScheme {
   kPytorchDefault,     ///< Conv/Linear: U(+-1/sqrt(fan_in)) weight and bias; norms: 1 and 0
   kTorchvisionResNet,  ///< Conv: kaiming_normal(fan_out, relu); Linear: default; norms: 1 and 0
   kTorchvisionMobile,  ///< Conv: kaiming_normal(fan_out), zero bias; Linear: N(0, 0.01), zero bias; norms: 1 and 0
   kTorchvisionEfficientNet,  ///< as kTorchvisionMobile, but Linear: U(+-1/sqrt(out_features)), zero bias
+  kTorchvisionRegNet,  ///< Conv: N(0, 2 / fan_out), bias the default's; Linear: N(0, 0.01), zero bias; norms: 1 and 0
 };
 
 /// Re-draw every parameter of `m` and its descendants from `gen` alone, in state-dict order.

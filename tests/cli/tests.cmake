@@ -32,7 +32,7 @@ dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cu
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cudnn_benchmark=false train.tf32=false amp.enabled=true
                amp.dtype=bf16 model.channels_last=true model.activation_checkpointing=blocks)
 dlrun_cli_test(info_fast_paths_deterministic 0 "^fast paths .*cudnn_benchmark off" info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.deterministic=true)
-dlrun_cli_test(config_stages_need_a_resnet 2 "model.activation_checkpointing: stages are a ResNet notion; convnet has none"
+dlrun_cli_test(config_stages_need_a_resnet 2 "model.activation_checkpointing: convnet has no stages to checkpoint"
                config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.activation_checkpointing=stages)
 dlrun_cli_test(config_cuda_graphs_on_cpu 2 "train.cuda_graphs: CUDA graphs need a CUDA device, but run.device is cpu"
                config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cuda_graphs=true run.device=cpu)
@@ -147,7 +147,7 @@ dlrun_cli_test(bench_data_bad_override 2 "data.workers: value -1 is out of range
 dlrun_cli_test(bench_data_missing_device 2 "run.device=cuda:99 but (CUDA is not available|only [0-9]+ CUDA device)"
                bench data ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml run.device=cuda:99)
 # bench memory and bench ckpt apply train's rules to their flags, and name the flags.
-dlrun_cli_expect(bench_memory_stages_need_a_resnet 2 MATCH "--checkpointing: stages are a ResNet notion; convnet has none"
+dlrun_cli_expect(bench_memory_stages_need_a_resnet 2 MATCH "--checkpointing: convnet has no stages to checkpoint"
                  "hint: use blocks \\(or none\\)"
                  ARGS bench memory --model convnet --checkpointing stages --device cpu --batch 2 --image-size 32)
 dlrun_cli_test(bench_memory_fp16_on_cpu 2 "--amp: fp16 autocast needs a CUDA device, but --device is cpu"

@@ -58,6 +58,15 @@ def test_efficientnet_with_stochastic_depth_resumes_exactly():
     expect(p.returncode == 0 and r["identical"], p.stdout)
 
 
+def test_regnet_resumes_exactly_under_stage_checkpointing():
+    """RegNetY-400MF (grouped 3x3, squeeze-excitation) with each stage recomputed in backward
+    (model.activation_checkpointing: stages): killed and resumed, the uninterrupted weights."""
+    p, r = check("--steps", "6", "--interruptions", "2", "--seed", "6", "model.name=regnet_y_400mf",
+                 "model.activation_checkpointing=stages", "data.synthetic_shape=[3,32,32]", "model.in_channels=3",
+                 "data.batch_size=8", "data.synthetic_train_size=64")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
@@ -93,5 +102,6 @@ def test_bad_flags():
 if __name__ == "__main__":
     main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
           test_mobilenets_resume_exactly, test_efficientnet_with_stochastic_depth_resumes_exactly,
+          test_regnet_resumes_exactly_under_stage_checkpointing,
           test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

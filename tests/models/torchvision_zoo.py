@@ -30,6 +30,7 @@ INPUTS = {
     "resnet": (2, 32),
     "mobilenet": (2, 32),
     "efficientnet": (2, 32),
+    "regnet": (2, 32),
 }
 # families of dlrun's own, not torchvision's
 NOT_TORCHVISION = {"mlp", "convnet"}
@@ -52,13 +53,19 @@ def as_if_trained(model):
     return model
 
 
-def check(dump_exe, tmp, name, family, seed):
+def check(dump_exe, tmp, name, family, listed_parameters, seed):
     batch, side = INPUTS[family]
     torch.manual_seed(seed)
     num_classes = 3 + seed % 5  # not 1000: the head's shape is checked too
     model = as_if_trained(getattr(torchvision.models, name)(num_classes=num_classes)).eval()
+    # The count `dlrun models` lists is torchvision's for 1000 classes: the head (the last Linear,
+    # whose weight and bias end every torchvision state dict) with 1000 rows instead of K.
+    state = model.state_dict()
+    head_inputs = list(state.values())[-2].shape[1]
+    parameters = sum(p.numel() for p in model.parameters()) + (1000 - num_classes) * (head_inputs + 1)
+    assert parameters == listed_parameters, f"{name}: dlrun models lists {listed_parameters} parameters, torchvision has {parameters}"
     weights = Path(tmp) / f"{name}.pth"
-    torch.save(model.state_dict(), weights)
+    torch.save(state, weights)
     x = torch.randn(batch, 3, side, side)
     inputs = Path(tmp) / f"{name}.input.pt"
     torch.save({"input": x}, inputs)
@@ -105,18 +112,18 @@ def main():
     torch.set_num_threads(1)
     listed = json.loads(subprocess.run([dlrun, "models", "--json"], check=True, capture_output=True,
                                        text=True).stdout)
-    names = [(m["name"], m["family"]) for m in listed if m["family"] not in NOT_TORCHVISION]
-    unknown = sorted({f for _, f in names} - set(INPUTS))
+    names = [(m["name"], m["family"], m["parameters"]) for m in listed if m["family"] not in NOT_TORCHVISION]
+    unknown = sorted({f for _, f, _ in names} - set(INPUTS))
     assert not unknown, f"zoo families this test does not know how to check: {unknown}"
     assert names, "dlrun models lists no torchvision model"
     with tempfile.TemporaryDirectory() as tmp:
         if not only:
             check_wrong_variant(dlrun, tmp)
-        for seed, (name, family) in enumerate(names):
+        for seed, (name, family, parameters) in enumerate(names):
             if only and name not in only:
                 continue
             start = time.monotonic()
-            keys, diff, scale = check(dump_exe, tmp, name, family, seed)
+            keys, diff, scale = check(dump_exe, tmp, name, family, parameters, seed)
             print(f"ok {name}: {keys} keys loaded strictly, max |logit diff| {diff:.2e} "
                   f"(logits up to {scale:.2e}), {time.monotonic() - start:.1f} s", flush=True)
 

@@ -17,11 +17,21 @@ inline const std::map<std::string, std::vector<std::string>>& registry_names() {
        {"mlp", "convnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
         "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "mobilenet_v2",
         "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
-        "efficientnet_b3", "efficientnet_b4", "efficientnet_b5", "efficientnet_b6", "efficientnet_b7"}},
+        "efficientnet_b3", "efficientnet_b4", "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "regnet_y_400mf",
+        "regnet_y_800mf", "regnet_y_1_6gf", "regnet_y_3_2gf", "regnet_y_8gf", "regnet_y_16gf", "regnet_y_32gf",
+        "regnet_y_128gf", "regnet_x_400mf", "regnet_x_800mf", "regnet_x_1_6gf", "regnet_x_3_2gf", "regnet_x_8gf",
+        "regnet_x_16gf", "regnet_x_32gf"}},
       {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
       {"data.augment", {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}},
   };
   return names;
+}
+
+/// The names of `key` joined by `sep` ("mlp, convnet, ..."), as messages and docs list them.
+inline std::string joined_names(const std::string& key, const std::string& sep) {
+  std::string out;
+  for (const auto& n : registry_names().at(key)) out += (out.empty() ? "" : sep) + n;
+  return out;
 }
 
 }  // namespace dlrun::testing
