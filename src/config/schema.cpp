@@ -119,13 +119,14 @@ std::vector<Section> describe(Config& c) {
       F("dropout", o.dropout, 0, 0.99, "dropout probability before the classifier (every model)"),
       Fauto("stochastic_depth", o.stochastic_depth, 0, 0.99,
             "stochastic depth: the last residual block's drop probability, rising linearly from 0 over the "
-            "blocks (EfficientNet); auto: the family's torchvision default (docs/models.md), 0: off"),
+            "blocks (EfficientNet, ConvNeXt); auto: the family's torchvision default (docs/models.md), 0: off"),
       I("width", o.width, 1, 4096, "convnet: base channel count"),
       B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
       En("dtype", o.dtype, "parameter, activation and gradient dtype: float32, or float64 for numerical checks (slow; no amp)"),
       En("activation_checkpointing", o.activation_checkpointing,
          "recompute activations in backward instead of keeping them: none, blocks (every ResNet block; "
-         "every conv-BN-ReLU of convnet; every hidden layer of mlp) or stages (every ResNet stage)"),
+         "every conv-BN-ReLU of convnet; every hidden layer of mlp; docs/models.md per family) or stages "
+         "(every stage of the ResNet, RegNet and ConvNeXt families)"),
       En("fused_conv_bn_relu", o.fused_conv_bn_relu,
          "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
          "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu: auto (per device, dtype and memory format, the path "

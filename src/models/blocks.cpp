@@ -45,6 +45,21 @@ torch::Tensor SqueezeExcitationImpl::forward(const torch::Tensor& x) {
   return s * x;
 }
 
+torch::Tensor stochastic_depth(const torch::Tensor& x, double p, bool training) {
+  if (!training || p <= 0) return x;
+  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+  shape[0] = x.size(0);
+  const double survival = 1.0 - p;
+  torch::Tensor keep = torch::empty(shape, x.options()).bernoulli_(survival);
+  if (survival > 0) keep.div_(survival);
+  return x * keep;
+}
+
+torch::Tensor LayerNorm2dImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x.permute({0, 2, 3, 1}), options.normalized_shape(), weight, bias, options.eps())
+      .permute({0, 3, 1, 2});
+}
+
 int64_t make_divisible(double v, int64_t divisor) {
   const int64_t d = divisor;
   int64_t rounded = std::max(d, static_cast<int64_t>(v + d / 2.0) / d * d);

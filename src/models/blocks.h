@@ -54,6 +54,21 @@ class SqueezeExcitationImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SqueezeExcitation);
 
+/// torchvision's stochastic_depth(mode="row"): in training with p > 0, each sample's `x` zeroed
+/// with probability p and the others scaled by 1 / (1 - p), the draws from the default
+/// generator (as dropout's, so a resume repeats them); otherwise `x` itself.
+torch::Tensor stochastic_depth(const torch::Tensor& x, double p, bool training);
+
+/// torchvision's LayerNorm2d: LayerNorm over the channels of (N, C, H, W) (weight, bias).
+class LayerNorm2dImpl : public torch::nn::LayerNormImpl {
+ public:
+  LayerNorm2dImpl(int64_t channels, double eps)
+      : torch::nn::LayerNormImpl(torch::nn::LayerNormOptions({channels}).eps(eps)) {}
+  /// (N, C, H, W) -> (N, C, H, W)
+  torch::Tensor forward(const torch::Tensor& x);
+};
+TORCH_MODULE(LayerNorm2d);
+
 /// torchvision's _make_divisible: `v` rounded to the nearest multiple of `divisor` (at least
 /// `divisor`), and up by one more when rounding down lost over 10 %.
 int64_t make_divisible(double v, int64_t divisor = 8);

@@ -70,11 +70,7 @@ class MBConvImpl : public nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor y = block_->forward(x);
     if (!residual_) return y;
-    if (is_training() && drop_ > 0) {  // torchvision's stochastic_depth(mode="row")
-      const double survival = 1.0 - drop_;
-      torch::Tensor keep = torch::empty({y.size(0), 1, 1, 1}, y.options()).bernoulli_(survival);
-      y = y * keep.div_(survival);
-    }
+    y = stochastic_depth(y, drop_, is_training());
     return y + x;
   }
 

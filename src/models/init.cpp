@@ -26,6 +26,16 @@ void fill_normal(torch::Tensor& p, double std, at::Generator& gen) {
   p.copy_(draw);
 }
 
+// Fill `p` with N(0, std^2) truncated to [a, b], as torch.nn.init.trunc_normal_ draws it (the
+// inverse CDF of a uniform draw), in float64 from `gen`.
+void fill_trunc_normal(torch::Tensor& p, double std, double a, double b, at::Generator& gen) {
+  auto cdf = [](double v) { return (1.0 + std::erf(v / std::sqrt(2.0))) / 2.0; };
+  const double lo = cdf(a / std), hi = cdf(b / std);
+  torch::Tensor draw = torch::empty(p.sizes(), torch::kFloat64);
+  draw.uniform_(2 * lo - 1, 2 * hi - 1, gen).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a, b);
+  p.copy_(draw);
+}
+
 // fan_in / fan_out of a Linear (out, in) or Conv (out, in/groups, kh, kw) weight.
 int64_t fan_in(const torch::Tensor& w) { return w.numel() / w.size(0); }
 int64_t fan_out(const torch::Tensor& w) { return w.numel() / w.size(1); }
@@ -39,6 +49,25 @@ void default_affine(torch::Tensor& weight, torch::Tensor& bias, at::Generator& g
 }
 
 void init_module(torch::nn::Module& m, InitScheme scheme, at::Generator& gen) {
+  if (scheme == InitScheme::kTorchvisionConvNeXt) {  // trunc_normal_(std=0.02), zeros_ for Conv and Linear
+    torch::Tensor *weight = nullptr, *bias = nullptr;
+    if (auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(&m)) {
+      weight = &conv->weight;
+      bias = &conv->bias;
+    } else if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m)) {
+      weight = &linear->weight;
+      bias = &linear->bias;
+    }
+    if (weight != nullptr) {
+      fill_trunc_normal(*weight, 0.02, -2.0, 2.0, gen);
+      if (bias->defined()) bias->zero_();
+      return;
+    }
+  }
+  if (auto* ln = dynamic_cast<torch::nn::LayerNormImpl*>(&m)) {
+    ln->reset_parameters();  // weight 1, bias 0
+    return;
+  }
   if (auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(&m)) {
     if (scheme == InitScheme::kTorchvisionResNet || scheme == InitScheme::kTorchvisionMobile ||
         scheme == InitScheme::kTorchvisionEfficientNet || scheme == InitScheme::kTorchvisionRegNet) {

@@ -110,6 +110,7 @@ struct ZooEntry {
   /// (torchvision's own count), 10 classes and 1 channel of 28x28 for dlrun's.
   int64_t parameters = 0;
   int64_t image_size = 0;  ///< the side it is usually trained at (torchvision's weights' crop)
+  int64_t min_image_size = 1;  ///< the smallest side it takes (build() refuses less, exit 2)
   std::vector<std::string> features;  ///< the dlrun features that apply, docs/models.md
 };
 

@@ -31,6 +31,7 @@ struct Entry {
   detail::InitScheme scheme;
   std::function<std::shared_ptr<Model>(const BuildInput&)> make;
   int64_t parameters = 0;  ///< torchvision's count (1000 classes): models_test.cpp builds each to check it
+  int64_t min_side = 1;    ///< the smallest image side it takes (torchvision's min_size)
 };
 
 // The features of each family (docs/models.md).
@@ -50,6 +51,9 @@ const std::vector<std::string>& features_of(const std::string& family) {
       {"regnet",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
         "sync_batchnorm", "ema", "swa", "ddp", "micro_batch"}},
+      {"convnext",
+       {"amp", "channels_last", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch",
+        "stochastic_depth"}},
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch"}},
@@ -80,6 +84,10 @@ const std::vector<Entry>& registry() {
     for (const auto& [name, parameters] : detail::regnet_variants())
       e.push_back({name, "regnet", InitScheme::kTorchvisionRegNet,
                    [name = name](const BuildInput& in) { return detail::make_regnet(in.opts, name); }, parameters});
+    for (const auto& [name, parameters] : detail::convnext_variants())
+      e.push_back({name, "convnext", InitScheme::kTorchvisionConvNeXt,
+                   [name = name](const BuildInput& in) { return detail::make_convnext(in.opts, name); }, parameters,
+                   32});  // its 4x4/4 stem and three 2x2/2 downsamplings
     return e;
   }();
   return entries;
@@ -120,6 +128,7 @@ std::vector<ZooEntry> zoo() {
     z.family = e.family;
     z.torchvision = e.parameters > 0;
     z.features = features_of(e.family);
+    z.min_image_size = e.min_side;
     if (z.torchvision) {
       z.parameters = e.parameters;
       z.image_size = 224;
@@ -156,6 +165,11 @@ std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t in
   DLRUN_CHECK_INPUT(opts.num_classes > 0, "model.num_classes must be positive, got {}", opts.num_classes);
   DLRUN_CHECK_INPUT(opts.in_channels > 0, "model.in_channels must be positive, got {}", opts.in_channels);
   DLRUN_CHECK_INPUT(input_h > 0 && input_w > 0, "model {}: bad input image size {}x{}", opts.name, input_h, input_w);
+  if (input_h < entry->min_side || input_w < entry->min_side)
+    throw Error(ExitCode::kBadInput, SourceLoc{}, "model.name",
+                fmt::format("{} takes images of at least {}x{}, and these are {}x{}", opts.name, entry->min_side,
+                            entry->min_side, input_h, input_w),
+                fmt::format("resize them: data.image_size: {} (or more)", entry->min_side));
 
   std::shared_ptr<Model> model;
   {

@@ -140,7 +140,8 @@ class RegNet : public Model {
       : name_(v.name),
         channels_last_(opts.channels_last),
         recompute_blocks_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks),
-        recompute_stages_(opts.activation_checkpointing == ActivationCheckpointing::kStages) {
+        recompute_stages_(opts.activation_checkpointing == ActivationCheckpointing::kStages),
+        dropout_(opts.dropout) {
     stem_ = register_module("stem", ConvNormAct(opts.in_channels, kStemWidth, 3, 2, 1, Act::kReLU));
     trunk_ = register_module("trunk_output", nn::Sequential());
     int64_t width = kStemWidth;
@@ -179,6 +180,7 @@ class RegNet : public Model {
       for (size_t b = 0; b < blocks->size(); ++b) x = forward_span(blocks, b, b + 1, x, true);
     }
     x = adaptive_avg_pool(x, 1, 1).flatten(1);
+    if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
     return fc_->forward(x);
   }
 
@@ -186,6 +188,7 @@ class RegNet : public Model {
   std::string name_;
   bool channels_last_;
   bool recompute_blocks_, recompute_stages_;
+  double dropout_;
   ConvNormAct stem_{nullptr};
   nn::Sequential trunk_{nullptr};
   nn::Linear fc_{nullptr};

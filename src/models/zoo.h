@@ -37,12 +37,17 @@ std::vector<std::pair<std::string, int64_t>> efficientnet_variants();
 std::shared_ptr<Model> make_regnet(const ModelOptions& opts, const std::string& name);
 std::vector<std::pair<std::string, int64_t>> regnet_variants();
 
+/// torchvision's ConvNeXt (tiny, small, base, large): `name` one of convnext_variants().
+std::shared_ptr<Model> make_convnext(const ModelOptions& opts, const std::string& name);
+std::vector<std::pair<std::string, int64_t>> convnext_variants();
+
 /// How parameters are drawn.
 enum class InitScheme {
   kPytorchDefault,     ///< Conv/Linear: U(+-1/sqrt(fan_in)) weight and bias; norms: 1 and 0
   kTorchvisionResNet,  ///< Conv: kaiming_normal(fan_out, relu); Linear: default; norms: 1 and 0
   kTorchvisionMobile,  ///< Conv: kaiming_normal(fan_out), zero bias; Linear: N(0, 0.01), zero bias; norms: 1 and 0
   kTorchvisionEfficientNet,  ///< as kTorchvisionMobile, but Linear: U(+-1/sqrt(out_features)), zero bias
+  kTorchvisionConvNeXt,  ///< Conv and Linear: trunc_normal(std 0.02), zero bias; norms: 1 and 0
   kTorchvisionRegNet,  ///< Conv: N(0, 2 / fan_out), bias the default's; Linear: N(0, 0.01), zero bias; norms: 1 and 0
 };
 

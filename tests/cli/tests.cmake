@@ -181,4 +181,8 @@ dlrun_cli_test(predict_no_images 2 "no images given: name image files, folders o
 dlrun_cli_expect(models 0 MATCH "resnext50_32x4d +resnet +torchvision +25\\.0M +224" "wide_resnet101_2 .* 126\\.9M"
                  "convnet +convnet +dlrun" ARGS models)
 dlrun_cli_expect(models_pattern 0 MATCH "\"name\": \"resnext101_64x4d\"" "\"parameters\": 83455272" ARGS models "resnext*" --json)
+dlrun_cli_expect(models_min_size 0 MATCH "\"min_image_size\": 32" ARGS models convnext_tiny --json)
+# An image smaller than the model takes: exit 2 at start-up, before the run directory exists.
+dlrun_cli_test(train_image_below_min_size 2 "model.name: convnext_tiny takes images of at least 32x32, and these are 16x16"
+               train ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml model.name=convnext_tiny)
 dlrun_cli_expect(models_no_match 2 MATCH "no model name matches 'vit_zz\\*'" ARGS models "vit_zz*")

@@ -67,6 +67,16 @@ def test_regnet_resumes_exactly_under_stage_checkpointing():
     expect(p.returncode == 0 and r["identical"], p.stdout)
 
 
+def test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointing():
+    """ConvNeXt-T (LayerNorm, layer scale, GELU) with stochastic depth raised to 0.5 and each
+    block recomputed in backward: the same per-sample drops after a resume, and in the recomputation."""
+    p, r = check("--steps", "6", "--interruptions", "2", "--seed", "8", "model.name=convnext_tiny",
+                 "model.stochastic_depth=0.5", "model.activation_checkpointing=blocks",
+                 "data.synthetic_shape=[3,32,32]", "model.in_channels=3", "data.batch_size=8",
+                 "data.synthetic_train_size=64", "optim.name=adamw", "optim.lr=0.001")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
@@ -103,5 +113,6 @@ if __name__ == "__main__":
     main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
           test_mobilenets_resume_exactly, test_efficientnet_with_stochastic_depth_resumes_exactly,
           test_regnet_resumes_exactly_under_stage_checkpointing,
+          test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointing,
           test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

@@ -69,6 +69,7 @@ TEST_CASE("every model maps (N, C, H, W) to (N, num_classes)", "[models]") {
         // Only mlp depends on the image size; the others are built once for both sizes.
         std::shared_ptr<models::Model> model;
         for (int64_t hw : {28, 32}) {
+          if (hw < z.min_image_size) continue;
           INFO(name << " stem=" << dlrun::name_of(stem) << " " << hw << "x" << hw << " channels=" << channels);
           if (!model || name == "mlp") model = models::build(opts_for(name, channels, 7, stem), 0, hw);
           model->eval();
@@ -129,7 +130,7 @@ TEST_CASE("parameter counts equal torchvision's, as dlrun models lists them", "[
     REQUIRE(models::num_parameters(*models::build(opts_for(z.name, channels, classes), 0, z.image_size)) ==
             z.parameters);
   }
-  REQUIRE(torchvision_models >= 36);  // 5 ResNets, 3 ResNeXts, 2 Wide ResNets, 3 MobileNets, 8 EfficientNets, 15 RegNets
+  REQUIRE(torchvision_models >= 40);  // 5 ResNets, 3 ResNeXts, 2 Wide ResNets, 3 MobileNets, 8 EfficientNets, 15 RegNets, 4 ConvNeXts
   // mlp 784-512-256-10 and convnet w=32 on 1 channel (fc 64*3*3 -> 10), counted by hand.
   REQUIRE(models::num_parameters(*models::build(opts_for("mlp", 1), 0)) == 535818);
   REQUIRE(models::num_parameters(*models::build(opts_for("convnet", 1), 0)) == 70954);
@@ -170,16 +171,16 @@ TEST_CASE("the cifar stem is a 3x3 conv1 and keeps the resolution", "[models]") 
   REQUIRE(keys(*imagenet) == keys(*cifar));
 }
 
-TEST_CASE("model.dropout applies to every model, resnets without renaming a weight", "[models]") {
+TEST_CASE("model.dropout applies to every model, torchvision's without renaming a weight", "[models]") {
   one_thread();
-  for (const char* name : {"mlp", "convnet", "resnet18"}) {
+  for (const char* name : {"mlp", "convnet", "resnet18", "regnet_x_400mf", "convnext_tiny"}) {
     INFO(name);
     auto o = opts_for(name, 1);
     auto plain = models::build(o, 0, 32);
     o.dropout = 0.5;
     auto dropped = models::build(o, 0, 32);
-    // torchvision has no dropout in its ResNets: the state dict must stay torchvision's.
-    if (std::string(name) == "resnet18") CHECK(keys(*plain) == keys(*dropped));
+    // torchvision has no dropout in these: the state dict must stay torchvision's.
+    if (models::family(name) != "mlp" && models::family(name) != "convnet") CHECK(keys(*plain) == keys(*dropped));
     const auto x = torch::randn({4, 1, 32, 32});
     dropped->eval();
     plain->eval();
@@ -188,6 +189,57 @@ TEST_CASE("model.dropout applies to every model, resnets without renaming a weig
     const auto a = dropped->forward(x);
     const auto b = dropped->forward(x);
     CHECK_FALSE(torch::equal(a, b));  // random masks in training
+  }
+}
+
+TEST_CASE("model.stochastic_depth drops residual branches per sample in training only", "[models]") {
+  one_thread();
+  for (const char* name : {"efficientnet_b0", "convnext_tiny"}) {
+    INFO(name);
+    auto o = opts_for(name, 3);
+    o.stochastic_depth = 0;
+    auto plain = models::build(o, 0, 32);
+    o.stochastic_depth = 0.9;
+    auto dropping = models::build(o, 0, 32);
+    CHECK(keys(*plain) == keys(*dropping));
+    const auto x = torch::randn({4, 3, 32, 32});
+    plain->eval();
+    dropping->eval();
+    CHECK(torch::equal(dropping->forward(x), plain->forward(x)));  // the same weights; identity at evaluation
+    plain->train();
+    dropping->train();
+    CHECK(torch::equal(plain->forward(x), plain->forward(x)));  // nothing random without it
+    torch::manual_seed(1);
+    const auto a = dropping->forward(x);
+    const auto b = dropping->forward(x);
+    CHECK_FALSE(torch::equal(a, b));
+    torch::manual_seed(1);
+    CHECK(torch::equal(dropping->forward(x), a));  // drawn from the default generator
+  }
+}
+
+TEST_CASE("RegNet and ConvNeXt draw their weights as torchvision's constructors", "[models]") {
+  const auto check_std = [](const torch::Tensor& t, double std) {
+    REQUIRE(t.std().item<double>() == Approx(std).epsilon(0.03));
+    REQUIRE(std::abs(t.mean().item<double>()) < std / 10);
+  };
+  auto regnet = models::state_dict(*models::build(opts_for("regnet_y_400mf", 3, 1000), 3));
+  for (const auto& [name, t] : regnet) {
+    INFO(name);
+    if (name == "trunk_output.block4.block4-0.f.b.0.weight")  // normal, std sqrt(2 / fan_out)
+      check_std(t, std::sqrt(2.0 / static_cast<double>(t.size(0) * 9)));
+    if (name == "fc.weight") check_std(t, 0.01);
+    if (name == "fc.bias") REQUIRE(t.abs().max().item<double>() == 0);
+    if (name == "trunk_output.block4.block4-0.f.se.fc1.bias")  // the Conv2d default, U(+-1/sqrt(fan_in))
+      REQUIRE(t.abs().max().item<double>() > 0);
+  }
+  auto convnext = models::state_dict(*models::build(opts_for("convnext_tiny", 3, 1000), 3, 32));
+  for (const auto& [name, t] : convnext) {
+    INFO(name);
+    if (name == "features.5.0.block.3.weight" || name == "classifier.2.weight") check_std(t, 0.02);  // trunc_normal
+    if (name == "features.5.0.block.3.bias" || name == "features.0.0.bias") REQUIRE(t.abs().max().item<double>() == 0);
+    if (name == "features.5.0.layer_scale") REQUIRE(torch::all(t == 1e-6f).item<bool>());
+    if (name == "features.5.0.block.2.weight") REQUIRE(torch::all(t == 1).item<bool>());
   }
 }
 

@@ -31,6 +31,7 @@ INPUTS = {
     "mobilenet": (2, 32),
     "efficientnet": (2, 32),
     "regnet": (2, 32),
+    "convnext": (2, 32),
 }
 # families of dlrun's own, not torchvision's
 NOT_TORCHVISION = {"mlp", "convnet"}
@@ -38,7 +39,7 @@ NOT_TORCHVISION = {"mlp", "convnet"}
 
 def as_if_trained(model):
     """Running statistics and affine parameters of every norm layer away from their initial
-    1 and 0 (as a trained model's are), and a head of unit scale: a loader that dropped a
+    1 and 0 (as a trained model's are), layer scales of order one (not 1e-6), and a head of unit scale: a loader that dropped a
     buffer, or a network that skipped a norm, then changes the logits, which are of order one."""
     with torch.no_grad():
         for m in model.modules():
@@ -50,6 +51,9 @@ def as_if_trained(model):
                 m.running_mean.normal_(0.0, 0.2)
                 m.running_var.uniform_(0.5, 1.5)
                 m.num_batches_tracked.fill_(1000)
+        for name, p in model.named_parameters():
+            if name.endswith("layer_scale"):  # ConvNeXt's 1e-6 would hide its blocks' branches
+                p.uniform_(0.5, 1.5)
     return model
 
 
