@@ -131,6 +131,10 @@ struct ModelOptions {
   /// Stochastic depth's largest drop probability (the last block's; torchvision's linear rule
   /// over the blocks); NaN: auto, the family's torchvision default (EfficientNet 0.2), 0 off.
   double stochastic_depth = std::numeric_limits<double>::quiet_NaN();
+  /// The image side the model is built for and takes: the transformers' position embeddings
+  /// depend on it. 0: the family's (ViT 224); the convolutional families take any side (at least
+  /// their smallest), and a side given here must be the data's.
+  int64_t image_size = 0;
   int64_t width = 32;
   bool channels_last = false;
   ModelDtype dtype = ModelDtype::kFloat32;

@@ -120,6 +120,9 @@ std::vector<Section> describe(Config& c) {
       Fauto("stochastic_depth", o.stochastic_depth, 0, 0.99,
             "stochastic depth: the last residual block's drop probability, rising linearly from 0 over the "
             "blocks (EfficientNet, ConvNeXt); auto: the family's torchvision default (docs/models.md), 0: off"),
+      I("image_size", o.image_size, 0, 8192,
+        "the image side the model is built for (ViT: its position embeddings); 0: the family's default "
+        "(ViT 224; the convolutional models any side); must equal the data's"),
       I("width", o.width, 1, 4096, "convnet: base channel count"),
       B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
       En("dtype", o.dtype, "parameter, activation and gradient dtype: float32, or float64 for numerical checks (slow; no amp)"),

@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,12 +34,16 @@ Config checkpoint_config(const ckpt::FileSet& set, const std::string& ck, const 
 /// model is rebuilt from the checkpoint's own config.yaml and loaded with `tensors`.
 ckpt::TensorDict fold(const ckpt::FileSet& set, const std::string& ck, const ckpt::TensorDict& tensors) {
   const Config cfg = checkpoint_config(set, ck, "--fold-batchnorm");
-  if (cfg.model.name == "mlp") {
-    log::info("--fold-batchnorm: model.name=mlp has no BatchNorm; the weights are written unchanged");
+  std::vector<std::string> features;
+  for (const auto& z : models::zoo())
+    if (z.name == cfg.model.name) features = z.features;
+  if (std::find(features.begin(), features.end(), "fold_batchnorm") == features.end()) {
+    log::info("--fold-batchnorm: model.name={} has no BatchNorm after a convolution; the weights are written unchanged",
+              cfg.model.name);
     return tensors;
   }
   // The convolutional models pool adaptively: their parameters do not depend on the image size.
-  auto model = models::build(cfg.model, cfg.run.seed, 32);
+  auto model = models::build(cfg.model, cfg.run.seed, cfg.model.image_size > 0 ? cfg.model.image_size : 32);
   models::load_state_dict(*model, tensors, ck + "/model.pt");
   return models::folded_state_dict(*model, cfg.model.in_channels);
 }

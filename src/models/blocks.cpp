@@ -60,6 +60,30 @@ torch::Tensor LayerNorm2dImpl::forward(const torch::Tensor& x) {
       .permute({0, 3, 1, 2});
 }
 
+TransformerMlpImpl::TransformerMlpImpl(int64_t in, int64_t hidden, double dropout) : dropout_(dropout) {
+  fc1 = register_module("0", torch::nn::Linear(in, hidden));
+  fc2 = register_module("3", torch::nn::Linear(hidden, in));
+}
+
+torch::Tensor TransformerMlpImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::dropout(torch::gelu(fc1->forward(x)), dropout_, is_training());
+  return torch::dropout(fc2->forward(y), dropout_, is_training());
+}
+
+SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads) : heads_(heads) {
+  in_proj_weight = register_parameter("in_proj_weight", torch::empty({3 * dim, dim}));
+  in_proj_bias = register_parameter("in_proj_bias", torch::zeros({3 * dim}));
+  out_proj = register_module("out_proj", torch::nn::Linear(dim, dim));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t n = x.size(0), l = x.size(1), e = x.size(2);
+  // (N, L, 3E) -> 3 x (N, heads, L, E / heads)
+  auto qkv = torch::linear(x, in_proj_weight, in_proj_bias).view({n, l, 3, heads_, e / heads_}).permute({2, 0, 3, 1, 4});
+  torch::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);
+  return out_proj->forward(y.transpose(1, 2).reshape({n, l, e}));
+}
+
 int64_t make_divisible(double v, int64_t divisor) {
   const int64_t d = divisor;
   int64_t rounded = std::max(d, static_cast<int64_t>(v + d / 2.0) / d * d);

@@ -69,6 +69,38 @@ class LayerNorm2dImpl : public torch::nn::LayerNormImpl {
 };
 TORCH_MODULE(LayerNorm2d);
 
+/// torchvision's MLP of the transformers (torchvision.ops.MLP with GELU): "0" Linear(in, hidden),
+/// GELU, dropout, "3" Linear(hidden, in), dropout — the Linear layers under torchvision's indices.
+class TransformerMlpImpl : public torch::nn::Module {
+ public:
+  TransformerMlpImpl(int64_t in, int64_t hidden, double dropout = 0.0);
+  /// (..., in) -> (..., in)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(TransformerMlp);
+
+/// torchvision's use of nn.MultiheadAttention (batch_first, self-attention, no mask, no added
+/// key/value biases): in_proj_weight (3E, E), in_proj_bias (3E), out_proj (Linear E -> E), the
+/// attention itself as scaled_dot_product_attention over `heads` heads.
+class SelfAttentionImpl : public torch::nn::Module {
+ public:
+  SelfAttentionImpl(int64_t dim, int64_t heads);
+  /// (N, L, E) -> (N, L, E)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor in_proj_weight, in_proj_bias;
+  torch::nn::Linear out_proj{nullptr};
+
+ private:
+  int64_t heads_;
+};
+TORCH_MODULE(SelfAttention);
+
 /// torchvision's _make_divisible: `v` rounded to the nearest multiple of `divisor` (at least
 /// `divisor`), and up by one more when rounding down lost over 10 %.
 int64_t make_divisible(double v, int64_t divisor = 8);

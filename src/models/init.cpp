@@ -10,24 +10,19 @@
 #include "models/zoo.h"
 
 namespace dlrun::models::detail {
-namespace {
 
-// Fill `p` (any dtype / layout) with U(-bound, bound) drawn in float64 from `gen`.
 void fill_uniform(torch::Tensor& p, double bound, at::Generator& gen) {
   torch::Tensor draw = torch::empty(p.sizes(), torch::kFloat64);
   draw.uniform_(-bound, bound, gen);
   p.copy_(draw);
 }
 
-// Fill `p` with N(0, std^2) drawn in float64 from `gen`.
 void fill_normal(torch::Tensor& p, double std, at::Generator& gen) {
   torch::Tensor draw = torch::empty(p.sizes(), torch::kFloat64);
   draw.normal_(0.0, std, gen);
   p.copy_(draw);
 }
 
-// Fill `p` with N(0, std^2) truncated to [a, b], as torch.nn.init.trunc_normal_ draws it (the
-// inverse CDF of a uniform draw), in float64 from `gen`.
 void fill_trunc_normal(torch::Tensor& p, double std, double a, double b, at::Generator& gen) {
   auto cdf = [](double v) { return (1.0 + std::erf(v / std::sqrt(2.0))) / 2.0; };
   const double lo = cdf(a / std), hi = cdf(b / std);
@@ -35,6 +30,13 @@ void fill_trunc_normal(torch::Tensor& p, double std, double a, double b, at::Gen
   draw.uniform_(2 * lo - 1, 2 * hi - 1, gen).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a, b);
   p.copy_(draw);
 }
+
+void fill_xavier_uniform(torch::Tensor& p, at::Generator& gen) {
+  const double fan_in = static_cast<double>(p.numel() / p.size(0)), fan_out = static_cast<double>(p.numel() / p.size(1));
+  fill_uniform(p, std::sqrt(6.0 / (fan_in + fan_out)), gen);
+}
+
+namespace {
 
 // fan_in / fan_out of a Linear (out, in) or Conv (out, in/groups, kh, kw) weight.
 int64_t fan_in(const torch::Tensor& w) { return w.numel() / w.size(0); }

@@ -111,6 +111,7 @@ struct ZooEntry {
   int64_t parameters = 0;
   int64_t image_size = 0;  ///< the side it is usually trained at (torchvision's weights' crop)
   int64_t min_image_size = 1;  ///< the smallest side it takes (build() refuses less, exit 2)
+  bool fixed_image_size = false;  ///< built for image_size only, unless model.image_size says another (ViT)
   std::vector<std::string> features;  ///< the dlrun features that apply, docs/models.md
 };
 

@@ -32,6 +32,7 @@ struct Entry {
   std::function<std::shared_ptr<Model>(const BuildInput&)> make;
   int64_t parameters = 0;  ///< torchvision's count (1000 classes): models_test.cpp builds each to check it
   int64_t min_side = 1;    ///< the smallest image side it takes (torchvision's min_size)
+  int64_t fixed_side = 0;  ///< the side it is built for unless model.image_size says (ViT: 224); 0: any
 };
 
 // The features of each family (docs/models.md).
@@ -54,6 +55,7 @@ const std::vector<std::string>& features_of(const std::string& family) {
       {"convnext",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch",
         "stochastic_depth"}},
+      {"vit", {"amp", "activation_checkpointing:blocks", "ema", "swa", "ddp", "micro_batch"}},
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch"}},
@@ -88,6 +90,10 @@ const std::vector<Entry>& registry() {
       e.push_back({name, "convnext", InitScheme::kTorchvisionConvNeXt,
                    [name = name](const BuildInput& in) { return detail::make_convnext(in.opts, name); }, parameters,
                    32});  // its 4x4/4 stem and three 2x2/2 downsamplings
+    for (const auto& [name, parameters] : detail::vit_variants())
+      e.push_back({name, "vit", InitScheme::kOwn,
+                   [name = name](const BuildInput& in) { return detail::make_vit(in.opts, name, in.input_h); },
+                   parameters, 1, 224});
     return e;
   }();
   return entries;
@@ -129,9 +135,10 @@ std::vector<ZooEntry> zoo() {
     z.torchvision = e.parameters > 0;
     z.features = features_of(e.family);
     z.min_image_size = e.min_side;
+    z.fixed_image_size = e.fixed_side > 0;
     if (z.torchvision) {
       z.parameters = e.parameters;
-      z.image_size = 224;
+      z.image_size = e.fixed_side > 0 ? e.fixed_side : 224;
     } else {  // dlrun's small models, at their defaults (ModelOptions): built, they are tiny
       ModelOptions o;
       o.name = e.name;
@@ -165,6 +172,20 @@ std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t in
   DLRUN_CHECK_INPUT(opts.num_classes > 0, "model.num_classes must be positive, got {}", opts.num_classes);
   DLRUN_CHECK_INPUT(opts.in_channels > 0, "model.in_channels must be positive, got {}", opts.in_channels);
   DLRUN_CHECK_INPUT(input_h > 0 && input_w > 0, "model {}: bad input image size {}x{}", opts.name, input_h, input_w);
+  // The side the model is built for: model.image_size when given (the data's must be it), else
+  // the family's fixed side (ViT), else any.
+  if (opts.image_size > 0 && (input_h != opts.image_size || input_w != opts.image_size))
+    throw Error(ExitCode::kBadInput, SourceLoc{}, "model.image_size",
+                fmt::format("{} is built for {}x{} images (model.image_size), and these are {}x{}", opts.name,
+                            opts.image_size, opts.image_size, input_h, input_w),
+                fmt::format("resize them (data.image_size: {}), or set model.image_size: {}", opts.image_size, input_h));
+  if (opts.image_size <= 0 && entry->fixed_side > 0 && (input_h != entry->fixed_side || input_w != entry->fixed_side))
+    throw Error(ExitCode::kBadInput, SourceLoc{}, "model.image_size",
+                fmt::format("{} is built for {}x{} images (model.image_size: auto, torchvision's), and these are {}x{}",
+                            opts.name, entry->fixed_side, entry->fixed_side, input_h, input_w),
+                fmt::format("resize them (data.image_size: {}), or build it for them (model.image_size: {}; "
+                            "torchvision's weights then do not fit its position embeddings)",
+                            entry->fixed_side, input_h));
   if (input_h < entry->min_side || input_w < entry->min_side)
     throw Error(ExitCode::kBadInput, SourceLoc{}, "model.name",
                 fmt::format("{} takes images of at least {}x{}, and these are {}x{}", opts.name, entry->min_side,
@@ -177,7 +198,10 @@ std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t in
     model = entry->make(BuildInput{opts, input_h, input_w});
   }
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  detail::initialize(*model, entry->scheme, gen);
+  if (auto* own = dynamic_cast<detail::SelfInitializing*>(model.get()))
+    own->initialize(gen);
+  else
+    detail::initialize(*model, entry->scheme, gen);
   if (opts.dtype == ModelDtype::kFloat64) model->set_dtype(torch::kFloat64);
   if (opts.channels_last) detail::to_channels_last(*model);
   return model;

@@ -41,15 +41,37 @@ std::vector<std::pair<std::string, int64_t>> regnet_variants();
 std::shared_ptr<Model> make_convnext(const ModelOptions& opts, const std::string& name);
 std::vector<std::pair<std::string, int64_t>> convnext_variants();
 
+/// torchvision's Vision Transformer (vit_b_16 ... vit_h_14) for images of side `image_size`:
+/// `name` one of vit_variants().
+std::shared_ptr<Model> make_vit(const ModelOptions& opts, const std::string& name, int64_t image_size);
+std::vector<std::pair<std::string, int64_t>> vit_variants();
+
 /// How parameters are drawn.
 enum class InitScheme {
   kPytorchDefault,     ///< Conv/Linear: U(+-1/sqrt(fan_in)) weight and bias; norms: 1 and 0
   kTorchvisionResNet,  ///< Conv: kaiming_normal(fan_out, relu); Linear: default; norms: 1 and 0
   kTorchvisionMobile,  ///< Conv: kaiming_normal(fan_out), zero bias; Linear: N(0, 0.01), zero bias; norms: 1 and 0
   kTorchvisionEfficientNet,  ///< as kTorchvisionMobile, but Linear: U(+-1/sqrt(out_features)), zero bias
+  kOwn,  ///< the model's own SelfInitializing::initialize()
   kTorchvisionConvNeXt,  ///< Conv and Linear: trunc_normal(std 0.02), zero bias; norms: 1 and 0
   kTorchvisionRegNet,  ///< Conv: N(0, 2 / fan_out), bias the default's; Linear: N(0, 0.01), zero bias; norms: 1 and 0
 };
+
+/// A model whose constructor's rule tells its modules apart (ViT's zero head, its Xavier MLPs):
+/// build() calls its initialize(), which draws from `gen` alone in state-dict order.
+class SelfInitializing {
+ public:
+  virtual ~SelfInitializing() = default;
+  virtual void initialize(at::Generator& gen) = 0;
+};
+
+/// The draws initialize() makes, each in float64 from `gen`, rounded to `p`'s dtype.
+void fill_uniform(torch::Tensor& p, double bound, at::Generator& gen);  ///< U(-bound, bound)
+void fill_normal(torch::Tensor& p, double std, at::Generator& gen);     ///< N(0, std^2)
+/// N(0, std^2) truncated to [a, b], as torch.nn.init.trunc_normal_ (inverse CDF of a uniform).
+void fill_trunc_normal(torch::Tensor& p, double std, double a, double b, at::Generator& gen);
+/// torch.nn.init.xavier_uniform_: U(+-sqrt(6 / (fan_in + fan_out))) of a (out, in) weight.
+void fill_xavier_uniform(torch::Tensor& p, at::Generator& gen);
 
 /// Re-draw every parameter of `m` and its descendants from `gen` alone, in state-dict order.
 /// Values are drawn in float64 and rounded, so they do not depend on the CPU's vector units.

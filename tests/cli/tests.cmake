@@ -185,4 +185,8 @@ dlrun_cli_expect(models_min_size 0 MATCH "\"min_image_size\": 32" ARGS models co
 # An image smaller than the model takes: exit 2 at start-up, before the run directory exists.
 dlrun_cli_test(train_image_below_min_size 2 "model.name: convnext_tiny takes images of at least 32x32, and these are 16x16"
                train ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml model.name=convnext_tiny)
+dlrun_cli_test(train_vit_image_size 2 "model.image_size: vit_b_16 is built for 224x224 images \\(model.image_size: auto, torchvision's\\), and these are 16x16"
+               train ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml model.name=vit_b_16)
+dlrun_cli_test(train_vit_patch_multiple 2 "vit_b_16 takes images whose side is a multiple of its patch, 16: model.image_size is 24"
+               train ${CMAKE_SOURCE_DIR}/tests/e2e/data/tiny.yaml model.name=vit_b_16 model.image_size=24 data.synthetic_shape=[1,24,24])
 dlrun_cli_expect(models_no_match 2 MATCH "no model name matches 'vit_zz\\*'" ARGS models "vit_zz*")

@@ -77,6 +77,16 @@ def test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointin
     expect(p.returncode == 0 and r["identical"], p.stdout)
 
 
+def test_vit_resumes_exactly():
+    """ViT-B/32 built for 32x32 images (model.image_size: one patch and the class token), with
+    dropout before the head: killed and resumed, the uninterrupted weights (plain SGD: the
+    checkpoints of 88M parameters are the cost here)."""
+    p, r = check("--steps", "4", "--interruptions", "1", "--seed", "2", "model.name=vit_b_32", "model.image_size=32",
+                 "model.dropout=0.1", "data.synthetic_shape=[3,32,32]", "model.in_channels=3", "data.batch_size=4",
+                 "data.synthetic_train_size=32", "optim.momentum=0", "optim.lr=0.001")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
@@ -113,6 +123,6 @@ if __name__ == "__main__":
     main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
           test_mobilenets_resume_exactly, test_efficientnet_with_stochastic_depth_resumes_exactly,
           test_regnet_resumes_exactly_under_stage_checkpointing,
-          test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointing,
+          test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointing, test_vit_resumes_exactly,
           test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

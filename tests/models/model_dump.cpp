@@ -40,6 +40,7 @@ int load_and_run(const std::string& name, const std::string& weights, const std:
   opts.name = name;
   opts.num_classes = w.tensors.back().second.size(0);  // the head's bias comes last
   opts.in_channels = input.size(1);
+  opts.image_size = input.size(2);  // the transformers are built for the input's side
   auto model = dlrun::models::build(opts, /*seed=*/0, input.size(2), input.size(3));
   dlrun::models::LoadOptions o;
   o.strict = true;

@@ -70,8 +70,14 @@ TEST_CASE("every model maps (N, C, H, W) to (N, num_classes)", "[models]") {
         std::shared_ptr<models::Model> model;
         for (int64_t hw : {28, 32}) {
           if (hw < z.min_image_size) continue;
+          auto o = opts_for(name, channels, 7, stem);
+          if (z.fixed_image_size) {  // a ViT, built for two of its patches a side (vit_b_16: 32)
+            if (hw != 28) continue;
+            hw = 2 * std::stoll(name.substr(name.rfind('_') + 1));
+            o.image_size = hw;
+          }
           INFO(name << " stem=" << dlrun::name_of(stem) << " " << hw << "x" << hw << " channels=" << channels);
-          if (!model || name == "mlp") model = models::build(opts_for(name, channels, 7, stem), 0, hw);
+          if (!model || name == "mlp" || z.fixed_image_size) model = models::build(o, 0, hw);
           model->eval();
           auto y = model->forward(torch::randn({2, channels, hw, hw}));
           REQUIRE(y.sizes() == torch::IntArrayRef({2, 7}));
@@ -130,7 +136,7 @@ TEST_CASE("parameter counts equal torchvision's, as dlrun models lists them", "[
     REQUIRE(models::num_parameters(*models::build(opts_for(z.name, channels, classes), 0, z.image_size)) ==
             z.parameters);
   }
-  REQUIRE(torchvision_models >= 40);  // 5 ResNets, 3 ResNeXts, 2 Wide ResNets, 3 MobileNets, 8 EfficientNets, 15 RegNets, 4 ConvNeXts
+  REQUIRE(torchvision_models >= 45);  // 5 ResNets, 3 ResNeXts, 2 Wide ResNets, 3 MobileNets, 8 EfficientNets, 15 RegNets, 4 ConvNeXts, 5 ViTs
   // mlp 784-512-256-10 and convnet w=32 on 1 channel (fc 64*3*3 -> 10), counted by hand.
   REQUIRE(models::num_parameters(*models::build(opts_for("mlp", 1), 0)) == 535818);
   REQUIRE(models::num_parameters(*models::build(opts_for("convnet", 1), 0)) == 70954);

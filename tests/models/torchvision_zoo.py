@@ -32,6 +32,8 @@ INPUTS = {
     "efficientnet": (2, 32),
     "regnet": (2, 32),
     "convnext": (2, 32),
+    # built for two patches a side (torchvision's image_size=; dlrun's model.image_size): 28-64
+    "vit": (2, lambda name: 2 * int(name.rsplit("_", 1)[1])),
 }
 # families of dlrun's own, not torchvision's
 NOT_TORCHVISION = {"mlp", "convnet"}
@@ -54,19 +56,30 @@ def as_if_trained(model):
         for name, p in model.named_parameters():
             if name.endswith("layer_scale"):  # ConvNeXt's 1e-6 would hide its blocks' branches
                 p.uniform_(0.5, 1.5)
+        head_weight, head_bias = list(model.parameters())[-2:]
+        if not head_weight.any():  # ViT's head starts at zero: logits of 0 compare nothing
+            head_weight.normal_(0.0, 0.1)
+            head_bias.normal_(0.0, 0.1)
     return model
 
 
 def check(dump_exe, tmp, name, family, listed_parameters, seed):
     batch, side = INPUTS[family]
+    kwargs = {}
+    if callable(side):  # a transformer, built for this side
+        side = side(name)
+        kwargs["image_size"] = side
     torch.manual_seed(seed)
     num_classes = 3 + seed % 5  # not 1000: the head's shape is checked too
-    model = as_if_trained(getattr(torchvision.models, name)(num_classes=num_classes)).eval()
+    model = as_if_trained(getattr(torchvision.models, name)(num_classes=num_classes, **kwargs)).eval()
     # The count `dlrun models` lists is torchvision's for 1000 classes: the head (the last Linear,
     # whose weight and bias end every torchvision state dict) with 1000 rows instead of K.
     state = model.state_dict()
     head_inputs = list(state.values())[-2].shape[1]
     parameters = sum(p.numel() for p in model.parameters()) + (1000 - num_classes) * (head_inputs + 1)
+    if kwargs:  # built for another side than the listed count's (224): count that one, unmaterialised
+        with torch.device("meta"):
+            parameters = sum(p.numel() for p in getattr(torchvision.models, name)().parameters())
     assert parameters == listed_parameters, f"{name}: dlrun models lists {listed_parameters} parameters, torchvision has {parameters}"
     weights = Path(tmp) / f"{name}.pth"
     torch.save(state, weights)
