@@ -37,9 +37,9 @@ int run_models(const ModelsArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%-20s %-9s %-12s %10s %6s  %s\n", "name", "family", "weights", "params", "image", "features");
+  std::printf("%-20s %-12s %-12s %10s %6s  %s\n", "name", "family", "weights", "params", "image", "features");
   for (const auto& z : listed)
-    std::printf("%-20s %-9s %-12s %9.1fM %6lld  %s\n", z.name.c_str(), z.family.c_str(),
+    std::printf("%-20s %-12s %-12s %9.1fM %6lld  %s\n", z.name.c_str(), z.family.c_str(),
                 z.torchvision ? "torchvision" : "dlrun", static_cast<double>(z.parameters) / 1e6,
                 static_cast<long long>(z.image_size), fmt::format("{}", fmt::join(z.features, " ")).c_str());
   std::printf("(torchvision: a file torch.save(torchvision.models.NAME().state_dict()) wrote loads with model.init "

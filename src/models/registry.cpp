@@ -63,6 +63,17 @@ const std::vector<std::string>& features_of(const std::string& family) {
   return table.at(family);
 }
 
+// The crop torchvision's ImageNet weights of a name were evaluated at, where it is not 224.
+int64_t trained_side(const std::string& name) {
+  static const std::map<std::string, int64_t> sides = {
+      {"efficientnet_b1", 240}, {"efficientnet_b2", 288},   {"efficientnet_b3", 300},   {"efficientnet_b4", 380},
+      {"efficientnet_b5", 456}, {"efficientnet_b6", 528},   {"efficientnet_b7", 600},   {"efficientnet_v2_s", 384},
+      {"efficientnet_v2_m", 480}, {"efficientnet_v2_l", 480},
+  };
+  const auto it = sides.find(name);
+  return it == sides.end() ? 224 : it->second;
+}
+
 const std::vector<Entry>& registry() {
   using detail::InitScheme;
   static const std::vector<Entry> entries = [] {
@@ -138,7 +149,7 @@ std::vector<ZooEntry> zoo() {
     z.fixed_image_size = e.fixed_side > 0;
     if (z.torchvision) {
       z.parameters = e.parameters;
-      z.image_size = e.fixed_side > 0 ? e.fixed_side : 224;
+      z.image_size = e.fixed_side > 0 ? e.fixed_side : trained_side(e.name);
     } else {  // dlrun's small models, at their defaults (ModelOptions): built, they are tiny
       ModelOptions o;
       o.name = e.name;
