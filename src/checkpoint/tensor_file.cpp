@@ -323,8 +323,7 @@ void write_tensor_file(const std::string& path, const TensorDict& tensors) {
 }
 
 TensorDict load_tensor_file(const std::string& path) {
-  const std::string data = fsutil::read_file(path);
-  return tensors_from_bytes(std::vector<char>(data.begin(), data.end()), path);
+  return tensors_from_bytes(fsutil::read_bytes(path), path);
 }
 
 }  // namespace dlrun::ckpt

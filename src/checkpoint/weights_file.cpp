@@ -88,7 +88,7 @@ WeightsRead read_weights(const std::string& path,
   DLRUN_CHECK_INPUT(fsutil::path_exists(path), "{}: no such file or directory; {}", path, kAccepted);
   r.path = path;
   uint64_t size = 0;
-  const std::string head = fsutil::read_head(path, 16, &size);
+  const std::string head = fsutil::read_head(path, 512, &size);  // what the file is, before reading it
   if (looks_like_safetensors(head, size)) {
     r.kind = "safetensors file";
     r.tensors = read_safetensors(path, &r.metadata);  // tensor by tensor: never the whole file at once
@@ -98,10 +98,9 @@ WeightsRead read_weights(const std::string& path,
     DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: a {} with no tensors", path, r.kind);
     return r;
   }
-  const std::string bytes = fsutil::read_file(path);
-  if (starts_with(bytes, "PK\x03\x04")) {
+  if (starts_with(head, "PK\x03\x04")) {
     r.kind = "torch file";
-    r.tensors = tensors_from_bytes(std::vector<char>(bytes.begin(), bytes.end()), path);
+    r.tensors = tensors_from_bytes(fsutil::read_bytes(path), path);  // one copy of the file in memory
     // A checkpoint's other tensor files are zip dicts too: name them rather than fail on keys.
     const bool optim = !r.tensors.empty() && std::all_of(r.tensors.begin(), r.tensors.end(), [](const auto& t) {
       for (const char* leaf : {".momentum_buffer", ".exp_avg", ".exp_avg_sq"})
@@ -111,16 +110,16 @@ WeightsRead read_weights(const std::string& path,
     });
     DLRUN_CHECK_INPUT(!optim, "{}: this is a checkpoint's optimizer state (optim.pt), not model weights; give the "
                               "checkpoint directory, or its model.pt", path);
-  } else if (starts_with(bytes, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19")) {  // torch's legacy magic
+  } else if (starts_with(head, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19")) {  // torch's legacy magic
     throw Error(ExitCode::kBadInput, path + ": a legacy torch.save file (torch < 1.6), which only Python reads",
                 "re-save it once with a current torch: python -c \"import torch,sys; "
                 "torch.save(torch.load(sys.argv[1]), sys.argv[2])\" OLD NEW");
-  } else if (sniff_kind(bytes.substr(0, 512)) == kOnnxKind) {
+  } else if (sniff_kind(head) == kOnnxKind) {
     throw Error(ExitCode::kBadInput, path + ": an ONNX model; dlrun evaluates and predicts from its own weights, not ONNX",
                 "give the checkpoint (or run directory) it was exported from, or run the ONNX file in onnxruntime "
                 "(docs/training.md, \"ONNX\")");
   } else {
-    fail_input("{}: {}, not model weights; {}", path, sniff_kind(bytes.substr(0, 512)), kAccepted);
+    fail_input("{}: {}, not model weights; {}", path, sniff_kind(head), kAccepted);
   }
   DLRUN_CHECK_INPUT(!r.tensors.empty(), "{}: a {} with no tensors", path, r.kind);
   return r;

@@ -119,7 +119,7 @@ std::vector<Section> describe(Config& c) {
       F("dropout", o.dropout, 0, 0.99, "dropout probability before the classifier (every model)"),
       Fauto("stochastic_depth", o.stochastic_depth, 0, 0.99,
             "stochastic depth: the last residual block's drop probability, rising linearly from 0 over the "
-            "blocks (EfficientNet, ConvNeXt); auto: the family's torchvision default (docs/models.md), 0: off"),
+            "blocks (EfficientNet, ConvNeXt, Swin); auto: the family's torchvision default (docs/models.md), 0: off"),
       I("image_size", o.image_size, 0, 8192,
         "the image side the model is built for (ViT: its position embeddings); 0: the family's default "
         "(ViT 224; the convolutional models any side); must equal the data's"),
@@ -129,7 +129,7 @@ std::vector<Section> describe(Config& c) {
       En("activation_checkpointing", o.activation_checkpointing,
          "recompute activations in backward instead of keeping them: none, blocks (every ResNet block; "
          "every conv-BN-ReLU of convnet; every hidden layer of mlp; docs/models.md per family) or stages "
-         "(every stage of the ResNet, RegNet and ConvNeXt families)"),
+         "(every stage of the ResNet, RegNet, ConvNeXt and Swin families)"),
       En("fused_conv_bn_relu", o.fused_conv_bn_relu,
          "each conv-BN-ReLU of the ResNets and convnet as one dlrun::conv_bn_relu op, and each ResNet block's "
          "conv-BN-add-ReLU end as dlrun::conv_bn_add_relu: auto (per device, dtype and memory format, the path "

@@ -16,10 +16,10 @@ namespace dlrun::config {
 namespace {
 
 // The names of the families built of stages (src/models/resnet.cpp: resnet*, resnext*,
-// wide_resnet*; regnet.cpp: regnet_*; convnext.cpp: convnext_*): the config layer is below the models, so it knows them by
+// wide_resnet*; regnet.cpp: regnet_*; convnext.cpp: convnext_*; swin.cpp: swin_*): the config layer is below the models, so it knows them by
 // their prefixes.
 bool has_stages(const std::string& name) {
-  for (const char* prefix : {"resnet", "resnext", "wide_resnet", "regnet_", "convnext_"})
+  for (const char* prefix : {"resnet", "resnext", "wide_resnet", "regnet_", "convnext_", "swin_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
 }

@@ -56,6 +56,8 @@ const std::vector<std::string>& features_of(const std::string& family) {
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch",
         "stochastic_depth"}},
       {"vit", {"amp", "activation_checkpointing:blocks", "ema", "swa", "ddp", "micro_batch"}},
+      {"swin",
+       {"amp", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch", "stochastic_depth"}},
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
         "ddp", "micro_batch"}},
@@ -105,6 +107,9 @@ const std::vector<Entry>& registry() {
       e.push_back({name, "vit", InitScheme::kOwn,
                    [name = name](const BuildInput& in) { return detail::make_vit(in.opts, name, in.input_h); },
                    parameters, 1, 224});
+    for (const auto& [name, parameters] : detail::swin_variants())
+      e.push_back({name, "swin", InitScheme::kOwn,
+                   [name = name](const BuildInput& in) { return detail::make_swin(in.opts, name); }, parameters});
     return e;
   }();
   return entries;

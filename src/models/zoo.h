@@ -46,6 +46,10 @@ std::vector<std::pair<std::string, int64_t>> convnext_variants();
 std::shared_ptr<Model> make_vit(const ModelOptions& opts, const std::string& name, int64_t image_size);
 std::vector<std::pair<std::string, int64_t>> vit_variants();
 
+/// torchvision's Swin Transformer (swin_t, swin_s, swin_b): `name` one of swin_variants().
+std::shared_ptr<Model> make_swin(const ModelOptions& opts, const std::string& name);
+std::vector<std::pair<std::string, int64_t>> swin_variants();
+
 /// How parameters are drawn.
 enum class InitScheme {
   kPytorchDefault,     ///< Conv/Linear: U(+-1/sqrt(fan_in)) weight and bias; norms: 1 and 0

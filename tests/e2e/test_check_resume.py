@@ -87,6 +87,15 @@ def test_vit_resumes_exactly():
     expect(p.returncode == 0 and r["identical"], p.stdout)
 
 
+def test_swin_resumes_exactly_under_stage_checkpointing():
+    """Swin-T (shifted windows, relative position bias) with its stochastic depth (auto: 0.2) and
+    each stage recomputed in backward: killed and resumed, the uninterrupted weights."""
+    p, r = check("--steps", "4", "--interruptions", "1", "--seed", "3", "model.name=swin_t",
+                 "model.activation_checkpointing=stages", "data.synthetic_shape=[3,32,32]", "model.in_channels=3",
+                 "data.batch_size=4", "data.synthetic_train_size=32", "optim.momentum=0", "optim.lr=0.001")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_two_ranks_through_the_launcher():
     p, r = check("--steps", "16", "--interruptions", "3", "--seed", "3", "--nproc", "2", "train.ema_decay=0.9")
     expect(p.returncode == 0 and r["identical"], p.stdout)
@@ -124,5 +133,6 @@ if __name__ == "__main__":
           test_mobilenets_resume_exactly, test_efficientnet_with_stochastic_depth_resumes_exactly,
           test_regnet_resumes_exactly_under_stage_checkpointing,
           test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointing, test_vit_resumes_exactly,
+          test_swin_resumes_exactly_under_stage_checkpointing,
           test_two_ranks_through_the_launcher, test_a_forgotten_part_is_named,
           test_bad_flags])

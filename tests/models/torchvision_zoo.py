@@ -32,6 +32,7 @@ INPUTS = {
     "efficientnet": (2, 32),
     "regnet": (2, 32),
     "convnext": (2, 32),
+    "swin": (2, 32),
     # built for two patches a side (torchvision's image_size=; dlrun's model.image_size): 28-64
     "vit": (2, lambda name: 2 * int(name.rsplit("_", 1)[1])),
 }
