@@ -135,6 +135,9 @@ struct ModelOptions {
   /// depend on it. 0: the family's (ViT 224); the convolutional families take any side (at least
   /// their smallest), and a side given here must be the data's.
   int64_t image_size = 0;
+  /// The ResNet family's last BatchNorm of each residual block starts at gamma 0 (torchvision's
+  /// zero_init_residual): each block starts as the identity.
+  bool zero_init_residual = false;
   int64_t width = 32;
   bool channels_last = false;
   ModelDtype dtype = ModelDtype::kFloat32;

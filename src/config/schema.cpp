@@ -123,6 +123,8 @@ std::vector<Section> describe(Config& c) {
       I("image_size", o.image_size, 0, 8192,
         "the image side the model is built for (ViT: its position embeddings); 0: the family's default "
         "(ViT 224; the convolutional models any side); must equal the data's"),
+      B("zero_init_residual", o.zero_init_residual,
+        "ResNet family: each residual block's last BatchNorm starts with gamma 0 (torchvision's option)"),
       I("width", o.width, 1, 4096, "convnet: base channel count"),
       B("channels_last", o.channels_last, "NHWC memory format for the conv models"),
       En("dtype", o.dtype, "parameter, activation and gradient dtype: float32, or float64 for numerical checks (slow; no amp)"),

@@ -15,13 +15,18 @@ namespace fs = std::filesystem;
 namespace dlrun::config {
 namespace {
 
-// The names of the families built of stages (src/models/resnet.cpp: resnet*, resnext*,
-// wide_resnet*; regnet.cpp: regnet_*; convnext.cpp: convnext_*; swin.cpp: swin_*): the config layer is below the models, so it knows them by
-// their prefixes.
-bool has_stages(const std::string& name) {
-  for (const char* prefix : {"resnet", "resnext", "wide_resnet", "regnet_", "convnext_", "swin_"})
+// The config layer is below the models, so it knows families by their names' prefixes
+// (src/models/resnet.cpp: resnet*, resnext*, wide_resnet*; regnet.cpp: regnet_*; convnext.cpp:
+// convnext_*; swin.cpp: swin_*).
+bool starts_with_any(const std::string& name, std::initializer_list<const char*> prefixes) {
+  for (const char* prefix : prefixes)
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
+}
+bool resnet_family(const std::string& name) { return starts_with_any(name, {"resnet", "resnext", "wide_resnet"}); }
+// The families built of stages.
+bool has_stages(const std::string& name) {
+  return resnet_family(name) || starts_with_any(name, {"regnet_", "convnext_", "swin_"});
 }
 
 }  // namespace
@@ -112,6 +117,9 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.model.activation_checkpointing == ActivationCheckpointing::kStages && !has_stages(c.model.name))
     c.refuse("model.activation_checkpointing", fmt::format("{} has no stages to checkpoint", c.model.name),
         "use blocks (or none)");
+
+  if (c.model.zero_init_residual && !resnet_family(c.model.name))
+    c.refuse("model.zero_init_residual", fmt::format("{} is not of the ResNet family, which alone has the option", c.model.name));
 
   // Optimizer and schedule.
   if (c.optim.betas.size() != 2) c.refuse("optim.betas", fmt::format("expected [beta1, beta2], got {} values", c.optim.betas.size()));

@@ -218,6 +218,11 @@ std::shared_ptr<Model> build(const ModelOptions& opts, uint64_t seed, int64_t in
     own->initialize(gen);
   else
     detail::initialize(*model, entry->scheme, gen);
+  if (opts.zero_init_residual) {  // config validation allows it for the ResNet family only
+    DLRUN_CHECK_INPUT(std::string(entry->family) == "resnet", "model.zero_init_residual: {} is not of the ResNet family",
+                      opts.name);
+    detail::zero_init_residual(*model);
+  }
   if (opts.dtype == ModelDtype::kFloat64) model->set_dtype(torch::kFloat64);
   if (opts.channels_last) detail::to_channels_last(*model);
   return model;

@@ -289,6 +289,19 @@ std::shared_ptr<Model> make_resnet(const ModelOptions& opts, const std::string& 
   });
 }
 
+void zero_init_residual(Model& model) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> gammas;  // each block's BatchNorm weights, by name
+  for (auto& [name, t] : state_dict(model))
+    if (name.rfind("layer", 0) == 0 && (name.find(".bn2.weight") != std::string::npos || name.find(".bn3.weight") != std::string::npos))
+      gammas.emplace(name, t);
+  for (auto& [name, t] : gammas) {  // a block's last: bn3 (Bottleneck), else bn2 (BasicBlock)
+    const std::string block = name.substr(0, name.rfind(".bn"));
+    const bool last = name.find(".bn3.") != std::string::npos || gammas.count(block + ".bn3.weight") == 0;
+    if (last) t.zero_();
+  }
+}
+
 std::vector<std::pair<std::string, int64_t>> resnet_variants() {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const Variant& v : kVariants) out.emplace_back(v.name, v.parameters);

@@ -24,6 +24,9 @@ std::shared_ptr<Model> make_convnet(const ModelOptions& opts);
 std::shared_ptr<Model> make_resnet(const ModelOptions& opts, const std::string& name);
 /// The family's names, each with torchvision's parameter count (1000 classes).
 std::vector<std::pair<std::string, int64_t>> resnet_variants();
+/// torchvision's zero_init_residual: each residual block's last BatchNorm weight (bn3 of a
+/// Bottleneck, bn2 of a BasicBlock) set to 0.
+void zero_init_residual(Model& model);
 
 /// torchvision's MobileNet family: `name` one of mobilenet_variants().
 std::shared_ptr<Model> make_mobilenet(const ModelOptions& opts, const std::string& name);

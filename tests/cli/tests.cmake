@@ -34,6 +34,8 @@ dlrun_cli_test(info_fast_paths_config 0 "^fast paths \\(.*quickstart.yaml\\): cu
 dlrun_cli_test(info_fast_paths_deterministic 0 "^fast paths .*cudnn_benchmark off" info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.deterministic=true)
 dlrun_cli_test(config_stages_need_a_resnet 2 "model.activation_checkpointing: convnet has no stages to checkpoint"
                config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.activation_checkpointing=stages)
+dlrun_cli_test(config_zero_init_residual_needs_a_resnet 2 "model.zero_init_residual: convnet is not of the ResNet family"
+               config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.zero_init_residual=true)
 dlrun_cli_test(config_cuda_graphs_on_cpu 2 "train.cuda_graphs: CUDA graphs need a CUDA device, but run.device is cpu"
                config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml train.cuda_graphs=true run.device=cpu)
 dlrun_cli_test(config_show_quickstart 0 "model:.*" config show ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml)

@@ -249,6 +249,32 @@ TEST_CASE("RegNet and ConvNeXt draw their weights as torchvision's constructors"
   }
 }
 
+TEST_CASE("model.zero_init_residual: each block's last BatchNorm gamma 0, nothing else changed", "[models]") {
+  for (const char* name : {"resnet18", "resnet50"}) {
+    INFO(name);
+    auto o = opts_for(name, 3);
+    const auto plain = models::state_dict(*models::build(o, 5));
+    o.zero_init_residual = true;
+    const auto zeroed = models::state_dict(*models::build(o, 5));
+    REQUIRE(plain.size() == zeroed.size());
+    const std::string last = std::string(name) == "resnet18" ? ".bn2.weight" : ".bn3.weight";
+    int zeros = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      INFO(plain[i].first);
+      const std::string& key = plain[i].first;
+      const bool block_last = key.rfind("layer", 0) == 0 && key.size() > last.size() &&
+                              key.compare(key.size() - last.size(), last.size(), last) == 0;
+      if (block_last) {
+        CHECK(zeroed[i].second.abs().max().item<double>() == 0);
+        ++zeros;
+      } else {
+        CHECK(torch::equal(plain[i].second, zeroed[i].second));
+      }
+    }
+    CHECK(zeros == (std::string(name) == "resnet18" ? 8 : 16));
+  }
+}
+
 TEST_CASE("resnets use torchvision's init", "[models]") {
   auto model = models::build(opts_for("resnet18", 3, 1000), 3);
   for (const auto& [name, t] : models::state_dict(*model)) {

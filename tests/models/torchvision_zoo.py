@@ -8,7 +8,8 @@ The names come from `dlrun models --json`: a zoo name whose family is torchvisio
 this test does not check fails it. Each family's batch and image side are the smallest it takes,
 so the whole list stays within minutes on 2 cores.
 
-Also: torchvision's file of another variant (resnet50's weights for resnext50_32x4d) is refused
+Also: torchvision's file of another variant (resnet50's weights for resnext50_32x4d, vit_b_16's
+for vit_b_32) is refused
 by `dlrun config validate` (which reads and fits model.init as train does) with exit 2 naming the
 file and the first tensor that does not fit.
 
@@ -112,16 +113,19 @@ TINY = Path(__file__).resolve().parents[1] / "e2e" / "data" / "tiny.yaml"
 
 
 def check_wrong_variant(dlrun, tmp):
-    weights = Path(tmp) / "resnet50.pth"
-    torch.save(torchvision.models.resnet50(num_classes=10).state_dict(), weights)
-    p = subprocess.run([dlrun, "config", "validate", str(TINY), "model.name=resnext50_32x4d",
-                        "model.in_channels=3", "data.synthetic_shape=[3,32,32]", f"model.init={weights}"],
-                       capture_output=True, text=True)
-    said = p.stdout + p.stderr
-    assert p.returncode == 2, f"resnet50's weights for resnext50_32x4d: exit {p.returncode}\n{said}"
-    assert "model.init" in said and str(weights) in said and "layer1.0.conv1.weight" in said, said
-    print("ok resnet50's file refused for resnext50_32x4d:",
-          next(l for l in said.splitlines() if "layer1.0.conv1.weight" in l).strip())
+    # (the file's model, the model it is given to, its image side, the first tensor that cannot fit)
+    for source, target, side, key in (("resnet50", "resnext50_32x4d", 32, "layer1.0.conv1.weight"),
+                                      ("vit_b_16", "vit_b_32", 224, "conv_proj.weight")):
+        weights = Path(tmp) / f"{source}.pth"
+        torch.save(getattr(torchvision.models, source)(num_classes=10).state_dict(), weights)
+        p = subprocess.run([dlrun, "config", "validate", str(TINY), f"model.name={target}", "model.in_channels=3",
+                            f"data.synthetic_shape=[3,{side},{side}]", f"model.init={weights}"],
+                           capture_output=True, text=True)
+        said = p.stdout + p.stderr
+        assert p.returncode == 2, f"{source}'s weights for {target}: exit {p.returncode}\n{said}"
+        assert "model.init" in said and str(weights) in said and key in said, said
+        print(f"ok {source}'s file refused for {target}:", next(l for l in said.splitlines() if key in l).strip())
+        weights.unlink()
 
 
 def main():
