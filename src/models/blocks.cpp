@@ -45,6 +45,12 @@ torch::Tensor SqueezeExcitationImpl::forward(const torch::Tensor& x) {
   return s * x;
 }
 
+torch::Tensor ChainImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = x;
+  for (auto& m : *this) y = m.forward(y);
+  return y;
+}
+
 torch::Tensor stochastic_depth(const torch::Tensor& x, double p, bool training) {
   if (!training || p <= 0) return x;
   std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);

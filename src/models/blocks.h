@@ -54,6 +54,16 @@ class SqueezeExcitationImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SqueezeExcitation);
 
+/// A Sequential that a Sequential can hold (LibTorch's own cannot hold another, its forward being
+/// a template): a stage of blocks under torchvision's child names ("0", "1", ... or its own),
+/// applied in order.
+class ChainImpl : public torch::nn::SequentialImpl {
+ public:
+  using torch::nn::SequentialImpl::SequentialImpl;
+  torch::Tensor forward(const torch::Tensor& x);
+};
+TORCH_MODULE(Chain);
+
 /// torchvision's stochastic_depth(mode="row"): in training with p > 0, each sample's `x` zeroed
 /// with probability p and the others scaled by 1 / (1 - p), the draws from the default
 /// generator (as dropout's, so a resume repeats them); otherwise `x` itself.

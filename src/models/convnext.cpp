@@ -74,18 +74,6 @@ class CNBlockImpl : public nn::Module {
 };
 TORCH_MODULE(CNBlock);
 
-// A stage or a downsampling step, as a child of features with a forward a Sequential can hold.
-class CNSequenceImpl : public nn::SequentialImpl {
- public:
-  using nn::SequentialImpl::SequentialImpl;
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = x;
-    for (auto& m : *this) y = m.forward(y);
-    return y;
-  }
-};
-TORCH_MODULE(CNSequence);
-
 class ConvNeXt : public Model {
  public:
   ConvNeXt(const ModelOptions& opts, const ConvNeXtVariant& v)
@@ -99,19 +87,19 @@ class ConvNeXt : public Model {
     for (int64_t d : v.depths) total += d;
 
     features_ = register_module("features", nn::Sequential());
-    CNSequence stem;
+    Chain stem;
     stem->push_back("0", nn::Conv2d(nn::Conv2dOptions(opts.in_channels, v.widths[0], 4).stride(4)));
     stem->push_back("1", LayerNorm2d(v.widths[0], kNormEps));
     features_->push_back(stem);
     int64_t index = 0;
     for (size_t s = 0; s < v.widths.size(); ++s) {
-      CNSequence stage;
+      Chain stage;
       for (int64_t b = 0; b < v.depths[s]; ++b, ++index)
         stage->push_back(CNBlock(v.widths[s], p * static_cast<double>(index) / static_cast<double>(total - 1)));
       stages_.push_back(features_->size());
       features_->push_back(stage);
       if (s + 1 == v.widths.size()) break;
-      CNSequence down;
+      Chain down;
       down->push_back("0", LayerNorm2d(v.widths[s], kNormEps));
       down->push_back("1", nn::Conv2d(nn::Conv2dOptions(v.widths[s], v.widths[s + 1], 2).stride(2)));
       features_->push_back(down);

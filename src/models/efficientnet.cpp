@@ -112,19 +112,6 @@ class MBConvImpl : public nn::Module {
 };
 TORCH_MODULE(MBConv);
 
-// A stage: its blocks as children "0", "1", ... (torchvision's nn.Sequential), with a forward a
-// Sequential can hold (LibTorch's own Sequential cannot hold another).
-class MBStageImpl : public nn::SequentialImpl {
- public:
-  using nn::SequentialImpl::SequentialImpl;
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = x;
-    for (auto& block : *this) y = block.forward(y);
-    return y;
-  }
-};
-TORCH_MODULE(MBStage);
-
 class EfficientNet : public Model {
  public:
   EfficientNet(const ModelOptions& opts, const EfficientNetVariant& v)
@@ -143,7 +130,7 @@ class EfficientNet : public Model {
     features_->push_back(ConvNormAct(opts.in_channels, channels(stages[0].in), 3, 2, 1, Act::kSiLU, eps, momentum));
     int64_t index = 0;
     for (const StageSpec& s : stages) {
-      MBStage stage;
+      Chain stage;
       for (int64_t b = 0; b < repeats(s.repeats); ++b, ++index) {
         const int64_t in = b == 0 ? channels(s.in) : channels(s.out);
         const double drop = p * static_cast<double>(index) / static_cast<double>(total);
@@ -166,7 +153,7 @@ class EfficientNet : public Model {
     if (channels_last_) x = channels_last(x);
     // Under activation checkpointing each block (and the stem and the last conv) is a segment.
     for (size_t i = 0; i < features_->size(); ++i) {
-      auto stage = std::dynamic_pointer_cast<MBStageImpl>(features_->ptr(i));
+      auto stage = std::dynamic_pointer_cast<ChainImpl>(features_->ptr(i));
       if (stage == nullptr) {
         x = forward_span(features_, i, i + 1, x, recompute_);
         continue;

@@ -122,18 +122,6 @@ class RegBlockImpl : public nn::Module {
 };
 TORCH_MODULE(RegBlock);
 
-// A stage: its blocks as named children ("block1-0", ...), with a forward a Sequential can hold.
-class RegStageImpl : public nn::SequentialImpl {
- public:
-  using nn::SequentialImpl::SequentialImpl;
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = x;
-    for (auto& block : *this) y = block.forward(y);
-    return y;
-  }
-};
-TORCH_MODULE(RegStage);
-
 class RegNet : public Model {
  public:
   RegNet(const ModelOptions& opts, const RegNetVariant& v)
@@ -147,7 +135,7 @@ class RegNet : public Model {
     int64_t width = kStemWidth;
     const std::vector<RegStageSpec> stages = stage_table(v);
     for (size_t s = 0; s < stages.size(); ++s) {
-      RegStage stage;
+      Chain stage;
       for (int64_t i = 0; i < stages[s].depth; ++i) {
         stage->push_back(fmt::format("block{}-{}", s + 1, i),
                          RegBlock(i == 0 ? width : stages[s].width, stages[s].width, i == 0 ? 2 : 1,

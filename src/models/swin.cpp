@@ -175,17 +175,6 @@ class PatchEmbedImpl : public nn::SequentialImpl {
 };
 TORCH_MODULE(PatchEmbed);
 
-class SwinStageImpl : public nn::SequentialImpl {
- public:
-  using nn::SequentialImpl::SequentialImpl;
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = x;
-    for (auto& m : *this) y = m.forward(y);
-    return y;
-  }
-};
-TORCH_MODULE(SwinStage);
-
 class SwinTransformer : public Model, public SelfInitializing {
  public:
   SwinTransformer(const ModelOptions& opts, const SwinVariant& v)
@@ -200,7 +189,7 @@ class SwinTransformer : public Model, public SelfInitializing {
     features_->push_back(PatchEmbed(opts.in_channels, v.width));
     int64_t index = 0, dim = v.width;
     for (size_t s = 0; s < v.depths.size(); ++s) {
-      SwinStage stage;
+      Chain stage;
       for (int64_t b = 0; b < v.depths[s]; ++b, ++index)
         stage->push_back(SwinBlock(dim, v.heads[s], b % 2 == 0 ? 0 : kWindow / 2,
                                    p * static_cast<double>(index) / static_cast<double>(total - 1)));
