@@ -71,6 +71,7 @@ int64_t trained_side(const std::string& name) {
       {"efficientnet_b1", 240}, {"efficientnet_b2", 288},   {"efficientnet_b3", 300},   {"efficientnet_b4", 380},
       {"efficientnet_b5", 456}, {"efficientnet_b6", 528},   {"efficientnet_b7", 600},   {"efficientnet_v2_s", 384},
       {"efficientnet_v2_m", 480}, {"efficientnet_v2_l", 480},
+      {"swin_v2_t", 256},       {"swin_v2_s", 256},       {"swin_v2_b", 256},
   };
   const auto it = sides.find(name);
   return it == sides.end() ? 224 : it->second;

@@ -1,7 +1,12 @@
-// torchvision's Swin Transformer (V1), layer for layer: swin_t, swin_s, swin_b.
+// torchvision's Swin Transformer, layer for layer: swin_t, swin_s, swin_b (V1) and swin_v2_t,
+// swin_v2_s, swin_v2_b.
 //
-// One row per member (kSwins: width, depths and heads per stage, default stochastic depth;
-// 4x4 patches, 7x7 windows). Modules under torchvision's names, on (N, H, W, C) activations:
+// One row per member (kSwins: width, depths and heads per stage, default stochastic depth,
+// window; 4x4 patches). V2 differs in three places, each a flag here: its attention is cosine
+// attention scaled by a learned logit_scale, with the position bias from a small MLP (cpb_mlp)
+// of the log-spaced relative coordinates (the relative_coords_table buffer) and the key's bias
+// held at zero; its blocks normalise after each branch (post-norm); its patch merging normalises
+// after the reduction. Modules under torchvision's names, on (N, H, W, C) activations:
 // features.0 (the patchify conv "0" and its LayerNorm "2"), features.1, .3, .5, .7 (stages of
 // blocks: norm1, attn — relative_position_bias_table, the relative_position_index buffer, qkv,
 // proj —, norm2, mlp.0, mlp.3; every second block's windows shifted by half a window),
@@ -26,101 +31,146 @@ namespace {
 
 namespace nn = torch::nn;
 
-constexpr int64_t kPatch = 4, kWindow = 7;
+constexpr int64_t kPatch = 4;
 
 struct SwinVariant {
   const char* name;
   int64_t width;
   std::array<int64_t, 4> depths, heads;
   double stochastic_depth;  ///< torchvision's default
-  int64_t parameters;       ///< torchvision's count (1000 classes)
+  int64_t window;
+  bool v2;
+  int64_t parameters;  ///< torchvision's count (1000 classes)
 };
 constexpr SwinVariant kSwins[] = {
-    {"swin_t", 96, {2, 2, 6, 2}, {3, 6, 12, 24}, 0.2, 28288354},
-    {"swin_s", 96, {2, 2, 18, 2}, {3, 6, 12, 24}, 0.3, 49606258},
-    {"swin_b", 128, {2, 2, 18, 2}, {4, 8, 16, 32}, 0.5, 87768224},
+    {"swin_t", 96, {2, 2, 6, 2}, {3, 6, 12, 24}, 0.2, 7, false, 28288354},
+    {"swin_s", 96, {2, 2, 18, 2}, {3, 6, 12, 24}, 0.3, 7, false, 49606258},
+    {"swin_b", 128, {2, 2, 18, 2}, {4, 8, 16, 32}, 0.5, 7, false, 87768224},
+    {"swin_v2_t", 96, {2, 2, 6, 2}, {3, 6, 12, 24}, 0.2, 8, true, 28351570},
+    {"swin_v2_s", 96, {2, 2, 18, 2}, {3, 6, 12, 24}, 0.3, 8, true, 49737442},
+    {"swin_v2_b", 128, {2, 2, 18, 2}, {4, 8, 16, 32}, 0.5, 8, true, 87930848},
 };
 
-// ShiftedWindowAttention: multi-head attention within windows of kWindow x kWindow, with a
-// learned bias per relative position and head.
+// ShiftedWindowAttention (V2: ShiftedWindowAttentionV2): multi-head attention within windows of
+// window x window, with a bias per relative position and head.
 class WindowAttentionImpl : public nn::Module {
  public:
-  WindowAttentionImpl(int64_t dim, int64_t heads, int64_t shift) : heads_(heads), shift_(shift) {
+  WindowAttentionImpl(int64_t dim, int64_t heads, int64_t window, int64_t shift, bool v2)
+      : heads_(heads), window_(window), shift_(shift), v2_(v2) {
     qkv = register_module("qkv", nn::Linear(dim, 3 * dim));
     proj = register_module("proj", nn::Linear(dim, dim));
-    table = register_parameter("relative_position_bias_table",
-                               torch::zeros({(2 * kWindow - 1) * (2 * kWindow - 1), heads}));
+    if (!v2) {
+      table = register_parameter("relative_position_bias_table",
+                                 torch::zeros({(2 * window_ - 1) * (2 * window_ - 1), heads}));
+    } else {
+      // The offsets (dy, dx) of a window, each scaled to [-8, 8] and log-spaced: the MLP's input.
+      auto r = torch::arange(-(window_ - 1), window_, torch::kFloat32);
+      torch::Tensor coords = torch::stack(torch::meshgrid({r, r}, "ij")).permute({1, 2, 0}).contiguous().unsqueeze(0);
+      coords = coords / static_cast<double>(window_ - 1) * 8;
+      coords = torch::sign(coords) * torch::log2(torch::abs(coords) + 1.0) / 3.0;
+      coords_ = register_buffer("relative_coords_table", coords);
+      logit_scale = register_parameter("logit_scale", torch::full({heads, 1, 1}, std::log(10.0)));
+      cpb_mlp = register_module("cpb_mlp", nn::Sequential());
+      cpb_mlp->push_back("0", nn::Linear(2, 512));
+      cpb_mlp->push_back("1", nn::Functional(torch::relu));
+      cpb_mlp->push_back("2", nn::Linear(nn::LinearOptions(512, heads).bias(false)));
+    }
     // For each pair of positions (i, j) in a window, the row of their offset in the table.
-    torch::Tensor coords = torch::stack(torch::meshgrid({torch::arange(kWindow), torch::arange(kWindow)}, "ij"))
+    torch::Tensor coords = torch::stack(torch::meshgrid({torch::arange(window_), torch::arange(window_)}, "ij"))
                                .flatten(1);                                     // (2, W*W)
     torch::Tensor rel = (coords.unsqueeze(2) - coords.unsqueeze(1)).permute({1, 2, 0}).contiguous();  // (W*W, W*W, 2)
-    rel.select(2, 0).add_(kWindow - 1).mul_(2 * kWindow - 1);
-    rel.select(2, 1).add_(kWindow - 1);
+    rel.select(2, 0).add_(window_ - 1).mul_(2 * window_ - 1);
+    rel.select(2, 1).add_(window_ - 1);
     index_ = register_buffer("relative_position_index", rel.sum(-1).flatten());
   }
 
   // (N, H, W, C) -> (N, H, W, C)
   torch::Tensor forward(const torch::Tensor& input) {
-    const int64_t n = input.size(0), h = input.size(1), w = input.size(2), c = input.size(3), ww = kWindow * kWindow;
-    const int64_t pad_r = (kWindow - w % kWindow) % kWindow, pad_b = (kWindow - h % kWindow) % kWindow;
+    const int64_t n = input.size(0), h = input.size(1), w = input.size(2), c = input.size(3), ww = window_ * window_;
+    const int64_t pad_r = (window_ - w % window_) % window_, pad_b = (window_ - h % window_) % window_;
     torch::Tensor x = torch::constant_pad_nd(input, {0, 0, 0, pad_r, 0, pad_b});
     const int64_t ph = x.size(1), pw = x.size(2);
-    const int64_t shift_h = kWindow >= ph ? 0 : shift_, shift_w = kWindow >= pw ? 0 : shift_;
+    const int64_t shift_h = window_ >= ph ? 0 : shift_, shift_w = window_ >= pw ? 0 : shift_;
     const bool shifted = shift_h + shift_w > 0;
     if (shifted) x = torch::roll(x, {-shift_h, -shift_w}, {1, 2});
-    const int64_t windows = (ph / kWindow) * (pw / kWindow);
-    x = x.view({n, ph / kWindow, kWindow, pw / kWindow, kWindow, c}).permute({0, 1, 3, 2, 4, 5}).reshape({n * windows, ww, c});
-    torch::Tensor qkv_ = qkv->forward(x).reshape({x.size(0), ww, 3, heads_, c / heads_}).permute({2, 0, 3, 1, 4});
-    torch::Tensor q = qkv_[0] * std::pow(static_cast<double>(c / heads_), -0.5);
-    torch::Tensor attn = q.matmul(qkv_[1].transpose(-2, -1));
-    attn = attn + table.index({index_}).view({ww, ww, -1}).permute({2, 0, 1}).contiguous().unsqueeze(0);
+    const int64_t windows = (ph / window_) * (pw / window_);
+    x = x.view({n, ph / window_, window_, pw / window_, window_, c}).permute({0, 1, 3, 2, 4, 5}).reshape({n * windows, ww, c});
+    torch::Tensor bias = qkv->bias;
+    if (v2_) {  // the key's bias stays zero
+      bias = bias.clone();
+      bias.slice(0, c, 2 * c).zero_();
+    }
+    torch::Tensor qkv_ = torch::linear(x, qkv->weight, bias).reshape({x.size(0), ww, 3, heads_, c / heads_}).permute({2, 0, 3, 1, 4});
+    torch::Tensor attn;
+    if (v2_) {  // cosine attention
+      namespace F = torch::nn::functional;
+      attn = F::normalize(qkv_[0], F::NormalizeFuncOptions().dim(-1))
+                 .matmul(F::normalize(qkv_[1], F::NormalizeFuncOptions().dim(-1)).transpose(-2, -1));
+      attn = attn * torch::clamp_max(logit_scale, std::log(100.0)).exp();
+    } else {
+      torch::Tensor q = qkv_[0] * std::pow(static_cast<double>(c / heads_), -0.5);
+      attn = q.matmul(qkv_[1].transpose(-2, -1));
+    }
+    torch::Tensor per_offset = v2_ ? cpb_mlp->forward(coords_).view({-1, heads_}) : table;
+    torch::Tensor position = per_offset.index({index_}).view({ww, ww, -1}).permute({2, 0, 1}).contiguous().unsqueeze(0);
+    attn = attn + (v2_ ? 16 * torch::sigmoid(position) : position);
     if (shifted) {
       attn = attn.view({n, windows, heads_, ww, ww}) + mask(ph, pw, shift_h, shift_w, x.options()).unsqueeze(1).unsqueeze(0);
       attn = attn.view({-1, heads_, ww, ww});
     }
     x = torch::softmax(attn, -1).matmul(qkv_[2]).transpose(1, 2).reshape({x.size(0), ww, c});
     x = proj->forward(x);
-    x = x.view({n, ph / kWindow, pw / kWindow, kWindow, kWindow, c}).permute({0, 1, 3, 2, 4, 5}).reshape({n, ph, pw, c});
+    x = x.view({n, ph / window_, pw / window_, window_, window_, c}).permute({0, 1, 3, 2, 4, 5}).reshape({n, ph, pw, c});
     if (shifted) x = torch::roll(x, {shift_h, shift_w}, {1, 2});
     return x.slice(1, 0, h).slice(2, 0, w).contiguous();
   }
 
   nn::Linear qkv{nullptr}, proj{nullptr};
-  torch::Tensor table;
+  torch::Tensor table;           ///< V1: the bias per offset and head
+  torch::Tensor logit_scale;     ///< V2
+  nn::Sequential cpb_mlp{nullptr};  ///< V2: offset -> bias per head
 
  private:
   // (windows, W*W, W*W): 0 within a region, -100 between regions the roll brought together.
-  static torch::Tensor mask(int64_t ph, int64_t pw, int64_t sh, int64_t sw, const torch::TensorOptions& options) {
+  torch::Tensor mask(int64_t ph, int64_t pw, int64_t sh, int64_t sw, const torch::TensorOptions& options) {
     torch::Tensor m = torch::zeros({ph, pw}, options);
-    const std::array<std::pair<int64_t, int64_t>, 3> hs = {{{0, ph - kWindow}, {ph - kWindow, ph - sh}, {ph - sh, ph}}};
-    const std::array<std::pair<int64_t, int64_t>, 3> ws = {{{0, pw - kWindow}, {pw - kWindow, pw - sw}, {pw - sw, pw}}};
+    const std::array<std::pair<int64_t, int64_t>, 3> hs = {{{0, ph - window_}, {ph - window_, ph - sh}, {ph - sh, ph}}};
+    const std::array<std::pair<int64_t, int64_t>, 3> ws = {{{0, pw - window_}, {pw - window_, pw - sw}, {pw - sw, pw}}};
     double count = 0;
     for (const auto& [h0, h1] : hs)
       for (const auto& [w0, w1] : ws) {
         m.slice(0, h0, h1).slice(1, w0, w1).fill_(count);
         count += 1;
       }
-    m = m.view({ph / kWindow, kWindow, pw / kWindow, kWindow}).permute({0, 2, 1, 3}).reshape({-1, kWindow * kWindow});
+    m = m.view({ph / window_, window_, pw / window_, window_}).permute({0, 2, 1, 3}).reshape({-1, window_ * window_});
     m = m.unsqueeze(1) - m.unsqueeze(2);
     return m.masked_fill(m != 0, -100.0).masked_fill(m == 0, 0.0);
   }
 
-  int64_t heads_, shift_;
-  torch::Tensor index_;
+  int64_t heads_;
+  int64_t window_;  // the side of a window
+  int64_t shift_;
+  bool v2_;
+  torch::Tensor index_, coords_;
 };
 TORCH_MODULE(WindowAttention);
 
-// x + sd(attn(norm1(x))), then + sd(mlp(norm2(.))).
+// x + sd(attn(norm1(x))), then + sd(mlp(norm2(.))); V2: x + sd(norm1(attn(x))), ...
 class SwinBlockImpl : public nn::Module {
  public:
-  SwinBlockImpl(int64_t dim, int64_t heads, int64_t shift, double drop) : drop_(drop) {
+  SwinBlockImpl(int64_t dim, int64_t heads, int64_t window, int64_t shift, bool v2, double drop)
+      : drop_(drop), v2_(v2) {
     norm1 = register_module("norm1", nn::LayerNorm(nn::LayerNormOptions({dim})));
-    attn = register_module("attn", WindowAttention(dim, heads, shift));
+    attn = register_module("attn", WindowAttention(dim, heads, window, shift, v2));
     norm2 = register_module("norm2", nn::LayerNorm(nn::LayerNormOptions({dim})));
     mlp = register_module("mlp", TransformerMlp(dim, 4 * dim));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
+    if (v2_) {
+      torch::Tensor y = x + stochastic_depth(norm1->forward(attn->forward(x)), drop_, is_training());
+      return y + stochastic_depth(norm2->forward(mlp->forward(y)), drop_, is_training());
+    }
     torch::Tensor y = x + stochastic_depth(attn->forward(norm1->forward(x)), drop_, is_training());
     return y + stochastic_depth(mlp->forward(norm2->forward(y)), drop_, is_training());
   }
@@ -131,15 +181,17 @@ class SwinBlockImpl : public nn::Module {
 
  private:
   double drop_;
+  bool v2_;
 };
 TORCH_MODULE(SwinBlock);
 
-// PatchMerging: each 2x2 of (N, H, W, C) (padded to even) concatenated, LayerNorm, Linear to 2C.
+// PatchMerging: each 2x2 of (N, H, W, C) (padded to even) concatenated, LayerNorm, Linear to 2C
+// (V2: Linear, then LayerNorm).
 class PatchMergingImpl : public nn::Module {
  public:
-  explicit PatchMergingImpl(int64_t dim) {
+  PatchMergingImpl(int64_t dim, bool v2) : v2_(v2) {
     reduction = register_module("reduction", nn::Linear(nn::LinearOptions(4 * dim, 2 * dim).bias(false)));
-    norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({4 * dim})));
+    norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({v2 ? 2 * dim : 4 * dim})));
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
@@ -148,13 +200,14 @@ class PatchMergingImpl : public nn::Module {
     torch::Tensor x = torch::constant_pad_nd(input, {0, 0, 0, w % 2, 0, h % 2});
     auto at = [&](int64_t i, int64_t j) { return x.index({Slice(), Slice(i, None, 2), Slice(j, None, 2), Slice()}); };
     x = torch::cat({at(0, 0), at(1, 0), at(0, 1), at(1, 1)}, -1);
-    return reduction->forward(norm->forward(x));
+    return v2_ ? norm->forward(reduction->forward(x)) : reduction->forward(norm->forward(x));
   }
 
   nn::Linear reduction{nullptr};
   nn::LayerNorm norm{nullptr};
 
  private:
+  bool v2_;
   static constexpr auto None = torch::indexing::None;
 };
 TORCH_MODULE(PatchMerging);
@@ -191,12 +244,12 @@ class SwinTransformer : public Model, public SelfInitializing {
     for (size_t s = 0; s < v.depths.size(); ++s) {
       Chain stage;
       for (int64_t b = 0; b < v.depths[s]; ++b, ++index)
-        stage->push_back(SwinBlock(dim, v.heads[s], b % 2 == 0 ? 0 : kWindow / 2,
+        stage->push_back(SwinBlock(dim, v.heads[s], v.window, b % 2 == 0 ? 0 : v.window / 2, v.v2,
                                    p * static_cast<double>(index) / static_cast<double>(total - 1)));
       stages_.push_back(features_->size());
       features_->push_back(stage);
       if (s + 1 == v.depths.size()) break;
-      features_->push_back(PatchMerging(dim));
+      features_->push_back(PatchMerging(dim, v.v2));
       dim *= 2;
     }
     norm_ = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({dim})));
@@ -224,13 +277,15 @@ class SwinTransformer : public Model, public SelfInitializing {
   }
 
   // torchvision's constructor: every Linear truncated normal (std 0.02) with zero bias (the
-  // blocks' Xavier MLPs are drawn over), the bias tables truncated normal (std 0.02), the
+  // blocks' Xavier MLPs are drawn over, V2's cpb_mlp too), V1's bias tables truncated normal
+  // (std 0.02), V2's logit scales log(10), the
   // patchify conv PyTorch's default, LayerNorms 1 and 0; in state-dict order.
   void initialize(at::Generator& gen) override {
     torch::NoGradGuard no_grad;
     for (const auto& m : modules(/*include_self=*/false)) {
       if (auto* attn = dynamic_cast<WindowAttentionImpl*>(m.get())) {
-        fill_trunc_normal(attn->table, 0.02, -2, 2, gen);
+        if (attn->table.defined()) fill_trunc_normal(attn->table, 0.02, -2, 2, gen);
+        if (attn->logit_scale.defined()) attn->logit_scale.fill_(std::log(10.0));
       } else if (auto* linear = dynamic_cast<nn::LinearImpl*>(m.get())) {
         fill_trunc_normal(linear->weight, 0.02, -2, 2, gen);
         if (linear->bias.defined()) linear->bias.zero_();

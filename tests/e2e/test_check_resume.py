@@ -88,12 +88,14 @@ def test_vit_resumes_exactly():
 
 
 def test_swin_resumes_exactly_under_stage_checkpointing():
-    """Swin-T (shifted windows, relative position bias) with its stochastic depth (auto: 0.2) and
-    each stage recomputed in backward: killed and resumed, the uninterrupted weights."""
-    p, r = check("--steps", "4", "--interruptions", "1", "--seed", "3", "model.name=swin_t",
-                 "model.activation_checkpointing=stages", "data.synthetic_shape=[3,32,32]", "model.in_channels=3",
-                 "data.batch_size=4", "data.synthetic_train_size=32", "optim.momentum=0", "optim.lr=0.001")
-    expect(p.returncode == 0 and r["identical"], p.stdout)
+    """Swin-T and Swin-V2-T (shifted windows; a relative position bias, or V2's cosine attention
+    with its bias MLP) with their stochastic depth (auto: 0.2) and each stage recomputed in
+    backward: killed and resumed, the uninterrupted weights."""
+    for name in ("swin_t", "swin_v2_t"):
+        p, r = check("--steps", "4", "--interruptions", "1", "--seed", "3", f"model.name={name}",
+                     "model.activation_checkpointing=stages", "data.synthetic_shape=[3,32,32]", "model.in_channels=3",
+                     "data.batch_size=4", "data.synthetic_train_size=32", "optim.momentum=0", "optim.lr=0.001")
+        expect(p.returncode == 0 and r["identical"], f"{name}: {p.stdout}")
 
 
 def test_two_ranks_through_the_launcher():

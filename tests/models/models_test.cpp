@@ -136,7 +136,7 @@ TEST_CASE("parameter counts equal torchvision's, as dlrun models lists them", "[
     REQUIRE(models::num_parameters(*models::build(opts_for(z.name, channels, classes), 0, z.image_size)) ==
             z.parameters);
   }
-  REQUIRE(torchvision_models >= 51);  // 5 ResNets, 3 ResNeXts, 2 Wide ResNets, 3 MobileNets, 11 EfficientNets, 15 RegNets, 4 ConvNeXts, 5 ViTs, 3 Swins
+  REQUIRE(torchvision_models >= 54);  // 5 ResNets, 3 ResNeXts, 2 Wide ResNets, 3 MobileNets, 11 EfficientNets, 15 RegNets, 4 ConvNeXts, 5 ViTs, 6 Swins
   // mlp 784-512-256-10 and convnet w=32 on 1 channel (fc 64*3*3 -> 10), counted by hand.
   REQUIRE(models::num_parameters(*models::build(opts_for("mlp", 1), 0)) == 535818);
   REQUIRE(models::num_parameters(*models::build(opts_for("convnet", 1), 0)) == 70954);

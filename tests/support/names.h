@@ -22,7 +22,8 @@ inline const std::map<std::string, std::vector<std::string>>& registry_names() {
         "regnet_y_800mf", "regnet_y_1_6gf", "regnet_y_3_2gf", "regnet_y_8gf", "regnet_y_16gf", "regnet_y_32gf",
         "regnet_y_128gf", "regnet_x_400mf", "regnet_x_800mf", "regnet_x_1_6gf", "regnet_x_3_2gf", "regnet_x_8gf",
         "regnet_x_16gf", "regnet_x_32gf", "convnext_tiny", "convnext_small", "convnext_base", "convnext_large",
-        "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "swin_t", "swin_s", "swin_b"}},
+        "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "swin_t", "swin_s", "swin_b",
+        "swin_v2_t", "swin_v2_s", "swin_v2_b"}},
       {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
       {"data.augment", {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}},
   };
