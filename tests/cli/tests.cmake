@@ -152,6 +152,9 @@ dlrun_cli_test(bench_data_missing_device 2 "run.device=cuda:99 but (CUDA is not 
 dlrun_cli_expect(bench_memory_stages_need_a_resnet 2 MATCH "--checkpointing: convnet has no stages to checkpoint"
                  "hint: use blocks \\(or none\\)"
                  ARGS bench memory --model convnet --checkpointing stages --device cpu --batch 2 --image-size 32)
+# A ViT is built for the --image-size asked (its position embeddings), not refused for it.
+dlrun_cli_test(bench_memory_vit_image_size 0 "^vit_b_32 1x3x32x32 on cpu, activation checkpointing blocks, amp off: step peak"
+               bench memory --model vit_b_32 --device cpu --batch 1 --image-size 32 --checkpointing blocks)
 dlrun_cli_test(bench_memory_fp16_on_cpu 2 "--amp: fp16 autocast needs a CUDA device, but --device is cpu"
                bench memory --model convnet --amp fp16 --device cpu --batch 2 --image-size 32)
 dlrun_cli_test(bench_ckpt_missing_device 2 "--device=cuda:99 but (CUDA is not available|only [0-9]+ CUDA device)"

@@ -106,6 +106,7 @@ StepProbe::StepProbe(const StepMemoryOptions& o) {
   cfg_.model.num_classes = 1000;
   cfg_.model.channels_last = o.channels_last;
   cfg_.model.activation_checkpointing = o.checkpointing;
+  cfg_.model.image_size = o.image_size;  // the transformers are built for it (ViT: 224 unless said)
   cfg_.amp.enabled = o.amp.has_value();
   if (cfg_.amp.enabled) cfg_.amp.dtype = *o.amp;
   cfg_.optim.lr = 0.01;
