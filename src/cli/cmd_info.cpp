@@ -14,6 +14,7 @@
 #include "cli/app.h"
 #include "cli/config_args.h"
 #include "kernels/device_query.h"
+#include "models/model.h"
 #include "train/step/device.h"
 
 namespace dlrun::cli {
@@ -60,6 +61,12 @@ nlohmann::json collect(const Config& cfg) {
               {"torch_interop_threads", at::get_num_interop_threads()}};
   j["fast_paths"] = train::fast_paths(cfg);
   j["fast_paths"]["config"] = cfg.source_file.empty() ? "defaults" : cfg.source_file;
+  if (!cfg.model.name.empty())  // which of the model's blocks the fused operators take
+    for (const auto& z : models::zoo())
+      if (z.name == cfg.model.name) {
+        j["fast_paths"]["model"] = z.name;
+        j["fast_paths"]["model_fuses"] = z.fuses;
+      }
   // What the config gets here: its device, and whether the fused kernels would run there.
   try {
     const auto device = train::resolve_device(cfg.run);
@@ -113,6 +120,9 @@ void print_text(const nlohmann::json& j) {
               f["amp"].get<std::string>().c_str(), on("channels_last"),
               f["activation_checkpointing"].get<std::string>().c_str());
   std::printf("           here: %s\n", f["here"].get<std::string>().c_str());
+  if (f.contains("model_fuses"))
+    std::printf("           fused conv+BN+ReLU in %s: %s\n", j["fast_paths"]["model"].get<std::string>().c_str(),
+                f["model_fuses"].get<std::string>().c_str());
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ int run_models(const ModelsArgs& a) {
       j.push_back({{"name", z.name}, {"family", z.family}, {"torchvision", z.torchvision},
                    {"parameters", z.parameters}, {"image_size", z.image_size},
                     {"min_image_size", z.min_image_size}, {"fixed_image_size", z.fixed_image_size},
-                    {"features", z.features}});
+                    {"features", z.features}, {"fuses", z.fuses}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

@@ -113,6 +113,9 @@ struct ZooEntry {
   int64_t min_image_size = 1;  ///< the smallest side it takes (build() refuses less, exit 2)
   bool fixed_image_size = false;  ///< built for image_size only, unless model.image_size says another (ViT)
   std::vector<std::string> features;  ///< the dlrun features that apply, docs/models.md
+  /// What the fused conv+BN+ReLU operators (model.fused_conv_bn_relu) cover in it, or
+  /// "nothing: " and why (`dlrun info CONFIG`).
+  std::string fuses;
 };
 
 /// The zoo, in build()'s order of names.

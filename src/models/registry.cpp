@@ -65,6 +65,28 @@ const std::vector<std::string>& features_of(const std::string& family) {
   return table.at(family);
 }
 
+// Which of a model's blocks the fused conv+BN+ReLU operators take (the ConvNormActs with a ReLU,
+// the ResNets' and convnet's own triples), and which not.
+std::string fusion_of(const std::string& family, const std::string& name) {
+  if (family == "convnet") return "every conv-BN-ReLU (4)";
+  if (family == "resnet")
+    return "the stem's conv-BN-ReLU, each block's conv-BN-ReLUs and its conv-BN-add-ReLU end (the grouped 3x3 of "
+           "ResNeXt included)";
+  if (family == "regnet")
+    return "the stem's conv-BN-ReLU and each block's 1x1 and grouped 3x3 conv-BN-ReLU; not: the projection and the "
+           "last 1x1 (no ReLU: conv-BN), the add-ReLU end, the squeeze-excitation";
+  if (name == "mobilenet_v3_large" || name == "mobilenet_v3_small")
+    return "the conv-BN-ReLUs of its ReLU blocks; not: the hard-swish ones and the projections (no fused hard-swish "
+           "kernel yet; --fold-batchnorm folds their BatchNorms in evaluation)";
+  if (family == "mobilenet") return "nothing: its activation is ReLU6, which has no fused kernel yet (--fold-batchnorm folds "
+                                    "its BatchNorms in evaluation)";
+  if (family == "efficientnet")
+    return "nothing: its activation is SiLU, which has no fused kernel yet (--fold-batchnorm folds its BatchNorms in "
+           "evaluation)";
+  if (family == "mlp") return "nothing: no convolution";
+  return "nothing: no BatchNorm (LayerNorm)";
+}
+
 // The crop torchvision's ImageNet weights of a name were evaluated at, where it is not 224.
 int64_t trained_side(const std::string& name) {
   static const std::map<std::string, int64_t> sides = {
@@ -151,6 +173,7 @@ std::vector<ZooEntry> zoo() {
     z.family = e.family;
     z.torchvision = e.parameters > 0;
     z.features = features_of(e.family);
+    z.fuses = fusion_of(e.family, e.name);
     z.min_image_size = e.min_side;
     z.fixed_image_size = e.fixed_side > 0;
     if (z.torchvision) {

@@ -22,6 +22,11 @@ else()
 endif()
 dlrun_cli_test(info_fused_here 0 "^ +here: fast paths on cpu: conv-BN-ReLU path dlrun \\(model.fused_conv_bn_relu: true\\), amp off, channels_last on, "
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.device=cpu model.fused_conv_bn_relu=true)
+# Which of the model's blocks the fused operators take, and why not.
+dlrun_cli_test(info_model_fuses_regnet 0 "^ +fused conv\\+BN\\+ReLU in regnet_x_400mf: the stem's conv-BN-ReLU and each block's 1x1 and grouped 3x3"
+               info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.name=regnet_x_400mf)
+dlrun_cli_test(info_model_fuses_nothing 0 "^ +fused conv\\+BN\\+ReLU in efficientnet_b0: nothing: its activation is SiLU"
+               info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.name=efficientnet_b0)
 dlrun_cli_test(info_cudnn_path_on_cpu 0 "^ +here: fast paths on cpu: conv-BN-ReLU path modules \\(cuDNN's fused BatchNorm-activation needs a CUDA device\\)"
                info ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml run.device=cpu model.fused_conv_bn_relu=cudnn)
 dlrun_cli_test(bench_kernels_cudnn_needs_cuda 2 "--path cudnn: cuDNN's fused BatchNorm-activation takes fp16 or bf16 in channels_last on CUDA"
