@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "models/recompute.h"
+
 namespace dlrun::models::detail {
 
 torch::Tensor activate(Act act, const torch::Tensor& x) {
@@ -49,6 +51,21 @@ torch::Tensor ChainImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = x;
   for (auto& m : *this) y = m.forward(y);
   return y;
+}
+
+torch::Tensor forward_stages(torch::nn::Sequential& seq, torch::Tensor x, const std::vector<size_t>& stages,
+                             ActivationCheckpointing mode, bool others_are_blocks) {
+  const bool blocks = mode == ActivationCheckpointing::kBlocks;
+  for (size_t i = 0; i < seq->size(); ++i) {
+    const bool stage = std::find(stages.begin(), stages.end(), i) != stages.end();
+    if (!stage || !blocks) {
+      x = forward_span(seq, i, i + 1, x, stage ? mode == ActivationCheckpointing::kStages : others_are_blocks && blocks);
+      continue;
+    }
+    torch::nn::Sequential chain(std::static_pointer_cast<torch::nn::SequentialImpl>(seq->ptr(i)));
+    for (size_t b = 0; b < chain->size(); ++b) x = forward_span(chain, b, b + 1, x, true);
+  }
+  return x;
 }
 
 torch::Tensor stochastic_depth(const torch::Tensor& x, double p, bool training) {

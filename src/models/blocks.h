@@ -8,7 +8,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "config/options.h"
 #include "models/batchnorm.h"
 
 namespace dlrun::models::detail {
@@ -63,6 +65,13 @@ class ChainImpl : public torch::nn::SequentialImpl {
   torch::Tensor forward(const torch::Tensor& x);
 };
 TORCH_MODULE(Chain);
+
+/// The children of `seq` applied in order under model.activation_checkpointing: each child listed
+/// in `stages` (a Chain of blocks) is one segment under kStages, and each of its blocks one under
+/// kBlocks; the other children run as they are, or as one segment each under kBlocks when
+/// `others_are_blocks` (EfficientNet's stem and last conv).
+torch::Tensor forward_stages(torch::nn::Sequential& seq, torch::Tensor x, const std::vector<size_t>& stages,
+                             ActivationCheckpointing mode, bool others_are_blocks = false);
 
 /// torchvision's stochastic_depth(mode="row"): in training with p > 0, each sample's `x` zeroed
 /// with probability p and the others scaled by 1 / (1 - p), the draws from the default

@@ -79,8 +79,7 @@ class ConvNeXt : public Model {
   ConvNeXt(const ModelOptions& opts, const ConvNeXtVariant& v)
       : name_(v.name),
         channels_last_(opts.channels_last),
-        recompute_blocks_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks),
-        recompute_stages_(opts.activation_checkpointing == ActivationCheckpointing::kStages),
+        recompute_(opts.activation_checkpointing),
         dropout_(opts.dropout) {
     const double p = is_auto(opts.stochastic_depth) ? v.stochastic_depth : opts.stochastic_depth;
     int64_t total = 0;
@@ -118,15 +117,7 @@ class ConvNeXt : public Model {
     x = as_input(x);
     if (channels_last_) x = channels_last(x);
     // Under activation checkpointing a segment is a CNBlock (blocks) or a stage (stages).
-    for (size_t i = 0; i < features_->size(); ++i) {
-      const bool stage = std::find(stages_.begin(), stages_.end(), i) != stages_.end();
-      if (!stage || !recompute_blocks_) {
-        x = forward_span(features_, i, i + 1, x, stage && recompute_stages_);
-        continue;
-      }
-      nn::Sequential blocks(std::static_pointer_cast<nn::SequentialImpl>(features_->ptr(i)));
-      for (size_t b = 0; b < blocks->size(); ++b) x = forward_span(blocks, b, b + 1, x, true);
-    }
+    x = forward_stages(features_, x, stages_, recompute_);
     x = head_norm_->forward(adaptive_avg_pool(x, 1, 1)).flatten(1);
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
     return fc_->forward(x);
@@ -135,7 +126,7 @@ class ConvNeXt : public Model {
  private:
   std::string name_;
   bool channels_last_;
-  bool recompute_blocks_, recompute_stages_;
+  ActivationCheckpointing recompute_;
   double dropout_;
   std::vector<size_t> stages_;  ///< the indices in features of the stages
   nn::Sequential features_{nullptr};
@@ -147,15 +138,9 @@ class ConvNeXt : public Model {
 }  // namespace
 
 std::shared_ptr<Model> make_convnext(const ModelOptions& opts, const std::string& name) {
-  for (const ConvNeXtVariant& v : kConvNeXts)
-    if (name == v.name) return std::make_shared<ConvNeXt>(opts, v);
-  fail_runtime("{} is not a member of the ConvNeXt family", name);
+  return make_member(kConvNeXts, name, "ConvNeXt", [&](const ConvNeXtVariant& v) { return std::make_shared<ConvNeXt>(opts, v); });
 }
 
-std::vector<std::pair<std::string, int64_t>> convnext_variants() {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const ConvNeXtVariant& v : kConvNeXts) out.emplace_back(v.name, v.parameters);
-  return out;
-}
+std::vector<std::pair<std::string, int64_t>> convnext_variants() { return names_and_parameters(kConvNeXts); }
 
 }  // namespace dlrun::models::detail

@@ -117,7 +117,7 @@ class EfficientNet : public Model {
   EfficientNet(const ModelOptions& opts, const EfficientNetVariant& v)
       : name_(v.name),
         channels_last_(opts.channels_last),
-        recompute_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks) {
+        recompute_(opts.activation_checkpointing) {
     const double eps = v.eps, momentum = v.momentum;
     const double p = is_auto(opts.stochastic_depth) ? kDefaultStochasticDepth : opts.stochastic_depth;
     auto channels = [&](int64_t c) { return make_divisible(static_cast<double>(c) * v.width); };
@@ -137,6 +137,7 @@ class EfficientNet : public Model {
         stage->push_back(
             MBConv(in, channels(s.out), s.k, b == 0 ? s.stride : 1, s.expand, s.fused, drop, eps, momentum));
       }
+      stages_.push_back(features_->size());
       features_->push_back(stage);
     }
     const int64_t last_in = channels(stages.back().out), last = v.last > 0 ? v.last : 4 * last_in;
@@ -152,15 +153,7 @@ class EfficientNet : public Model {
     x = as_input(x);
     if (channels_last_) x = channels_last(x);
     // Under activation checkpointing each block (and the stem and the last conv) is a segment.
-    for (size_t i = 0; i < features_->size(); ++i) {
-      auto stage = std::dynamic_pointer_cast<ChainImpl>(features_->ptr(i));
-      if (stage == nullptr) {
-        x = forward_span(features_, i, i + 1, x, recompute_);
-        continue;
-      }
-      nn::Sequential blocks(std::static_pointer_cast<nn::SequentialImpl>(stage));
-      for (size_t b = 0; b < blocks->size(); ++b) x = forward_span(blocks, b, b + 1, x, recompute_);
-    }
+    x = forward_stages(features_, x, stages_, recompute_, /*others_are_blocks=*/true);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return classifier_->forward(x);
   }
@@ -168,7 +161,8 @@ class EfficientNet : public Model {
  private:
   std::string name_;
   bool channels_last_;
-  bool recompute_;
+  ActivationCheckpointing recompute_;
+  std::vector<size_t> stages_;  ///< the indices in features_ of the stages
   nn::Sequential features_{nullptr};
   nn::Sequential classifier_{nullptr};
 };
@@ -176,15 +170,9 @@ class EfficientNet : public Model {
 }  // namespace
 
 std::shared_ptr<Model> make_efficientnet(const ModelOptions& opts, const std::string& name) {
-  for (const EfficientNetVariant& v : kEfficientNets)
-    if (name == v.name) return std::make_shared<EfficientNet>(opts, v);
-  fail_runtime("{} is not a member of the EfficientNet family", name);
+  return make_member(kEfficientNets, name, "EfficientNet", [&](const EfficientNetVariant& v) { return std::make_shared<EfficientNet>(opts, v); });
 }
 
-std::vector<std::pair<std::string, int64_t>> efficientnet_variants() {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const EfficientNetVariant& v : kEfficientNets) out.emplace_back(v.name, v.parameters);
-  return out;
-}
+std::vector<std::pair<std::string, int64_t>> efficientnet_variants() { return names_and_parameters(kEfficientNets); }
 
 }  // namespace dlrun::models::detail

@@ -127,8 +127,7 @@ class RegNet : public Model {
   RegNet(const ModelOptions& opts, const RegNetVariant& v)
       : name_(v.name),
         channels_last_(opts.channels_last),
-        recompute_blocks_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks),
-        recompute_stages_(opts.activation_checkpointing == ActivationCheckpointing::kStages),
+        recompute_(opts.activation_checkpointing),
         dropout_(opts.dropout) {
     stem_ = register_module("stem", ConvNormAct(opts.in_channels, kStemWidth, 3, 2, 1, Act::kReLU));
     trunk_ = register_module("trunk_output", nn::Sequential());
@@ -141,6 +140,7 @@ class RegNet : public Model {
                          RegBlock(i == 0 ? width : stages[s].width, stages[s].width, i == 0 ? 2 : 1,
                                   stages[s].group_width, v.se));
       }
+      stages_.push_back(trunk_->size());
       trunk_->push_back(fmt::format("block{}", s + 1), stage);
       width = stages[s].width;
     }
@@ -159,14 +159,7 @@ class RegNet : public Model {
     if (channels_last_) x = channels_last(x);
     x = stem_->forward(x);
     // Under activation checkpointing a segment is a block (blocks) or a stage (stages).
-    for (size_t s = 0; s < trunk_->size(); ++s) {
-      if (!recompute_blocks_) {
-        x = forward_span(trunk_, s, s + 1, x, recompute_stages_);
-        continue;
-      }
-      nn::Sequential blocks(std::static_pointer_cast<nn::SequentialImpl>(trunk_->ptr(s)));
-      for (size_t b = 0; b < blocks->size(); ++b) x = forward_span(blocks, b, b + 1, x, true);
-    }
+    x = forward_stages(trunk_, x, stages_, recompute_);
     x = adaptive_avg_pool(x, 1, 1).flatten(1);
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
     return fc_->forward(x);
@@ -175,8 +168,9 @@ class RegNet : public Model {
  private:
   std::string name_;
   bool channels_last_;
-  bool recompute_blocks_, recompute_stages_;
+  ActivationCheckpointing recompute_;
   double dropout_;
+  std::vector<size_t> stages_;  ///< every child of trunk_
   ConvNormAct stem_{nullptr};
   nn::Sequential trunk_{nullptr};
   nn::Linear fc_{nullptr};
@@ -185,15 +179,9 @@ class RegNet : public Model {
 }  // namespace
 
 std::shared_ptr<Model> make_regnet(const ModelOptions& opts, const std::string& name) {
-  for (const RegNetVariant& v : kRegNets)
-    if (name == v.name) return std::make_shared<RegNet>(opts, v);
-  fail_runtime("{} is not a member of the RegNet family", name);
+  return make_member(kRegNets, name, "RegNet", [&](const RegNetVariant& v) { return std::make_shared<RegNet>(opts, v); });
 }
 
-std::vector<std::pair<std::string, int64_t>> regnet_variants() {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const RegNetVariant& v : kRegNets) out.emplace_back(v.name, v.parameters);
-  return out;
-}
+std::vector<std::pair<std::string, int64_t>> regnet_variants() { return names_and_parameters(kRegNets); }
 
 }  // namespace dlrun::models::detail

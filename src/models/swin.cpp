@@ -232,8 +232,7 @@ class SwinTransformer : public Model, public SelfInitializing {
  public:
   SwinTransformer(const ModelOptions& opts, const SwinVariant& v)
       : name_(v.name),
-        recompute_blocks_(opts.activation_checkpointing == ActivationCheckpointing::kBlocks),
-        recompute_stages_(opts.activation_checkpointing == ActivationCheckpointing::kStages),
+        recompute_(opts.activation_checkpointing),
         dropout_(opts.dropout) {
     const double p = is_auto(opts.stochastic_depth) ? v.stochastic_depth : opts.stochastic_depth;
     int64_t total = 0;
@@ -261,15 +260,7 @@ class SwinTransformer : public Model, public SelfInitializing {
     DLRUN_CHECK_INPUT(x.dim() == 4, "{} needs (N, C, H, W) images, got shape {}", name_, fmt::join(x.sizes(), "x"));
     x = as_input(x);
     // Under activation checkpointing a segment is a block (blocks) or a stage (stages).
-    for (size_t i = 0; i < features_->size(); ++i) {
-      const bool stage = std::find(stages_.begin(), stages_.end(), i) != stages_.end();
-      if (!stage || !recompute_blocks_) {
-        x = forward_span(features_, i, i + 1, x, stage && recompute_stages_);
-        continue;
-      }
-      nn::Sequential blocks(std::static_pointer_cast<nn::SequentialImpl>(features_->ptr(i)));
-      for (size_t b = 0; b < blocks->size(); ++b) x = forward_span(blocks, b, b + 1, x, true);
-    }
+    x = forward_stages(features_, x, stages_, recompute_);
     x = norm_->forward(x).permute({0, 3, 1, 2});
     x = adaptive_avg_pool(x, 1, 1).flatten(1);
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
@@ -301,7 +292,7 @@ class SwinTransformer : public Model, public SelfInitializing {
 
  private:
   std::string name_;
-  bool recompute_blocks_, recompute_stages_;
+  ActivationCheckpointing recompute_;
   double dropout_;
   std::vector<size_t> stages_;  ///< the indices in features of the stages
   nn::Sequential features_{nullptr};
@@ -312,15 +303,9 @@ class SwinTransformer : public Model, public SelfInitializing {
 }  // namespace
 
 std::shared_ptr<Model> make_swin(const ModelOptions& opts, const std::string& name) {
-  for (const SwinVariant& v : kSwins)
-    if (name == v.name) return std::make_shared<SwinTransformer>(opts, v);
-  fail_runtime("{} is not a member of the Swin family", name);
+  return make_member(kSwins, name, "Swin", [&](const SwinVariant& v) { return std::make_shared<SwinTransformer>(opts, v); });
 }
 
-std::vector<std::pair<std::string, int64_t>> swin_variants() {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const SwinVariant& v : kSwins) out.emplace_back(v.name, v.parameters);
-  return out;
-}
+std::vector<std::pair<std::string, int64_t>> swin_variants() { return names_and_parameters(kSwins); }
 
 }  // namespace dlrun::models::detail

@@ -39,12 +39,6 @@ constexpr ViTVariant kViTs[] = {
     {"vit_h_14", 14, 32, 16, 1280, 5120, 632045800},
 };
 
-const ViTVariant& vit_variant(const std::string& name) {
-  for (const ViTVariant& v : kViTs)
-    if (name == v.name) return v;
-  fail_runtime("{} is not a member of the ViT family", name);
-}
-
 // ln_1, self-attention, + input; ln_2, MLP, + that.
 class EncoderBlockImpl : public nn::Module {
  public:
@@ -161,13 +155,10 @@ class VisionTransformer : public Model, public SelfInitializing {
 }  // namespace
 
 std::shared_ptr<Model> make_vit(const ModelOptions& opts, const std::string& name, int64_t image_size) {
-  return std::make_shared<VisionTransformer>(opts, vit_variant(name), image_size);
+  return make_member(kViTs, name, "ViT",
+                     [&](const ViTVariant& v) { return std::make_shared<VisionTransformer>(opts, v, image_size); });
 }
 
-std::vector<std::pair<std::string, int64_t>> vit_variants() {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const ViTVariant& v : kViTs) out.emplace_back(v.name, v.parameters);
-  return out;
-}
+std::vector<std::pair<std::string, int64_t>> vit_variants() { return names_and_parameters(kViTs); }
 
 }  // namespace dlrun::models::detail

@@ -13,6 +13,23 @@
 
 namespace dlrun::models::detail {
 
+/// The member `name` of a family's table of variants (each with .name), built by `make(variant)`;
+/// fail_runtime naming `family` when it is none (the registry asks only for its own names).
+template <typename Variant, size_t N, typename Make>
+std::shared_ptr<Model> make_member(const Variant (&table)[N], const std::string& name, const char* family, Make make) {
+  for (const Variant& v : table)
+    if (name == v.name) return make(v);
+  fail_runtime("{} is not a member of the {} family", name, family);
+}
+
+/// A family's names, each with torchvision's parameter count (each variant's .parameters).
+template <typename Variant, size_t N>
+std::vector<std::pair<std::string, int64_t>> names_and_parameters(const Variant (&table)[N]) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const Variant& v : table) out.emplace_back(v.name, v.parameters);
+  return out;
+}
+
 /// flatten -> [Linear -> ReLU (-> Dropout)] per hidden width -> Linear(num_classes).
 std::shared_ptr<Model> make_mlp(const ModelOptions& opts, int64_t in_features);
 
