@@ -160,6 +160,30 @@ TEST_CASE("activation checkpointing: gradients, loss and BatchNorm statistics eq
     REQUIRE(blocks.recomputed == static_cast<int64_t>(mlp_with_dropout().hidden.size()));
     require_same(plain, blocks);
   }
+  SECTION("the zoo's families: each block, or each stage, one segment (stochastic depth and all)") {
+    struct FamilyCase {
+      const char* name;
+      int64_t side, blocks, stages;  ///< stages 0: the family has none
+    };
+    for (const auto& c : {FamilyCase{"regnet_y_400mf", 32, 16, 4}, FamilyCase{"convnext_tiny", 32, 18, 4},
+                          FamilyCase{"swin_t", 32, 12, 4}, FamilyCase{"efficientnet_b0", 32, 16 + 2, 0},
+                          FamilyCase{"vit_b_32", 32, 12, 0}}) {
+      INFO(c.name);
+      ModelOptions o;
+      o.name = c.name;
+      o.in_channels = 3;
+      o.num_classes = 5;
+      o.image_size = c.side;
+      const auto plain = forward_backward(o, c.side);
+      const auto blocks = forward_backward(with(o, ActivationCheckpointing::kBlocks), c.side);
+      REQUIRE(blocks.recomputed == c.blocks);  // efficientnet_b0: 16 MBConvs, the stem, the last conv
+      require_same(plain, blocks);
+      if (c.stages == 0) continue;
+      const auto stages = forward_backward(with(o, ActivationCheckpointing::kStages), c.side);
+      REQUIRE(stages.recomputed == c.stages);
+      require_same(plain, stages);
+    }
+  }
   SECTION("under bf16 autocast") {
     const auto plain = forward_backward(resnet18_small(), 16, /*bf16=*/true);
     const auto blocks = forward_backward(with(resnet18_small(), ActivationCheckpointing::kBlocks), 16, true);
