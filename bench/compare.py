@@ -25,6 +25,11 @@ Workloads (--workloads, comma-separated; `cpu` and `gpu` name the groups):
   gpu-resnet50       resnet50 224x224 synthetic batch 256, bf16, channels_last, data on the GPU
   gpu-resnet50-jpeg  resnet50 on the generated JPEG folder, loaders on (input pipeline included)
   gpu-resnet50-ddp1  gpu-resnet50 as a DDP world of one (NCCL), as cpu-quickstart-ddp1
+  zoo-NAME           the smallest member of each family of the zoo (group `zoo`: resnet18,
+                     mobilenet_v3_small, efficientnet_b0, regnet_x_400mf, convnext_tiny, vit_b_32,
+                     swin_t): torchvision's model, 3x64x64 synthetic images resident in memory,
+                     batch 32, on the CPU, against PyTorch eager and torch.compile (mode "default",
+                     the optimizer step eager; its compile falls in the warm-up, which is not counted)
 
 The step-time breakdown counts the gradient all-reduce of DDP in the backward on both sides
 (both overlap it with the backward, bucket by bucket). With CUDA graphs dlrun replays the whole
@@ -75,8 +80,16 @@ WORKLOADS = {
     "gpu-resnet50-ddp1": dict(model="resnet50", batch=256, data="synthetic", side=224, channels=3, device="cuda",
                               augment=[], amp="bf16", channels_last=True, ddp=True),
 }
+# Each family's smallest member (issue 50's table): torchvision's defaults for dropout (0.2 in the
+# mobile families' classifiers) and stochastic depth on both sides.
+ZOO = {"resnet18": {}, "mobilenet_v3_small": {"dropout": 0.2}, "efficientnet_b0": {"dropout": 0.2},
+       "regnet_x_400mf": {}, "convnext_tiny": {}, "vit_b_32": {"image_size": 64}, "swin_t": {}}
+for _name, _extra in ZOO.items():
+    WORKLOADS["zoo-" + _name] = dict(model=_name, batch=32, data="synthetic", side=64, channels=3, device="cpu",
+                                     augment=[], zoo=_extra)
 GROUPS = {"cpu": [k for k in WORKLOADS if k.startswith("cpu-") and not k.endswith("-ddp1")] + ["pipeline"],
-          "gpu": [k for k in WORKLOADS if k.startswith("gpu-")]}
+          "gpu": [k for k in WORKLOADS if k.startswith("gpu-")],
+          "zoo": [k for k in WORKLOADS if k.startswith("zoo-")]}
 
 
 # ---------------------------------------------------------------- the dlrun side
@@ -87,6 +100,9 @@ def dlrun_cmd(a, w, run_dir, steps, jpeg_root):
     if w["model"] == "convnet":
         model = ["model.name=convnet", f"model.width={w.get('width', 32)}", "model.in_channels=1",
                  "model.num_classes=10"]
+    if "zoo" in w:  # torchvision's model as it is built
+        model = ["model.name=" + w["model"], "model.num_classes=10", f"model.in_channels={w['channels']}",
+                 *[f"model.{k}={v}" for k, v in w["zoo"].items()]]
     if w["data"] in ("fmnist", "fmnist-resident"):
         data = ["data.name=fashion_mnist", f"data.root={a.fmnist}", f"data.workers={a.workers}",
                 f"data.device_resident={'true' if w['data'] == 'fmnist-resident' else 'false'}"]
@@ -157,7 +173,10 @@ def torch_side_main(args):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
-    if w["model"] == "convnet":
+    if "zoo" in w:
+        import torchvision
+        model = getattr(torchvision.models, w["model"])(num_classes=10, **w["zoo"])
+    elif w["model"] == "convnet":
         from parity import convnet
         model = convnet(w.get("width", 32))
     elif w["model"] == "resnet18" and w.get("channels", 1) == 1:
@@ -179,6 +198,8 @@ def torch_side_main(args):
                                  world_size=1)
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, **({"fused": True} if cuda else {}))
+    if args.compile:  # the model compiled (forward and backward); the optimizer step stays eager
+        model = torch.compile(model)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(w.get("amp") or "")
     batch = w["batch"]
 
@@ -274,8 +295,9 @@ def torch_side_main(args):
     print(json.dumps(out))
 
 
-def torch_side(a, w, steps, warm, jpeg_root, log_path):
+def torch_side(a, w, steps, warm, jpeg_root, log_path, compiled=False):
     cmd = [sys.executable, os.path.abspath(__file__), "--side", "torch", "--workload", json.dumps(w),
+           *(["--compile"] if compiled else []),
            "--steps", str(steps), "--warm", str(warm), "--threads", str(a.threads), "--workers", str(a.workers),
            "--gpu-workers", str(a.gpu_workers), "--jpeg-root", jpeg_root or "", "--fmnist", a.fmnist]
     rc, rss = run_measured(cmd, log_path)
@@ -400,6 +422,7 @@ def main():
     ap.add_argument("--workload", default="", help=argparse.SUPPRESS)
     ap.add_argument("--warm", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--jpeg-root", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dlrun", default=os.path.join(ROOT, "build", "dlrun"))
     ap.add_argument("--workloads", default="cpu")
     ap.add_argument("--reps", type=int, default=3)
@@ -430,7 +453,7 @@ def main():
     jpeg_root = ""
     if any(n == "pipeline" or WORKLOADS[n]["data"] == "jpeg" for n in names):
         jpeg_root = make_jpegs(os.path.join(tempfile.gettempdir(), "dlrun-compare-jpegs"), a.jpegs)
-    rows, pipeline, failed = [], [], []
+    rows, zoo_rows, pipeline, failed = [], [], [], []
 
     def med(runs):
         return {"ips": statistics.median(x["ips"] for x in runs),
@@ -445,7 +468,17 @@ def main():
                 continue
             w = WORKLOADS[n]
             root = jpeg_root if w["data"] == "jpeg" else ""
-            ours, theirs = [], []
+            ours, theirs, compiled = [], [], []
+            if "zoo" in w:  # dlrun, PyTorch eager, torch.compile, alternating
+                for r in range(a.reps):
+                    ours.append(dlrun_side(a, w, a.steps, warm, "", os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
+                    theirs.append(torch_side(a, w, a.steps, warm, "", os.path.join(log_dir, f"{n}-torch-{r}.log")))
+                    compiled.append(torch_side(a, w, a.steps, warm, "", os.path.join(log_dir, f"{n}-compile-{r}.log"),
+                                               compiled=True))
+                    print(f"{n} rep {r + 1}: dlrun {ours[-1]['ips']:.1f} img/s, PyTorch eager {theirs[-1]['ips']:.1f}, "
+                          f"torch.compile {compiled[-1]['ips']:.1f}", flush=True)
+                zoo_rows.append((n[len("zoo-"):], med(ours), med(theirs), med(compiled)))
+                continue
             for r in range(a.reps):  # alternating
                 ours.append(dlrun_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
                 theirs.append(torch_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-torch-{r}.log")))
@@ -469,6 +502,16 @@ def main():
         for n, o, t in rows:
             lines.append(f"| {n} | {o['ips']:.0f} | {t['ips']:.0f} | **{o['ips'] / t['ips']:.2f}** | {fmt_ms(o['ms'])} "
                          f"| {fmt_ms(t['ms'])} | {o['peak_mb']:.0f} / {t['peak_mb']:.0f} |")
+        lines.append("")
+    if zoo_rows:
+        lines += ["Each family's smallest member, torchvision's model, 3x64x64 images resident, batch 32, SGD with "
+                  "momentum, float32, on the CPU:", "",
+                  "| model | dlrun img/s | PyTorch eager img/s | torch.compile img/s | dlrun / eager | "
+                  "dlrun / compile | peak MiB dlrun / eager / compile |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for n, o, t, c in zoo_rows:
+            lines.append(f"| {n} | {o['ips']:.1f} | {t['ips']:.1f} | {c['ips']:.1f} | **{o['ips'] / t['ips']:.2f}** | "
+                         f"**{o['ips'] / c['ips']:.2f}** | {o['peak_mb']:.0f} / {t['peak_mb']:.0f} / {c['peak_mb']:.0f} |")
         lines.append("")
     if pipeline:
         lines += ["Input pipeline alone (generated 320x320 JPEGs, random-resized crop 224 + flip, batch 64): "

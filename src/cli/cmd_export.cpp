@@ -67,6 +67,8 @@ void settle_format(ExportOptions& o) {
 
 void run_export(ExportOptions o) {
   settle_format(o);
+  DLRUN_CHECK_INPUT(!o.to.external_data || o.to.format == "onnx",
+                    "--external-data is ONNX's (the weights beside the model); --format {} writes one file", o.to.format);
   {  // where the file goes must exist: bad input, said before anything is read (not a failed write)
     const std::filesystem::path parent = std::filesystem::path(o.to.output).parent_path();
     DLRUN_CHECK_INPUT(parent.empty() || std::filesystem::is_directory(parent),
@@ -126,6 +128,9 @@ void setup_export(CLI::App& app) {
         return w == "raw" ? std::string() : fmt::format("--weights {}: one of {}", w, names);
       })
       ->capture_default_str();
+  cmd->add_flag("--external-data", o->to.external_data,
+                "onnx: write the weights to OUTPUT.data beside the model (ONNX external data), as ONNX needs for "
+                "models over 2 GB (vit_h_14, regnet_y_128gf: then it is done without the flag)");
   cmd->add_option("--image-size", o->to.image_size,
                   "onnx: the side of the input images (default: what the run recorded, or data.image_size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));

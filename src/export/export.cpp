@@ -124,6 +124,7 @@ ExportResult export_checkpoint(const Source& from, const ExportOptions& o) {
   r.unfolded = tensors.size();
   const nlohmann::json dataset = state.is_object() ? state.value("dataset", nlohmann::json()) : nlohmann::json();
   Weights w{tensors, m, r.step, epoch, o.fold_batchnorm, dataset, o.weights};
+  w.external_data = o.external_data;
   std::optional<Config> cfg;
   std::shared_ptr<models::Model> model;
   if (format->needs_model) {  // the network itself: the model of the checkpoint's config, with its weights

@@ -32,6 +32,7 @@ struct ExportOptions {
   std::string output;                  ///< the file to write
   bool fold_batchnorm = false;         ///< write models::folded_state_dict (onnx: Conv nodes without BatchNormalization)
   int64_t image_size = 0;              ///< onnx: the input's side; 0: the run's record, or data.image_size
+  bool external_data = false;          ///< onnx: the weights in OUTPUT.data (ONNX external data); always past 2 GB
   /// raw (model.pt), or the name of an average the checkpoint holds (<name>.pt: "ema", "swa";
   /// checkpoint/averages.h)
   std::string weights = "raw";

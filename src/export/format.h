@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct Weights {
   models::Model* model = nullptr;   ///< built from the checkpoint's config.yaml, loaded with its (unfolded) weights
   const Config* config = nullptr;   ///< that config.yaml
   int64_t image_size = 0;           ///< the input's side: --image-size, the run's record, or data.image_size
+  bool external_data = false;       ///< onnx: the weights in OUTPUT.data beside it (always past 2 GB)
 };
 
 /// Writes `weights` to the file `path`, atomically and durably; returns how many tensors the file
@@ -61,5 +63,18 @@ size_t write_as_torch(const std::string& path, const Weights& weights);
 /// An ONNX model: the network lowered to standard operators, its weights as initializers
 /// (onnx_format.cpp).
 size_t write_as_onnx(const std::string& path, const Weights& weights);
+/// An ONNX model as files: the model, and its external data when the weights are there.
+struct OnnxFiles {
+  std::string model;
+  std::string data;  ///< the external data file's bytes ("" when the weights are in `model`)
+  size_t initializers = 0;
+};
+/// `model` (built from `opts`, in any mode: lowered in evaluation) as ONNX on images of side
+/// `side`, BatchNorm folded when `fold`. The weights go to the external data file `data_name`
+/// (a name beside the model file) when `external` or when they pass 2 GB, protobuf's limit on a
+/// file; without `data_name`, weights past 2 GB are refused (exit 2).
+OnnxFiles onnx_files(models::Model& model, const ModelOptions& opts, int64_t side, bool fold,
+                     const std::map<std::string, std::string>& metadata, const std::string& data_name = "",
+                     bool external = false);
 
 }  // namespace dlrun::exporting

@@ -21,7 +21,8 @@ namespace graph { constexpr int kNode = 1, kName = 2, kInitializer = 5, kInput =
 namespace node { constexpr int kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5; }
 namespace attr { constexpr int kName = 1, kF = 2, kI = 3, kInts = 8, kType = 20;
                  constexpr int kFloat = 1, kInt = 2, kIntList = 7; }  // AttributeType
-namespace tensor { constexpr int kDims = 1, kDataType = 2, kName = 8, kRawData = 9; constexpr int kFloat = 1; }
+namespace tensor { constexpr int kDims = 1, kDataType = 2, kName = 8, kRawData = 9, kExternalData = 13,
+                   kDataLocation = 14; constexpr int kFloat = 1, kInt64 = 7, kExternal = 1; }
 namespace value { constexpr int kName = 1, kType = 2; }
 namespace type { constexpr int kTensorType = 1, kElemType = 1, kShape = 2; }
 namespace shape { constexpr int kDim = 1, kDimValue = 1, kDimParam = 2; }
@@ -32,13 +33,11 @@ std::string OnnxGraph::weight(const std::string& name, const torch::Tensor& t) {
   DLRUN_CHECK(t.is_floating_point(), ExitCode::kRuntime, "ONNX export: weight {} is not floating point", name);
   DLRUN_CHECK(host_is_little_endian(), ExitCode::kRuntime,
               "ONNX export needs a little-endian host (raw_data is little-endian)");
+  DLRUN_CHECK(weight_names_.insert(name).second, ExitCode::kRuntime, "ONNX export: two weights named {}", name);
   const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  proto::Writer w;
-  for (int64_t d : c.sizes()) w.varint(tensor::kDims, static_cast<uint64_t>(d));
-  w.varint(tensor::kDataType, tensor::kFloat);
-  w.bytes(tensor::kName, name);
-  w.bytes(tensor::kRawData, c.data_ptr(), static_cast<size_t>(c.numel()) * 4);
-  weights_.push_back(std::move(w));
+  const size_t n = static_cast<size_t>(c.numel()) * 4;
+  weights_.push_back({name, c.sizes().vec(), tensor::kFloat, std::string(static_cast<const char*>(c.data_ptr()), n)});
+  weight_bytes_ += n;
   return name;
 }
 
@@ -49,9 +48,30 @@ std::string OnnxGraph::node(const std::string& op, const std::vector<std::string
   return n.output;
 }
 
-void OnnxGraph::rename_last_output(const std::string& name) {
-  DLRUN_CHECK(!nodes_.empty(), ExitCode::kRuntime, "ONNX export: a graph without nodes");
-  nodes_.back().output = name;
+std::string OnnxGraph::ints(const std::string& name, const std::vector<int64_t>& values, bool scalar) {
+  DLRUN_CHECK(weight_names_.insert(name).second, ExitCode::kRuntime, "ONNX export: two constants named {}", name);
+  DLRUN_CHECK(!scalar || values.size() == 1, ExitCode::kRuntime, "ONNX export: a scalar of {} values", values.size());
+  std::string raw(values.size() * 8, '\0');
+  for (size_t i = 0; i < values.size(); ++i)
+    for (int b = 0; b < 8; ++b) raw[i * 8 + b] = static_cast<char>((static_cast<uint64_t>(values[i]) >> (8 * b)) & 0xff);
+  std::vector<int64_t> dims;
+  if (!scalar) dims.push_back(static_cast<int64_t>(values.size()));
+  weight_bytes_ += raw.size();
+  weights_.push_back({name, dims, tensor::kInt64, std::move(raw)});
+  return name;
+}
+
+void OnnxGraph::name_output(const std::string& value, const std::string& name) {
+  bool found = false;
+  for (Node& n : nodes_) {
+    if (n.output == value) {
+      n.output = name;
+      found = true;
+    }
+    for (std::string& in : n.inputs)
+      if (in == value) in = name;
+  }
+  DLRUN_CHECK(found, ExitCode::kRuntime, "ONNX export: no node gives {}", value);
 }
 
 proto::Writer OnnxGraph::value_info(const std::string& name, const std::vector<int64_t>& dims,
@@ -83,7 +103,9 @@ void OnnxGraph::output(const std::string& name, const std::vector<int64_t>& dims
 }
 
 std::string OnnxGraph::model_bytes(const std::string& graph_name, int64_t opset_version, int64_t ir_version,
-                                   const std::map<std::string, std::string>& metadata) const {
+                                   const std::map<std::string, std::string>& metadata, const std::string& external,
+                                   std::string* data) const {
+  DLRUN_CHECK(external.empty() == (data == nullptr), ExitCode::kRuntime, "ONNX export: external data without a file");
   proto::Writer g;
   for (size_t k = 0; k < nodes_.size(); ++k) {
     const Node& n = nodes_[k];
@@ -110,7 +132,27 @@ std::string OnnxGraph::model_bytes(const std::string& graph_name, int64_t opset_
     g.message(graph::kNode, p);
   }
   g.bytes(graph::kName, graph_name);
-  for (const auto& w : weights_) g.message(graph::kInitializer, w);
+  for (const Initializer& t : weights_) {
+    proto::Writer w;
+    for (int64_t d : t.dims) w.varint(tensor::kDims, static_cast<uint64_t>(d));
+    w.varint(tensor::kDataType, static_cast<uint64_t>(t.data_type));
+    w.bytes(tensor::kName, t.name);
+    if (data != nullptr && t.raw.size() >= kExternalMin) {
+      for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", external},
+                                       {"offset", std::to_string(data->size())},
+                                       {"length", std::to_string(t.raw.size())}}) {
+        proto::Writer e;
+        e.bytes(entry::kKey, key);
+        e.bytes(entry::kValue, value);
+        w.message(tensor::kExternalData, e);
+      }
+      w.varint(tensor::kDataLocation, tensor::kExternal);
+      data->append(t.raw);
+    } else {
+      w.bytes(tensor::kRawData, t.raw.data(), t.raw.size());
+    }
+    g.message(graph::kInitializer, w);
+  }
   for (const auto& v : inputs_) g.message(graph::kInput, v);
   for (const auto& v : outputs_) g.message(graph::kOutput, v);
 

@@ -41,17 +41,17 @@ bool foldable(const torch::nn::Conv2d& conv, const BatchNorm2d& bn, bool folded)
 
 }  // namespace
 
-std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& conv, const BatchNorm2d& bn) {
-  if (!bn->options.track_running_stats()) return {};
+std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2dImpl& conv, const BatchNorm2dImpl& bn) {
+  if (!bn.options.track_running_stats()) return {};
   torch::NoGradGuard no_grad;
-  const auto w = conv->weight;
+  const auto w = conv.weight;
   const auto acc = w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  const auto mean = bn->running_mean.to(acc), var = bn->running_var.to(acc);
-  auto scale = (var + bn->options.eps()).rsqrt();
-  if (bn->options.affine()) scale = scale * bn->weight.to(acc);
-  auto bias = conv->bias.defined() ? conv->bias.to(acc) - mean : -mean;
+  const auto mean = bn.running_mean.to(acc), var = bn.running_var.to(acc);
+  auto scale = (var + bn.options.eps()).rsqrt();
+  if (bn.options.affine()) scale = scale * bn.weight.to(acc);
+  auto bias = conv.bias.defined() ? conv.bias.to(acc) - mean : -mean;
   bias = bias * scale;
-  if (bn->options.affine()) bias = bias + bn->bias.to(acc);
+  if (bn.options.affine()) bias = bias + bn.bias.to(acc);
   // Broadcasting keeps the weight's memory format (channels_last stays channels_last).
   auto folded_w = (w.to(acc) * scale.view({-1, 1, 1, 1})).to(w.scalar_type());
   return {folded_w, bias.to(w.scalar_type())};
@@ -62,7 +62,7 @@ namespace {
 /// fold_batchnorm for an evaluation pass, which folded_state_dict() may be recording.
 std::pair<torch::Tensor, torch::Tensor> fold_in_pass(const torch::nn::Conv2d& conv, const BatchNorm2d& bn) {
   if (fold_record != nullptr) fold_record->emplace_back(conv, bn);
-  return fold_batchnorm(conv, bn);
+  return fold_batchnorm(*conv, *bn);
 }
 
 }  // namespace
@@ -176,7 +176,7 @@ std::vector<std::pair<std::string, torch::Tensor>> folded_state_dict(Model& mode
   for (const auto& [conv, bn] : pairs) {
     const std::string conv_name = names.at(conv.get());
     if (folded_convs.count(conv_name)) continue;  // a module used twice in one pass
-    auto [w, b] = fold_batchnorm(conv, bn);
+    auto [w, b] = fold_batchnorm(*conv, *bn);
     folded_convs[conv_name] = {w.contiguous(), b.contiguous()};
     folded_bns.insert(names.at(bn.get()));
   }

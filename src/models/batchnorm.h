@@ -65,7 +65,7 @@ torch::Tensor conv_bn(torch::nn::Conv2d& conv, BatchNorm2d& bn, const torch::Ten
 /// bias' = beta + (conv_bias - running_mean) * s, computed in float32 (float64 for float64
 /// weights) and returned in the weight's dtype and memory format. Empty tensors when the
 /// BatchNorm has no running statistics (it normalises with the batch's, which cannot be folded).
-std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2d& conv, const BatchNorm2d& bn);
+std::pair<torch::Tensor, torch::Tensor> fold_batchnorm(const torch::nn::Conv2dImpl& conv, const BatchNorm2dImpl& bn);
 
 /// `model`'s state dict (names and order of state_dict()) with every BatchNorm that an
 /// evaluation pass with use_folded_batchnorm folds taken into its convolution: the

@@ -8,6 +8,7 @@
 // have no bias (the BatchNorm after each one has it).
 #include <fmt/ranges.h>
 
+#include "models/blocks.h"
 #include "models/recompute.h"
 #include "models/zoo.h"
 
@@ -72,6 +73,10 @@ class ConvNet : public Model {
       }
     }                                            // (N, 2w, 3, 3)
     return classifier_->forward(x.flatten(1));  // (N, 2w*9) -> (N, num_classes)
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    return lower_sequential(g, *classifier_, "classifier", g.flatten(lower_sequential(g, *features_, "features", images)));
   }
 
  private:

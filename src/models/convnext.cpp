@@ -41,7 +41,7 @@ constexpr ConvNeXtVariant kConvNeXts[] = {
     {"convnext_large", {192, 384, 768, 1536}, {3, 3, 27, 3}, 0.5, 197767336},
 };
 
-class CNBlockImpl : public nn::Module {
+class CNBlockImpl : public nn::Module, public Lowerable {
  public:
   CNBlockImpl(int64_t dim, double drop) : drop_(drop) {
     layer_scale_ = register_parameter("layer_scale", torch::full({dim, 1, 1}, kLayerScale));
@@ -62,6 +62,12 @@ class CNBlockImpl : public nn::Module {
     torch::Tensor y = dwconv_->forward(x).permute({0, 2, 3, 1});
     y = fc2_->forward(torch::gelu(fc1_->forward(norm_->forward(y)))).permute({0, 3, 1, 2});
     return stochastic_depth(layer_scale_ * y, drop_, is_training()) + x;
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    Value y = g.transpose(g.conv(prefix + ".block.0", *dwconv_, x), {0, 2, 3, 1});
+    y = g.apply(Fn::kGelu, g.linear(prefix + ".block.3", *fc1_, g.layer_norm(prefix + ".block.2", *norm_, y)));
+    y = g.transpose(g.linear(prefix + ".block.5", *fc2_, y), {0, 3, 1, 2});
+    return g.add(g.mul(g.constant(prefix + ".layer_scale", layer_scale_), y), x);
   }
 
  private:
@@ -121,6 +127,11 @@ class ConvNeXt : public Model {
     x = head_norm_->forward(adaptive_avg_pool(x, 1, 1)).flatten(1);
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
     return fc_->forward(x);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    const Value x = g.adaptive_avg_pool("avgpool", lower_sequential(g, *features_, "features", images), 1, 1);
+    return g.linear("classifier.2", *fc_, g.flatten(head_norm_->lower(g, "classifier.0", x)));
   }
 
  private:

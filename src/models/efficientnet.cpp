@@ -80,7 +80,7 @@ constexpr double kDefaultStochasticDepth = 0.2;
 
 // MBConv (1x1 expansion, depthwise kxk, squeeze-excitation, 1x1 projection) or FusedMBConv
 // (kxk expansion, 1x1 projection), with the shortcut where the shape is kept.
-class MBConvImpl : public nn::Module {
+class MBConvImpl : public nn::Module, public Lowerable {
  public:
   MBConvImpl(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t expand, bool fused, double drop, double eps,
              double momentum)
@@ -103,6 +103,10 @@ class MBConvImpl : public nn::Module {
     if (!residual_) return y;
     y = stochastic_depth(y, drop_, is_training());
     return y + x;
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    const Value y = lower_sequential(g, *block_, prefix + ".block", x);  // stochastic depth: the identity
+    return residual_ ? g.add(y, x) : y;
   }
 
  private:
@@ -156,6 +160,11 @@ class EfficientNet : public Model {
     x = forward_stages(features_, x, stages_, recompute_, /*others_are_blocks=*/true);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return classifier_->forward(x);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    const Value x = lower_sequential(g, *features_, "features", images);
+    return lower_sequential(g, *classifier_, "classifier", g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));
   }
 
  private:

@@ -4,6 +4,7 @@
 // pixel), which is why build() takes the input height and width.
 #include <fmt/ranges.h>
 
+#include "models/blocks.h"
 #include "models/recompute.h"
 #include "models/zoo.h"
 
@@ -39,6 +40,10 @@ class Mlp : public Model {
       x = forward_span(layers_, hidden_starts_[h], end, x, recompute_);
     }
     return forward_span(layers_, layers_->size() - 1, layers_->size(), x, false);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    return lower_sequential(g, *layers_, "layers", g.flatten(images));
   }
 
  private:

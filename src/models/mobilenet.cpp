@@ -40,7 +40,7 @@ constexpr int64_t kStemChannels = 32, kLastChannels = 1280;
 
 // 1x1 expansion (unless t == 1), depthwise 3x3 (strided), 1x1 linear projection; the input is
 // added when the shape is kept.
-class InvertedResidualImpl : public nn::Module {
+class InvertedResidualImpl : public nn::Module, public Lowerable {
  public:
   InvertedResidualImpl(int64_t in, int64_t out, int64_t stride, int64_t expansion)
       : residual_(stride == 1 && in == out) {
@@ -60,6 +60,14 @@ class InvertedResidualImpl : public nn::Module {
     BatchNorm2d bn(conv_->ptr<BatchNorm2dImpl>(project_ + 1));
     y = conv_bn(conv, bn, y, folded != nullptr && *folded);
     return residual_ ? y + x : y;
+  }
+
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    Value y = x;
+    for (size_t i = 0; i < project_; ++i) y = conv_->ptr<ConvNormActImpl>(i)->lower(g, fmt::format("{}.conv.{}", prefix, i), y);
+    y = g.conv(fmt::format("{}.conv.{}", prefix, project_), *conv_->ptr<nn::Conv2dImpl>(project_), y,
+               fmt::format("{}.conv.{}", prefix, project_ + 1), conv_->ptr<BatchNorm2dImpl>(project_ + 1).get());
+    return residual_ ? g.add(y, x) : y;
   }
 
   const bool* folded = nullptr;  ///< the model's use_folded_batchnorm flag
@@ -105,6 +113,11 @@ class MobileNetV2 : public Model {
     return classifier_->forward(x);
   }
 
+  Value lower(Graph& g, const Value& images) const override {
+    const Value x = lower_sequential(g, *features_, "features", images);
+    return lower_sequential(g, *classifier_, "classifier", g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));
+  }
+
  private:
   bool channels_last_;
   bool recompute_;
@@ -134,7 +147,7 @@ const std::vector<V3Block> kSmall = {
 };
 constexpr double kV3Eps = 0.001, kV3Momentum = 0.01;
 
-class InvertedResidualV3Impl : public nn::Module {
+class InvertedResidualV3Impl : public nn::Module, public Lowerable {
  public:
   explicit InvertedResidualV3Impl(const V3Block& b) : residual_(b.stride == 1 && b.in == b.out) {
     const Act act = b.hardswish ? Act::kHardswish : Act::kReLU;
@@ -147,6 +160,10 @@ class InvertedResidualV3Impl : public nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor y = block_->forward(x);
     return residual_ ? y + x : y;
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    const Value y = lower_sequential(g, *block_, prefix + ".block", x);
+    return residual_ ? g.add(y, x) : y;
   }
 
  private:
@@ -181,6 +198,14 @@ class MobileNetV3 : public Model {
     for (size_t i = 0; i < features_->size(); ++i) x = forward_span(features_, i, i + 1, x, recompute_);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return classifier_->forward(x);
+  }
+
+  // The classifier's hard-swish is a Functional, which lower_sequential cannot tell from another.
+  Value lower(Graph& g, const Value& images) const override {
+    Value x = lower_sequential(g, *features_, "features", images);
+    x = g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1));
+    x = g.apply(Fn::kHardswish, g.linear("classifier.0", *classifier_->ptr<nn::LinearImpl>(0), x));
+    return g.linear("classifier.3", *classifier_->ptr<nn::LinearImpl>(3), x);
   }
 
  private:

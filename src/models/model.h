@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/options.h"
+#include "models/lowering.h"
 
 namespace dlrun::models {
 
@@ -19,6 +20,9 @@ namespace dlrun::models {
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  /// forward() in evaluation, as a graph of operators (models/lowering.h): `images` (N, C, H, W)
+  /// -> the logits, every tensor named by its state-dict key. The ONNX export writes it.
+  virtual Value lower(Graph& g, const Value& images) const = 0;
 
   /// The floating dtype of the parameters and buffers (model.dtype; float32 unless
   /// set_dtype() changed it). forward() converts a floating input to it.

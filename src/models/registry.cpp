@@ -45,22 +45,22 @@ const std::vector<std::string>& features_of(const std::string& family) {
       {"resnet",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
         "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
-      // ReLU6 and hard-swish have no fused operator yet, and the family no ONNX composition yet
+      // ReLU6, SiLU and hard-swish have no fused operator yet
       {"efficientnet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
-        "ddp", "micro_batch", "stochastic_depth"}},
+        "ddp", "micro_batch", "stochastic_depth", "onnx"}},
       {"regnet",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "fused_conv_bn_relu", "fold_batchnorm",
-        "sync_batchnorm", "ema", "swa", "ddp", "micro_batch"}},
+        "sync_batchnorm", "ema", "swa", "ddp", "micro_batch", "onnx"}},
       {"convnext",
        {"amp", "channels_last", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch",
-        "stochastic_depth"}},
-      {"vit", {"amp", "activation_checkpointing:blocks", "ema", "swa", "ddp", "micro_batch"}},
+        "stochastic_depth", "onnx"}},
+      {"vit", {"amp", "activation_checkpointing:blocks", "ema", "swa", "ddp", "micro_batch", "onnx"}},
       {"swin",
-       {"amp", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch", "stochastic_depth"}},
+       {"amp", "activation_checkpointing:blocks,stages", "ema", "swa", "ddp", "micro_batch", "stochastic_depth", "onnx"}},
       {"mobilenet",
        {"amp", "channels_last", "activation_checkpointing:blocks", "fold_batchnorm", "sync_batchnorm", "ema", "swa",
-        "ddp", "micro_batch"}},
+        "ddp", "micro_batch", "onnx"}},
   };
   return table.at(family);
 }

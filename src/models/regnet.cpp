@@ -80,7 +80,7 @@ std::vector<RegStageSpec> stage_table(const RegNetVariant& v) {
 }
 
 // BottleneckTransform: a (1x1), b (3x3 grouped), se (Y), c (1x1, no activation).
-class BottleneckTransformImpl : public nn::Module {
+class BottleneckTransformImpl : public nn::Module, public Lowerable {
  public:
   BottleneckTransformImpl(int64_t in, int64_t out, int64_t stride, int64_t group_width, bool se) {
     a_ = register_module("a", ConvNormAct(in, out, 1, 1, 1, Act::kReLU));
@@ -96,6 +96,11 @@ class BottleneckTransformImpl : public nn::Module {
     if (se_) y = se_->forward(y);
     return c_->forward(y);
   }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    Value y = b_->lower(g, prefix + ".b", a_->lower(g, prefix + ".a", x));
+    if (se_) y = se_->lower(g, prefix + ".se", y);
+    return c_->lower(g, prefix + ".c", y);
+  }
 
  private:
   ConvNormAct a_{nullptr}, b_{nullptr}, c_{nullptr};
@@ -104,7 +109,7 @@ class BottleneckTransformImpl : public nn::Module {
 TORCH_MODULE(BottleneckTransform);
 
 // ResBottleneckBlock: relu(proj(x) + f(x)), proj the identity unless the shape changes.
-class RegBlockImpl : public nn::Module {
+class RegBlockImpl : public nn::Module, public Lowerable {
  public:
   RegBlockImpl(int64_t in, int64_t out, int64_t stride, int64_t group_width, bool se) {
     if (in != out || stride != 1) proj_ = register_module("proj", ConvNormAct(in, out, 1, stride, 1, Act::kNone));
@@ -114,6 +119,10 @@ class RegBlockImpl : public nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor y = f_->forward(x);
     return torch::relu(proj_ ? proj_->forward(x) + y : x + y);
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    const Value y = f_->lower(g, prefix + ".f", x);
+    return g.apply(Fn::kRelu, g.add(proj_ ? proj_->lower(g, prefix + ".proj", x) : x, y));
   }
 
  private:
@@ -163,6 +172,11 @@ class RegNet : public Model {
     x = adaptive_avg_pool(x, 1, 1).flatten(1);
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
     return fc_->forward(x);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    const Value x = lower_sequential(g, *trunk_, "trunk_output", stem_->lower(g, "stem", images));
+    return g.linear("fc", *fc_, g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));
   }
 
  private:

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/blocks.h"
 #include "models/recompute.h"
 #include "models/shapes.h"
 #include "models/zoo.h"
@@ -86,7 +87,7 @@ constexpr std::array<int64_t, 4> kPlanes = {64, 128, 256, 512};
 int64_t block_stride(size_t stage, int64_t block) { return (stage > 0 && block == 0) ? 2 : 1; }
 
 // A residual block: (N, in, H, W) -> (N, planes*expansion, H/stride, W/stride).
-class Block : public nn::Module {
+class Block : public nn::Module, public Lowerable {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
   const bool* fused = nullptr;   ///< the model's use_fused_conv_bn_relu flag
@@ -101,6 +102,17 @@ class Block : public nn::Module {
     nn::Conv2d c(downsample->ptr<nn::Conv2dImpl>(0));
     BatchNorm2d b(downsample->ptr<BatchNorm2dImpl>(1));
     return conv_bn(c, b, x, use_folded());
+  }
+  static Value shortcut(Graph& g, const nn::Sequential& downsample, const std::string& prefix, const Value& x) {
+    if (!downsample) return x;
+    return g.conv(prefix + ".downsample.0", *downsample->ptr<nn::Conv2dImpl>(0), x, prefix + ".downsample.1",
+                  downsample->ptr<BatchNorm2dImpl>(1).get());
+  }
+  /// relu(bn(conv(x))) in a graph, or without the ReLU.
+  static Value lower_conv_bn(Graph& g, const std::string& prefix, int i, const nn::Conv2d& c, const BatchNorm2d& b,
+                       const Value& x, bool relu) {
+    const Value y = g.conv(fmt::format("{}.conv{}", prefix, i), *c, x, fmt::format("{}.bn{}", prefix, i), b.get());
+    return relu ? g.apply(Fn::kRelu, y) : y;
   }
 };
 
@@ -130,6 +142,11 @@ class BasicBlock : public Block {
     torch::Tensor identity = shortcut(downsample_, x);
     torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused(), use_folded());
     return conv_bn_add_relu(conv2_, bn2_, out, identity, use_fused(), use_folded());
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    const Value identity = shortcut(g, downsample_, prefix, x);
+    const Value out = lower_conv_bn(g, prefix, 2, conv2_, bn2_, lower_conv_bn(g, prefix, 1, conv1_, bn1_, x, true), false);
+    return g.apply(Fn::kRelu, g.add(out, identity));
   }
 
  private:
@@ -170,6 +187,12 @@ class Bottleneck : public Block {
     torch::Tensor out = conv_bn_relu(conv1_, bn1_, x, use_fused(), use_folded());
     out = conv_bn_relu(conv2_, bn2_, out, use_fused(), use_folded());
     return conv_bn_add_relu(conv3_, bn3_, out, identity, use_fused(), use_folded());
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    const Value identity = shortcut(g, downsample_, prefix, x);
+    Value out = lower_conv_bn(g, prefix, 2, conv2_, bn2_, lower_conv_bn(g, prefix, 1, conv1_, bn1_, x, true), true);
+    out = lower_conv_bn(g, prefix, 3, conv3_, bn3_, out, false);
+    return g.apply(Fn::kRelu, g.add(out, identity));
   }
 
  private:
@@ -224,6 +247,13 @@ class ResNet : public Model {
     // state dict keeps torchvision's names (torchvision's ResNet has no dropout at all).
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
     return fc_->forward(x);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    Value x = g.apply(Fn::kRelu, g.conv("conv1", *conv1_, images, "bn1", bn1_.get()));
+    if (imagenet_stem_) x = g.max_pool("the stem's max pool", x, kPoolKernel, kPoolStride, kPoolPad);
+    for (size_t i = 0; i < layers_.size(); ++i) x = lower_sequential(g, *layers_[i], fmt::format("layer{}", i + 1), x);
+    return g.linear("fc", *fc_, g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));
   }
 
  private:

@@ -53,7 +53,7 @@ constexpr SwinVariant kSwins[] = {
 
 // ShiftedWindowAttention (V2: ShiftedWindowAttentionV2): multi-head attention within windows of
 // window x window, with a bias per relative position and head.
-class WindowAttentionImpl : public nn::Module {
+class WindowAttentionImpl : public nn::Module, public Lowerable {
  public:
   WindowAttentionImpl(int64_t dim, int64_t heads, int64_t window, int64_t shift, bool v2)
       : heads_(heads), window_(window), shift_(shift), v2_(v2) {
@@ -125,6 +125,51 @@ class WindowAttentionImpl : public nn::Module {
     return x.slice(1, 0, h).slice(2, 0, w).contiguous();
   }
 
+  // forward() step for step; what depends on the weights alone (the position bias, V2's
+  // clamped logit scale, the key's zero bias) and the shift's mask are the graph's constants.
+  Value lower(Graph& g, const std::string& prefix, const Value& input) const override {
+    torch::NoGradGuard no_grad;
+    const int64_t h = input.size(1), w = input.size(2), c = input.size(3), ww = window_ * window_;
+    const int64_t pad_r = (window_ - w % window_) % window_, pad_b = (window_ - h % window_) % window_;
+    Value x = pad_b + pad_r > 0 ? g.pad_end(input, {0, pad_b, pad_r, 0}) : input;
+    const int64_t ph = h + pad_b, pw = w + pad_r;
+    const int64_t shift_h = window_ >= ph ? 0 : shift_, shift_w = window_ >= pw ? 0 : shift_;
+    x = g.roll(g.roll(x, -shift_h, 1), -shift_w, 2);
+    const int64_t windows = (ph / window_) * (pw / window_);
+    x = g.reshape(x, {-1, ph / window_, window_, pw / window_, window_, c});
+    x = g.reshape(g.transpose(x, {0, 1, 3, 2, 4, 5}), {-1, ww, c});  // (N * windows, W*W, C)
+    torch::Tensor bias = qkv->bias.detach().clone();
+    if (v2_) bias.slice(0, c, 2 * c).zero_();
+    Value qkv_ = g.linear(prefix + ".qkv", qkv->weight, bias, x);
+    qkv_ = g.transpose(g.reshape(qkv_, {-1, ww, 3, heads_, c / heads_}), {2, 0, 3, 1, 4});
+    Value q = g.select(qkv_, 0, 0), k = g.select(qkv_, 0, 1);
+    const Value v = g.select(qkv_, 0, 2);
+    Value attn;
+    if (v2_) {
+      attn = g.matmul(g.l2_normalize(q), g.transpose(g.l2_normalize(k), {0, 1, 3, 2}));
+      attn = g.mul(attn, g.constant(prefix + ".logit_scale", torch::clamp_max(logit_scale, std::log(100.0)).exp()));
+    } else {
+      q = g.mul(q, g.constant(prefix + ".scale", torch::tensor(std::pow(static_cast<double>(c / heads_), -0.5))));
+      attn = g.matmul(q, g.transpose(k, {0, 1, 3, 2}));
+    }
+    torch::Tensor per_offset = v2_ ? cpb_mlp.ptr()->forward(coords_).view({-1, heads_}) : table;
+    torch::Tensor position = per_offset.index({index_}).view({ww, ww, -1}).permute({2, 0, 1}).unsqueeze(0);
+    attn = g.add(attn, g.constant(prefix + ".position_bias", v2_ ? 16 * torch::sigmoid(position) : position));
+    if (shift_h + shift_w > 0) {
+      const torch::Tensor m = mask(ph, pw, shift_h, shift_w, torch::TensorOptions()).unsqueeze(1).unsqueeze(0);
+      attn = g.add(g.reshape(attn, {-1, windows, heads_, ww, ww}), g.constant(prefix + ".shift_mask", m));
+      attn = g.reshape(attn, {-1, heads_, ww, ww});
+    }
+    x = g.reshape(g.transpose(g.matmul(g.softmax(attn), v), {0, 2, 1, 3}), {-1, ww, c});
+    x = g.linear(prefix + ".proj", *proj, x);
+    x = g.reshape(x, {-1, ph / window_, pw / window_, window_, window_, c});
+    x = g.reshape(g.transpose(x, {0, 1, 3, 2, 4, 5}), {-1, ph, pw, c});
+    x = g.roll(g.roll(x, shift_h, 1), shift_w, 2);
+    if (pad_b > 0) x = g.slice(x, 1, 0, h);
+    if (pad_r > 0) x = g.slice(x, 2, 0, w);
+    return x;
+  }
+
   nn::Linear qkv{nullptr}, proj{nullptr};
   torch::Tensor table;           ///< V1: the bias per offset and head
   torch::Tensor logit_scale;     ///< V2
@@ -132,7 +177,7 @@ class WindowAttentionImpl : public nn::Module {
 
  private:
   // (windows, W*W, W*W): 0 within a region, -100 between regions the roll brought together.
-  torch::Tensor mask(int64_t ph, int64_t pw, int64_t sh, int64_t sw, const torch::TensorOptions& options) {
+  torch::Tensor mask(int64_t ph, int64_t pw, int64_t sh, int64_t sw, const torch::TensorOptions& options) const {
     torch::Tensor m = torch::zeros({ph, pw}, options);
     const std::array<std::pair<int64_t, int64_t>, 3> hs = {{{0, ph - window_}, {ph - window_, ph - sh}, {ph - sh, ph}}};
     const std::array<std::pair<int64_t, int64_t>, 3> ws = {{{0, pw - window_}, {pw - window_, pw - sw}, {pw - sw, pw}}};
@@ -156,7 +201,7 @@ class WindowAttentionImpl : public nn::Module {
 TORCH_MODULE(WindowAttention);
 
 // x + sd(attn(norm1(x))), then + sd(mlp(norm2(.))); V2: x + sd(norm1(attn(x))), ...
-class SwinBlockImpl : public nn::Module {
+class SwinBlockImpl : public nn::Module, public Lowerable {
  public:
   SwinBlockImpl(int64_t dim, int64_t heads, int64_t window, int64_t shift, bool v2, double drop)
       : drop_(drop), v2_(v2) {
@@ -174,6 +219,16 @@ class SwinBlockImpl : public nn::Module {
     torch::Tensor y = x + stochastic_depth(attn->forward(norm1->forward(x)), drop_, is_training());
     return y + stochastic_depth(mlp->forward(norm2->forward(y)), drop_, is_training());
   }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    auto norm = [&](const char* n, const nn::LayerNorm& ln, const Value& v) { return g.layer_norm(prefix + n, *ln, v); };
+    const std::string a = prefix + ".attn", m = prefix + ".mlp";
+    if (v2_) {
+      const Value y = g.add(x, norm(".norm1", norm1, attn->lower(g, a, x)));
+      return g.add(y, norm(".norm2", norm2, mlp->lower(g, m, y)));
+    }
+    const Value y = g.add(x, attn->lower(g, a, norm(".norm1", norm1, x)));
+    return g.add(y, mlp->lower(g, m, norm(".norm2", norm2, y)));
+  }
 
   nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   WindowAttention attn{nullptr};
@@ -187,7 +242,7 @@ TORCH_MODULE(SwinBlock);
 
 // PatchMerging: each 2x2 of (N, H, W, C) (padded to even) concatenated, LayerNorm, Linear to 2C
 // (V2: Linear, then LayerNorm).
-class PatchMergingImpl : public nn::Module {
+class PatchMergingImpl : public nn::Module, public Lowerable {
  public:
   PatchMergingImpl(int64_t dim, bool v2) : v2_(v2) {
     reduction = register_module("reduction", nn::Linear(nn::LinearOptions(4 * dim, 2 * dim).bias(false)));
@@ -202,6 +257,14 @@ class PatchMergingImpl : public nn::Module {
     x = torch::cat({at(0, 0), at(1, 0), at(0, 1), at(1, 1)}, -1);
     return v2_ ? norm->forward(reduction->forward(x)) : reduction->forward(norm->forward(x));
   }
+  Value lower(Graph& g, const std::string& prefix, const Value& input) const override {
+    const int64_t h = input.size(1), w = input.size(2);
+    const Value x = h % 2 + w % 2 > 0 ? g.pad_end(input, {0, h % 2, w % 2, 0}) : input;
+    auto at = [&](int64_t i, int64_t j) { return g.slice(g.slice(x, 1, i, x.size(1), 2), 2, j, x.size(2), 2); };
+    const Value y = g.concat({at(0, 0), at(1, 0), at(0, 1), at(1, 1)}, 3);
+    const std::string r = prefix + ".reduction", n = prefix + ".norm";
+    return v2_ ? g.layer_norm(n, *norm, g.linear(r, *reduction, y)) : g.linear(r, *reduction, g.layer_norm(n, *norm, y));
+  }
 
   nn::Linear reduction{nullptr};
   nn::LayerNorm norm{nullptr};
@@ -213,7 +276,7 @@ class PatchMergingImpl : public nn::Module {
 TORCH_MODULE(PatchMerging);
 
 // The patch embedding: conv "0", then LayerNorm "2" over NHWC (torchvision's Permute is "1").
-class PatchEmbedImpl : public nn::SequentialImpl {
+class PatchEmbedImpl : public nn::SequentialImpl, public Lowerable {
  public:
   PatchEmbedImpl(int64_t in, int64_t dim) {
     conv = nn::Conv2d(nn::Conv2dOptions(in, dim, kPatch).stride(kPatch));
@@ -222,6 +285,9 @@ class PatchEmbedImpl : public nn::SequentialImpl {
     push_back("2", norm);
   }
   torch::Tensor forward(const torch::Tensor& x) { return norm->forward(conv->forward(x).permute({0, 2, 3, 1})); }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    return g.layer_norm(prefix + ".2", *norm, g.transpose(g.conv(prefix + ".0", *conv, x), {0, 2, 3, 1}));
+  }
 
   nn::Conv2d conv{nullptr};
   nn::LayerNorm norm{nullptr};
@@ -265,6 +331,12 @@ class SwinTransformer : public Model, public SelfInitializing {
     x = adaptive_avg_pool(x, 1, 1).flatten(1);
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision has none
     return head_->forward(x);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    Value x = g.layer_norm("norm", *norm_, lower_sequential(g, *features_, "features", images));
+    x = g.adaptive_avg_pool("avgpool", g.transpose(x, {0, 3, 1, 2}), 1, 1);
+    return g.linear("head", *head_, g.flatten(x));
   }
 
   // torchvision's constructor: every Linear truncated normal (std 0.02) with zero bias (the

@@ -40,7 +40,7 @@ constexpr ViTVariant kViTs[] = {
 };
 
 // ln_1, self-attention, + input; ln_2, MLP, + that.
-class EncoderBlockImpl : public nn::Module {
+class EncoderBlockImpl : public nn::Module, public Lowerable {
  public:
   EncoderBlockImpl(int64_t width, int64_t heads, int64_t mlp) {
     ln_1 = register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({width}).eps(kNormEps)));
@@ -53,6 +53,10 @@ class EncoderBlockImpl : public nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor y = self_attention->forward(ln_1->forward(x)) + x;
     return mlp->forward(ln_2->forward(y)) + y;
+  }
+  Value lower(Graph& g, const std::string& prefix, const Value& x) const override {
+    const Value y = g.add(self_attention->lower(g, prefix + ".self_attention", g.layer_norm(prefix + ".ln_1", *ln_1, x)), x);
+    return g.add(mlp->lower(g, prefix + ".mlp", g.layer_norm(prefix + ".ln_2", *ln_2, y)), y);
   }
 
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -111,6 +115,16 @@ class VisionTransformer : public Model, public SelfInitializing {
     x = encoder_->ln->forward(x).select(1, 0);  // the class token
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());  // functional: torchvision's keys
     return head_->forward(x);
+  }
+
+  Value lower(Graph& g, const Value& images) const override {
+    Value x = g.conv("conv_proj", *conv_proj_, images);
+    x = g.transpose(g.reshape(x, {-1, width_, x.size(2) * x.size(3)}), {0, 2, 1});  // (N, patches, E)
+    x = g.concat({g.expand_batch("class_token", class_token_, x), x}, 1);
+    x = g.add(x, g.constant("encoder.pos_embedding", encoder_->pos_embedding));
+    x = lower_sequential(g, *encoder_->layers, "encoder.layers", x);
+    x = g.select(g.layer_norm("encoder.ln", *encoder_->ln, x), 1, 0);  // the class token
+    return g.linear("heads.head", *head_, x);
   }
 
   // In state-dict order: the class token, conv_proj, the encoder, the head.

@@ -226,12 +226,12 @@ TEST_CASE("fold_batchnorm: weight and bias of the equivalent convolution", "[mod
   }
   conv->eval();
   bn->eval();
-  const auto [w, b] = models::fold_batchnorm(conv, bn);
+  const auto [w, b] = models::fold_batchnorm(*conv, *bn);
   const auto x = torch::randn({2, 3, 7, 7}, gen);
   torch::NoGradGuard no_grad;
   CHECK(torch::allclose(torch::conv2d(x, w, b, 1, 1), bn->forward(conv->forward(x)), 1e-5, 1e-5));
   models::BatchNorm2d batch_stats(torch::nn::BatchNorm2dOptions(5).track_running_stats(false));
-  CHECK_FALSE(models::fold_batchnorm(conv, batch_stats).first.defined());
+  CHECK_FALSE(models::fold_batchnorm(*conv, *batch_stats).first.defined());
 }
 
 namespace {

@@ -5,11 +5,13 @@
 // writes OUT_PREFIX.state.pt ({state-dict key: tensor}, in state-dict order) and
 // OUT_PREFIX.io.pt ({"input": (2, C, SIZE, SIZE), "logits": (2, NUM_CLASSES)}, eval mode).
 //
-//   dlrun_model_dump --load NAME WEIGHTS INPUT OUT
+//   dlrun_model_dump --load NAME WEIGHTS INPUT OUT [ONNX [fold]]
 // the other way: builds NAME for the input's shape and class count of WEIGHTS' last entry (the
 // head's bias), loads WEIGHTS (a file torch.save wrote: torchvision's state dict) strictly as
 // model.init and `dlrun eval --checkpoint` read it, and writes OUT ({"logits": ...}, eval mode)
-// for INPUT's "input" tensor (torch.save of {"input": (N, C, H, W)}).
+// for INPUT's "input" tensor (torch.save of {"input": (N, C, H, W)}); with ONNX, also the model
+// as `dlrun export --format onnx` writes it, and with `fold` a second file ONNX.folded with its
+// BatchNorms folded (`--fold-batchnorm`), for onnx_zoo.py.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -18,6 +20,7 @@
 #include <string>
 
 #include "checkpoint/weights_file.h"
+#include "export/format.h"
 #include "models/model.h"
 #include "models/weights.h"
 
@@ -32,7 +35,7 @@ void write_dict(const c10::Dict<std::string, at::Tensor>& dict, const std::strin
 
 // --load: torchvision's weights into dlrun's model, and its logits.
 int load_and_run(const std::string& name, const std::string& weights, const std::string& input_file,
-                 const std::string& out) {
+                 const std::string& out, const std::string& onnx, bool fold) {
   const dlrun::ckpt::WeightsRead w = dlrun::ckpt::read_weights(weights);
   const dlrun::ckpt::WeightsRead in = dlrun::ckpt::read_weights(input_file);
   const torch::Tensor input = in.tensors.at(0).second;  // (N, C, H, W)
@@ -51,6 +54,16 @@ int load_and_run(const std::string& name, const std::string& weights, const std:
   c10::Dict<std::string, at::Tensor> io;
   io.insert("logits", model->forward(input.to(model->dtype())));
   write_dict(io, out);
+  if (!onnx.empty()) {
+    for (const bool folded : {false, true}) {
+      if (folded && !fold) break;
+      const std::string path = folded ? onnx + ".folded" : onnx;
+      const std::string bytes = dlrun::exporting::onnx_files(*model, opts, input.size(2), folded, {}).model;
+      std::ofstream f(path, std::ios::binary);
+      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!f) throw std::runtime_error(path + ": cannot write");
+    }
+  }
   std::cout << name << ": " << report.summary() << "\n";
   return 0;
 }
@@ -58,10 +71,11 @@ int load_and_run(const std::string& name, const std::string& weights, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 6 && std::string(argv[1]) == "--load") {
+  if (argc >= 6 && argc <= 8 && std::string(argv[1]) == "--load") {
     try {
       torch::set_num_threads(1);
-      return load_and_run(argv[2], argv[3], argv[4], argv[5]);
+      return load_and_run(argv[2], argv[3], argv[4], argv[5], argc >= 7 ? argv[6] : "",
+                          argc == 8 && std::string(argv[7]) == "fold");
     } catch (const std::exception& e) {
       std::cerr << "dlrun_model_dump: " << e.what() << "\n";
       return 1;

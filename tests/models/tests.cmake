@@ -15,6 +15,12 @@ if(DLRUN_PYTHON)
            COMMAND ${DLRUN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/torchvision_zoo.py $<TARGET_FILE:dlrun>
                    $<TARGET_FILE:dlrun_model_dump>)
   set_tests_properties(py:torchvision_zoo PROPERTIES LABELS python TIMEOUT 600)
+  # Each family's smallest members lowered to ONNX (kept and folded) run in onnxruntime and give
+  # torchvision's logits.
+  add_test(NAME py:onnx_zoo
+           COMMAND ${DLRUN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/onnx_zoo.py $<TARGET_FILE:dlrun>
+                   $<TARGET_FILE:dlrun_model_dump>)
+  set_tests_properties(py:onnx_zoo PROPERTIES LABELS python TIMEOUT 300)
 endif()
 
 # Activation checkpointing really frees memory (each mode in its own dlrun process).
