@@ -81,6 +81,8 @@ class WindowAttentionImpl : public nn::Module, public Lowerable {
     torch::Tensor rel = (coords.unsqueeze(2) - coords.unsqueeze(1)).permute({1, 2, 0}).contiguous();  // (W*W, W*W, 2)
     rel.select(2, 0).add_(window_ - 1).mul_(2 * window_ - 1);
     rel.select(2, 1).add_(window_ - 1);
+    // int64 as torchvision's; Module::to(dtype) (model.dtype float64) converts every buffer, so it is
+    // read back as int64 where it indexes
     index_ = register_buffer("relative_position_index", rel.sum(-1).flatten());
   }
 
@@ -112,7 +114,7 @@ class WindowAttentionImpl : public nn::Module, public Lowerable {
       attn = q.matmul(qkv_[1].transpose(-2, -1));
     }
     torch::Tensor per_offset = v2_ ? cpb_mlp->forward(coords_).view({-1, heads_}) : table;
-    torch::Tensor position = per_offset.index({index_}).view({ww, ww, -1}).permute({2, 0, 1}).contiguous().unsqueeze(0);
+    torch::Tensor position = per_offset.index({index_.to(torch::kLong)}).view({ww, ww, -1}).permute({2, 0, 1}).contiguous().unsqueeze(0);
     attn = attn + (v2_ ? 16 * torch::sigmoid(position) : position);
     if (shifted) {
       attn = attn.view({n, windows, heads_, ww, ww}) + mask(ph, pw, shift_h, shift_w, x.options()).unsqueeze(1).unsqueeze(0);
@@ -153,7 +155,7 @@ class WindowAttentionImpl : public nn::Module, public Lowerable {
       attn = g.matmul(q, g.transpose(k, {0, 1, 3, 2}));
     }
     torch::Tensor per_offset = v2_ ? cpb_mlp.ptr()->forward(coords_).view({-1, heads_}) : table;
-    torch::Tensor position = per_offset.index({index_}).view({ww, ww, -1}).permute({2, 0, 1}).unsqueeze(0);
+    torch::Tensor position = per_offset.index({index_.to(torch::kLong)}).view({ww, ww, -1}).permute({2, 0, 1}).unsqueeze(0);
     attn = g.add(attn, g.constant(prefix + ".position_bias", v2_ ? 16 * torch::sigmoid(position) : position));
     if (shift_h + shift_w > 0) {
       const torch::Tensor m = mask(ph, pw, shift_h, shift_w, torch::TensorOptions()).unsqueeze(1).unsqueeze(0);
