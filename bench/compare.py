@@ -295,6 +295,13 @@ def torch_side_main(args):
     print(json.dumps(out))
 
 
+def compile_error(log_path):
+    """The first line of a failed torch.compile's log that names the error (its exception's)."""
+    lines = open(log_path, errors="replace").read().splitlines()
+    named = [line for line in lines if "Error:" in line and "warning" not in line]
+    return (named[0] if named else (lines[-1] if lines else "no output")).strip()[:160]
+
+
 def torch_side(a, w, steps, warm, jpeg_root, log_path, compiled=False):
     cmd = [sys.executable, os.path.abspath(__file__), "--side", "torch", "--workload", json.dumps(w),
            *(["--compile"] if compiled else []),
@@ -473,11 +480,17 @@ def main():
                 for r in range(a.reps):
                     ours.append(dlrun_side(a, w, a.steps, warm, "", os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
                     theirs.append(torch_side(a, w, a.steps, warm, "", os.path.join(log_dir, f"{n}-torch-{r}.log")))
-                    compiled.append(torch_side(a, w, a.steps, warm, "", os.path.join(log_dir, f"{n}-compile-{r}.log"),
-                                               compiled=True))
+                    log = os.path.join(log_dir, f"{n}-compile-{r}.log")
+                    try:  # a compile that fails is a result (the row says why), not a failed workload
+                        compiled.append(torch_side(a, w, a.steps, warm, "", log, compiled=True))
+                    except SystemExit:
+                        compiled.append({"failed": compile_error(log)})
+                    said = compiled[-1].get("failed") or f"{compiled[-1]['ips']:.1f}"
                     print(f"{n} rep {r + 1}: dlrun {ours[-1]['ips']:.1f} img/s, PyTorch eager {theirs[-1]['ips']:.1f}, "
-                          f"torch.compile {compiled[-1]['ips']:.1f}", flush=True)
-                zoo_rows.append((n[len("zoo-"):], med(ours), med(theirs), med(compiled)))
+                          f"torch.compile {said}", flush=True)
+                failures = [c["failed"] for c in compiled if "failed" in c]
+                zoo_rows.append((n[len("zoo-"):], med(ours), med(theirs),
+                                 {"failed": failures[0]} if failures else med(compiled)))
                 continue
             for r in range(a.reps):  # alternating
                 ours.append(dlrun_side(a, w, a.steps, warm, root, os.path.join(log_dir, f"{n}-dlrun-{r}.log")))
@@ -510,6 +523,10 @@ def main():
                   "dlrun / compile | peak MiB dlrun / eager / compile |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         for n, o, t, c in zoo_rows:
+            if "failed" in c:
+                lines.append(f"| {n} | {o['ips']:.1f} | {t['ips']:.1f} | failed: {c['failed']} | "
+                             f"**{o['ips'] / t['ips']:.2f}** | - | {o['peak_mb']:.0f} / {t['peak_mb']:.0f} / - |")
+                continue
             lines.append(f"| {n} | {o['ips']:.1f} | {t['ips']:.1f} | {c['ips']:.1f} | **{o['ips'] / t['ips']:.2f}** | "
                          f"**{o['ips'] / c['ips']:.2f}** | {o['peak_mb']:.0f} / {t['peak_mb']:.0f} / {c['peak_mb']:.0f} |")
         lines.append("")
