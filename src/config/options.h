@@ -23,7 +23,7 @@ namespace dlrun {
 
 // ---- closed choices: one enum each, its names in declaration order ----------------------
 
-enum class OptimName { kSgd, kAdamw };
+enum class OptimName { kSgd, kAdamw, kRmsprop };
 enum class SchedName { kConstant, kStep, kMultistep, kCosine, kOnecycle };
 enum class ResnetStem { kImagenet, kCifar };
 enum class ModelDtype { kFloat32, kFloat64 };
@@ -45,7 +45,7 @@ enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 /// The config spelling of each value of an enum, indexed by the enum's value.
 template <typename E>
 struct EnumNames;
-template <> struct EnumNames<OptimName> { static constexpr std::array<const char*, 2> names{"sgd", "adamw"}; };
+template <> struct EnumNames<OptimName> { static constexpr std::array<const char*, 3> names{"sgd", "adamw", "rmsprop"}; };
 template <> struct EnumNames<SchedName> {
   static constexpr std::array<const char*, 5> names{"constant", "step", "multistep", "cosine", "onecycle"};
 };
@@ -202,6 +202,8 @@ struct OptimOptions {
   double weight_decay = 5e-4;
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
+  double alpha = 0.99;    ///< rmsprop: the smoothing of the squared gradient's running mean
+  bool centered = false;  ///< rmsprop: divide by the gradient's running variance, not its mean square
   bool no_decay_norm_bias = false;
   int64_t swa_start_epoch = 0;     ///< stochastic weight averaging from this epoch (0: off), train/averaging/swa.h
   double swa_lr = 0.0;             ///< SWALR's target learning rate (needed with swa_start_epoch)

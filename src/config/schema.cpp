@@ -209,11 +209,13 @@ std::vector<Section> describe(Config& c) {
     s.push_back({"optim", "optimizer", {
       En("name", o.name, "optimizer"),
       F("lr", o.lr, 0, 1e3, "peak learning rate", true),
-      F("momentum", o.momentum, 0, 1, "sgd: momentum"),
+      F("momentum", o.momentum, 0, 1, "sgd, rmsprop: momentum"),
       B("nesterov", o.nesterov, "sgd: Nesterov momentum"),
-      F("weight_decay", o.weight_decay, 0, 1, "weight decay (L2 for sgd, decoupled for adamw)"),
+      F("weight_decay", o.weight_decay, 0, 1, "weight decay (L2 for sgd and rmsprop, decoupled for adamw)"),
       FL("betas", o.betas, 0, 0.999999, "adamw: [beta1, beta2]"),
-      F("eps", o.eps, 0, 1, "adamw: epsilon", true),
+      F("eps", o.eps, 0, 1, "adamw, rmsprop: epsilon (rmsprop: added after the square root, as torch.optim.RMSprop)", true),
+      F("alpha", o.alpha, 0, 1, "rmsprop: smoothing of the running mean of the squared gradient (torchvision's recipes: 0.9)"),
+      B("centered", o.centered, "rmsprop: normalise by the gradient's running variance (its mean square less its squared mean)"),
       B("no_decay_norm_bias", o.no_decay_norm_bias, "no weight decay on biases and 1-D (norm) parameters"),
       I("swa_start_epoch", o.swa_start_epoch, 0, 1e9,
         "stochastic weight averaging (PyTorch's swa_utils): from this epoch (0-based) the learning rate follows "

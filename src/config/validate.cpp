@@ -129,7 +129,8 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
       if (c.sched.milestones[i] <= c.sched.milestones[i - 1])
         c.refuse("sched.milestones", "milestones must be strictly increasing");
   }
-  if (c.optim.name == OptimName::kAdamw && c.optim.nesterov) warnings.push_back("optim.nesterov has no effect with adamw");
+  if (c.optim.name != OptimName::kSgd && c.optim.nesterov)
+    warnings.push_back(fmt::format("optim.nesterov has no effect with {}", name_of(c.optim.name)));
 
   // Devices.
   if (c.amp.enabled && c.model.dtype == ModelDtype::kFloat64)

@@ -157,6 +157,9 @@ VARIANTS = {
     "multistep with warmup, clipping, label smoothing, rotate/translate": (
         "sched.name=multistep", "sched.milestones=[1]", "sched.warmup_epochs=0.5", "train.clip_grad_norm=1.0",
         "train.label_smoothing=0.1", "data.augment=[vflip,rotate,translate]", "train.epochs=2"),
+    "rmsprop centered with momentum (its square_avg, grad_avg and momentum state) + cosine": (
+        "optim.name=rmsprop", "optim.lr=0.001", "optim.alpha=0.9", "optim.eps=0.0316", "optim.centered=true",
+        "sched.name=cosine", "train.epochs=2"),
 }
 
 

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Parity of dlrun with PyTorch in Python on the same work.
 
-For each case (convnet: SGD with Nesterov momentum; convnet_adamw: AdamW, cosine; resnet18:
-SGD) this runs `dlrun train configs/parity/<case>.yaml --save-init init.pt`, then builds the
+For each case (convnet: SGD with Nesterov momentum; convnet_adamw: AdamW, cosine;
+convnet_rmsprop: RMSprop as torchvision's recipes set it, warm-up; resnet18: SGD) this runs `dlrun train configs/parity/<case>.yaml --save-init init.pt`, then builds the
 same model in PyTorch, loads dlrun's initial weights, feeds the same Fashion-MNIST batches (in
 file order, normalized the same way) with the same optimizer — `fused=True`, the ATen kernels
-dlrun's optimizers run — and learning-rate schedule (PyTorch's own LinearLR /
+dlrun's optimizers run (RMSprop, which has none: `foreach=True`, the multi-tensor kernels dlrun's
+runs) — and learning-rate schedule (PyTorch's own LinearLR /
 CosineAnnealingLR), and compares the first 100 training losses: convnet must agree within 1e-4
-relative at every step, convnet_adamw and resnet18 bit for bit (same ATen kernels, same order
-of operations).
+relative at every step, convnet_adamw, convnet_rmsprop and resnet18 bit for bit (same ATen
+kernels, same order of operations).
 
-    tools/reference/parity.py --dlrun build/dlrun [--models convnet convnet_adamw resnet18] [--tol 1e-4]
+    tools/reference/parity.py --dlrun build/dlrun [--models convnet convnet_adamw convnet_rmsprop resnet18] [--tol 1e-4]
 """
 import argparse
 import gzip
@@ -60,7 +61,7 @@ def resnet18(in_channels=1, num_classes=10):
 
 
 # Models whose losses must equal PyTorch's exactly (tolerance 0), not within --tol.
-BITWISE = {"resnet18", "convnet_adamw"}
+BITWISE = {"resnet18", "convnet_adamw", "convnet_rmsprop"}
 
 
 def scheduler(cfg, opt, steps):
@@ -101,6 +102,10 @@ def run_model(name, dlrun, tol, steps):
     if o["name"] == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], nesterov=o.get("nesterov", False),
                               weight_decay=o["weight_decay"], fused=True)
+    elif o["name"] == "rmsprop":
+        opt = torch.optim.RMSprop(model.parameters(), lr=o["lr"], alpha=o["alpha"], eps=o["eps"],
+                                  momentum=o["momentum"], weight_decay=o["weight_decay"],
+                                  centered=o.get("centered", False), foreach=True)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
                                 weight_decay=o["weight_decay"], fused=True)
@@ -138,7 +143,7 @@ def run_model(name, dlrun, tol, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dlrun", default=os.path.join(ROOT, "build", "dlrun"))
-    ap.add_argument("--models", nargs="+", default=["convnet", "convnet_adamw", "resnet18"])
+    ap.add_argument("--models", nargs="+", default=["convnet", "convnet_adamw", "convnet_rmsprop", "resnet18"])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--tol", type=float, default=1e-4)
     a = ap.parse_args()

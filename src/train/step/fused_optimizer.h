@@ -4,7 +4,8 @@
 // parameter of a group -- which takes two things from the device: the skip flag as its
 // found_inf (an fp16 overflow or a skipped non-finite step leaves parameters and state alone,
 // decided on the device) and, for a captured CUDA graph, the learning rate (use_device_lr).
-// Each optimizer is a file of its own (sgd.cpp, adamw.cpp) with its factory, registered by
+// Each optimizer is a file of its own (sgd.cpp, adamw.cpp, rmsprop.cpp: ATen has no fused
+// RMSprop, so it takes the multi-tensor kernels and decides a skip on the device itself) with its factory, registered by
 // name in optim.cpp (where the factory is declared, beside its registry line); optim.h's
 // functions ask this interface, never the optimizer's name.
 #pragma once

@@ -25,6 +25,7 @@ std::unordered_map<const void*, std::string> names_by_impl(torch::nn::Module& mo
 // The factories, each defined in its optimizer's own file.
 std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& opts, const ParamGroups& groups);
 std::unique_ptr<torch::optim::Optimizer> make_adamw(const OptimOptions& opts, const ParamGroups& groups);
+std::unique_ptr<torch::optim::Optimizer> make_rmsprop(const OptimOptions& opts, const ParamGroups& groups);
 
 namespace {
 
@@ -35,6 +36,7 @@ const std::map<OptimName, OptimizerFactory>& registry() {
   static const std::map<OptimName, OptimizerFactory> r = {
       {OptimName::kSgd, make_sgd},
       {OptimName::kAdamw, make_adamw},
+      {OptimName::kRmsprop, make_rmsprop},
   };
   return r;
 }

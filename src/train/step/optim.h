@@ -1,4 +1,4 @@
-// Optimizers (sgd, adamw) built from OptimOptions, and their state as named tensors so a
+// Optimizers (sgd, adamw, rmsprop) built from OptimOptions, and their state as named tensors so a
 // checkpoint stores it in a Python-loadable dict ("<param>.momentum_buffer", ...).
 #pragma once
 
@@ -16,8 +16,8 @@ using TensorDict = std::vector<std::pair<std::string, torch::Tensor>>;
 
 /// Build the optimizer over `model`'s parameters. With no_decay_norm_bias, biases and 1-D
 /// parameters (norm weights) go in a second group with weight_decay 0. Its step() is ATen's
-/// fused kernel (`_fused_sgd_` / `_fused_adamw_`, PyTorch's `fused=True`); its options and
-/// state are torch::optim::SGD's / AdamW's.
+/// fused kernel (`_fused_sgd_` / `_fused_adamw_`, PyTorch's `fused=True`; rmsprop: the
+/// multi-tensor kernels, PyTorch's `foreach=True`); its options and state are torch::optim's.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& opts, torch::nn::Module& model);
 
 /// One update of `opt` (from build_optimizer) that leaves parameters and state untouched when
@@ -36,7 +36,8 @@ void set_lr(torch::optim::Optimizer& opt, double lr);
 void use_device_lr(torch::optim::Optimizer& opt, const torch::Device& device);
 
 /// Optimizer state keyed by parameter name: sgd "<p>.momentum_buffer"; adamw "<p>.exp_avg",
-/// "<p>.exp_avg_sq", "<p>.step" (0-dim int64). Parameters without state are absent.
+/// "<p>.exp_avg_sq", "<p>.step" (0-dim int64); rmsprop "<p>.square_avg", "<p>.momentum_buffer",
+/// "<p>.grad_avg", "<p>.step". Parameters without state are absent.
 TensorDict optimizer_state(const OptimOptions& opts, torch::optim::Optimizer& opt, torch::nn::Module& model);
 
 /// How many parameters' step counts the fused AdamW keeps on the device (0 for SGD): one per

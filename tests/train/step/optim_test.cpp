@@ -1,5 +1,6 @@
 // Optimizer state as named tensors: exporting it and loading it into a fresh optimizer must
-// continue training exactly (what resume relies on), for sgd and adamw.
+// continue training exactly (what resume relies on), for sgd, adamw and rmsprop; rmsprop against
+// LibTorch's own torch::optim::RMSprop (torch.optim.RMSprop's algorithm) step by step.
 #include <catch2/catch.hpp>
 
 #include "models/model.h"
@@ -33,7 +34,7 @@ bool same_params(models::Model& a, models::Model& b) {
 }  // namespace
 
 TEST_CASE("optimizer state round-trips exactly", "[train][optim]") {
-  for (const auto name : {dlrun::OptimName::kSgd, dlrun::OptimName::kAdamw}) {
+  for (const auto name : {dlrun::OptimName::kSgd, dlrun::OptimName::kAdamw, dlrun::OptimName::kRmsprop}) {
     for (bool split : {false, true}) {
       INFO(dlrun::name_of(name) << " no_decay_norm_bias=" << split);
       OptimOptions o;
@@ -41,6 +42,7 @@ TEST_CASE("optimizer state round-trips exactly", "[train][optim]") {
       o.lr = 0.01;
       o.nesterov = name == dlrun::OptimName::kSgd;
       o.no_decay_norm_bias = split;
+      o.centered = split;  // rmsprop: its grad_avg state too
       auto a = models::build(mlp(), 1);
       auto opt_a = train::build_optimizer(o, *a);
       train_steps(*a, *opt_a, 3, 7);
@@ -176,4 +178,55 @@ TEST_CASE("a state loaded into an optimizer that has stepped takes the loaded st
   CHECK(torch::equal(a->weight, b->weight));  // bias correction with step 11 on both
   for (const auto& [name, t] : train::optimizer_state(o, *opt, *a))
     if (name == "weight.step") CHECK(t.item<int64_t>() == 11);
+}
+
+TEST_CASE("rmsprop steps as torch.optim.RMSprop: 20 float64 steps within 1e-12, and a skipped step changes nothing",
+          "[train][optim]") {
+  struct Case {
+    double momentum, weight_decay;
+    bool centered;
+  };
+  for (const Case c : {Case{0, 0, false}, Case{0.9, 0, false}, Case{0.9, 1e-2, true}, Case{0, 1e-2, true}}) {
+    INFO("momentum " << c.momentum << ", weight_decay " << c.weight_decay << ", centered " << c.centered);
+    OptimOptions o;
+    o.name = dlrun::OptimName::kRmsprop;
+    o.lr = 0.01;
+    o.alpha = 0.9;
+    o.eps = 0.0316;  // torchvision's recipe
+    o.momentum = c.momentum;
+    o.weight_decay = c.weight_decay;
+    o.centered = c.centered;
+    auto mo = mlp();
+    mo.dtype = dlrun::ModelDtype::kFloat64;
+    auto ours = models::build(mo, 1), theirs = models::build(mo, 1);
+    auto opt = train::build_optimizer(o, *ours);
+    torch::optim::RMSprop reference(theirs->parameters(), torch::optim::RMSpropOptions(o.lr)
+                                                              .alpha(o.alpha)
+                                                              .eps(o.eps)
+                                                              .weight_decay(o.weight_decay)
+                                                              .momentum(o.momentum)
+                                                              .centered(o.centered));
+    train_steps(*ours, *opt, 20, 5);
+    train_steps(*theirs, reference, 20, 5);
+    auto pa = ours->parameters(), pb = theirs->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      REQUIRE(pa[i].scalar_type() == torch::kFloat64);
+      CHECK((pa[i] - pb[i]).abs().max().item<double>() <= 1e-12 * (pb[i].abs().max().item<double>() + 1e-12));
+    }
+    CHECK_FALSE(same_params(*ours, *models::build(mo, 1)));  // it moved
+    // A step the device skips (an fp16 overflow): parameters and state as they were; then a
+    // kept one, which moves them.
+    const auto before = train::optimizer_state(o, *opt, *ours);
+    std::vector<torch::Tensor> params;
+    for (auto& p : ours->parameters()) params.push_back(p.detach().clone());
+    torch::nn::functional::cross_entropy(ours->forward(torch::randn({4, 1, 28, 28})), torch::randint(0, 3, {4})).backward();
+    train::optimizer_step(*opt, torch::ones({}));
+    const auto after = train::optimizer_state(o, *opt, *ours);
+    REQUIRE(after.size() == before.size());
+    for (size_t i = 0; i < after.size(); ++i)
+      if (after[i].first.find(".step") == std::string::npos) CHECK(torch::equal(after[i].second, before[i].second));
+    for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(ours->parameters()[i], params[i]));
+    train::optimizer_step(*opt, torch::zeros({}));
+    CHECK_FALSE(torch::equal(ours->parameters()[0], params[0]));
+  }
 }
