@@ -17,9 +17,21 @@ import shlex
 import subprocess
 import sys
 
-# each family's smallest member, and whether it has stages (docs/models.md)
-MEMBERS = {"resnet18": True, "mobilenet_v3_small": False, "efficientnet_b0": False, "regnet_x_400mf": True,
-           "convnext_tiny": True, "vit_b_32": False, "swin_t": True}
+# each family's smallest member
+MEMBERS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "regnet_x_400mf", "convnext_tiny", "vit_b_32", "swin_t"]
+
+
+def checkpointing_modes(a):
+    """Each name's activation-checkpointing modes, as `dlrun models --json` lists them
+    ("activation_checkpointing:blocks,stages" among its features)."""
+    listed = json.loads(subprocess.run([a.dlrun, "models", "--json"], check=True, capture_output=True,
+                                       text=True).stdout)
+    modes = {}
+    for m in listed:
+        for f in m["features"]:
+            if f.startswith("activation_checkpointing:"):
+                modes[m["name"]] = f.split(":", 1)[1].split(",")
+    return modes
 
 
 def measure(a, name, mode):
@@ -44,9 +56,10 @@ def main():
     ap.add_argument("--append", default="")
     a = ap.parse_args()
     rows = []
+    modes = checkpointing_modes(a)
     for name in a.models.split(","):
         base = None
-        for mode in ["none", "blocks"] + (["stages"] if MEMBERS[name] else []):
+        for mode in ["none", *modes.get(name, [])]:
             r = measure(a, name, mode)
             base = base or r
             rows.append(f"| {name} | {mode} | {r['peak_step_bytes'] / 2**20:.1f} MiB | "

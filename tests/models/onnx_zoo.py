@@ -13,7 +13,6 @@ a family that `dlrun models` lists and neither test covers fails this one.
 
 Usage: onnx_zoo.py PATH/TO/dlrun PATH/TO/dlrun_model_dump [NAME...]
 """
-import json
 import os
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import onnxruntime as ort
 import torch
 import torchvision
 
-from torchvision_zoo import as_if_trained
+from torchvision_zoo import as_if_trained, listed_models
 
 # name -> image side: each family's smallest member and those with other blocks (MobileNetV2's
 # ReLU6, V3's hard-swish and SE; EfficientNet V2's FusedMBConv; RegNet Y's SE); Swin V1 at 32
@@ -41,7 +40,6 @@ MEMBERS = {
     "swin_t": 32, "swin_v2_t": 64,
 }
 COVERED_ELSEWHERE = {"mlp", "convnet", "resnet"}  # tests/e2e/test_onnx.py
-BATCHNORM_FAMILIES = {"mobilenet", "efficientnet", "regnet"}
 # docs/training.md, "ONNX"
 OPERATORS = {"Conv", "BatchNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Erf", "MaxPool",
              "AveragePool", "GlobalAveragePool", "Add", "Mul", "Div", "Max", "MatMul", "Gemm", "Flatten",
@@ -62,7 +60,7 @@ def run_onnx(path, x):
     return two, one, has_bn, len(ops)
 
 
-def check(dump_exe, tmp, name, family, side, seed):
+def check(dump_exe, tmp, name, family, fold, side, seed):
     torch.manual_seed(seed)
     kwargs = {"image_size": side} if family == "vit" else {}
     model = as_if_trained(getattr(torchvision.models, name)(num_classes=7, **kwargs)).eval()
@@ -73,7 +71,6 @@ def check(dump_exe, tmp, name, family, side, seed):
     with torch.no_grad():
         want = model(x).numpy()
     onnx_path = Path(tmp) / f"{name}.onnx"
-    fold = family in BATCHNORM_FAMILIES
     run = subprocess.run([dump_exe, "--load", name, str(weights), str(inputs), str(Path(tmp) / f"{name}.out.pt"),
                           str(onnx_path), *(["fold"] if fold else [])], capture_output=True, text=True)
     assert run.returncode == 0, f"{name}: dlrun_model_dump --load failed:\n{run.stdout}{run.stderr}"
@@ -101,9 +98,9 @@ def main():
     dlrun, dump_exe = sys.argv[1], sys.argv[2]
     only = set(sys.argv[3:])
     torch.set_num_threads(1)
-    listed = json.loads(subprocess.run([dlrun, "models", "--json"], check=True, capture_output=True,
-                                       text=True).stdout)
+    listed = listed_models(dlrun)
     family_of = {m["name"]: m["family"] for m in listed}
+    folds = {m["name"] for m in listed if "fold_batchnorm" in m["features"]}  # BatchNorm after its convs
     for m in listed:
         assert "onnx" in m["features"], f"{m['name']}: dlrun models does not list onnx among its features"
     families = set(family_of.values())
@@ -114,7 +111,7 @@ def main():
             if only and name not in only:
                 continue
             start = time.monotonic()
-            said = check(dump_exe, tmp, name, family_of[name], side, seed)
+            said = check(dump_exe, tmp, name, family_of[name], name in folds, side, seed)
             print(f"ok {name} at {side}x{side}: {said}, {time.monotonic() - start:.1f} s", flush=True)
 
 

@@ -128,12 +128,16 @@ def check_wrong_variant(dlrun, tmp):
         weights.unlink()
 
 
+def listed_models(dlrun):
+    """`dlrun models --json`: every name of the zoo with its family, parameters and features."""
+    return json.loads(subprocess.run([dlrun, "models", "--json"], check=True, capture_output=True, text=True).stdout)
+
+
 def main():
     dlrun, dump_exe = sys.argv[1], sys.argv[2]
     only = set(sys.argv[3:])
     torch.set_num_threads(1)
-    listed = json.loads(subprocess.run([dlrun, "models", "--json"], check=True, capture_output=True,
-                                       text=True).stdout)
+    listed = listed_models(dlrun)
     names = [(m["name"], m["family"], m["parameters"]) for m in listed if m["family"] not in NOT_TORCHVISION]
     unknown = sorted({f for _, f, _ in names} - set(INPUTS))
     assert not unknown, f"zoo families this test does not know how to check: {unknown}"
