@@ -13,4 +13,5 @@ PY_PINS=(
   "onnx==1.23.2"         # onnx.checker: the ONNX export's tests
   "onnxruntime==1.32.0"  # runs the exported models against dlrun's logits
   "webdataset==0.2.111"  # Python's webdataset and wids (its last release with wids): the shard interop tests
+  "timm==1.0.31"         # the reference for rmsprop_tf, lamb, lars, layer decay and the recipes' data tricks
 )

@@ -3,7 +3,8 @@
 // kernels run there), CPU threads — for bug reports — and the fast paths (cuDNN autotuning, TF32,
 // channels_last, AMP, CUDA graphs, activation checkpointing) a config turns on, the defaults
 // without one, with the device it would get here, whether its fused kernels would run and which
-// conv-BN-ReLU path (modules, dlrun's kernels, cuDNN's fused BatchNorm-activation) it takes, and why.
+// conv-BN-ReLU path (modules, dlrun's kernels, cuDNN's fused BatchNorm-activation) it takes, and why;
+// and the optimizer's parameter groups (weight decay, learning-rate scale: train/step/param_groups.h).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -16,9 +17,36 @@
 #include "kernels/device_query.h"
 #include "models/model.h"
 #include "train/step/device.h"
+#include "train/step/param_groups.h"
 
 namespace dlrun::cli {
 namespace {
+
+// The optimizer's parameter groups for the config's model, built at the side the config gives
+// (data.image_size, model.image_size) or the model's usual one.
+nlohmann::json optimizer_groups(const Config& cfg) {
+  nlohmann::json j = {{"name", name_of(cfg.optim.name)}, {"layer_decay", cfg.optim.layer_decay},
+                      {"no_decay_norm_bias", cfg.optim.no_decay_norm_bias}};
+  try {
+    int64_t side = cfg.data.image_size > 0 ? cfg.data.image_size : cfg.model.image_size;
+    for (const auto& z : models::zoo())
+      if (side <= 0 && z.name == cfg.model.name) side = z.image_size;
+    auto model = models::build(cfg.model, static_cast<uint64_t>(cfg.run.seed), side > 0 ? side : 28);
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& g : train::param_groups(cfg.optim, *model)) {
+      int64_t values = 0;
+      for (const auto& p : g.params) values += p.numel();
+      groups.push_back({{"name", g.name}, {"layer", g.layer}, {"lr_scale", g.lr_scale},
+                        {"weight_decay", g.weight_decay}, {"tensors", g.params.size()}, {"values", values},
+                        {"params", g.names}});
+    }
+    j["image_size"] = side > 0 ? side : 28;
+    j["groups"] = groups;
+  } catch (const std::exception& e) {
+    j["groups_error"] = e.what();
+  }
+  return j;
+}
 
 nlohmann::json collect(const Config& cfg) {
   nlohmann::json j;
@@ -67,6 +95,7 @@ nlohmann::json collect(const Config& cfg) {
         j["fast_paths"]["model"] = z.name;
         j["fast_paths"]["model_fuses"] = z.fuses;
       }
+  if (!cfg.model.name.empty()) j["optimizer"] = optimizer_groups(cfg);
   // What the config gets here: its device, and whether the fused kernels would run there.
   try {
     const auto device = train::resolve_device(cfg.run);
@@ -123,6 +152,25 @@ void print_text(const nlohmann::json& j) {
   if (f.contains("model_fuses"))
     std::printf("           fused conv+BN+ReLU in %s: %s\n", j["fast_paths"]["model"].get<std::string>().c_str(),
                 f["model_fuses"].get<std::string>().c_str());
+  if (!j.contains("optimizer")) return;
+  const auto& o = j["optimizer"];
+  if (o.contains("groups_error")) {
+    std::printf("optimizer  %s: parameter groups unavailable: %s\n", o["name"].get<std::string>().c_str(),
+                o["groups_error"].get<std::string>().c_str());
+    return;
+  }
+  std::printf("optimizer  %s, %zu parameter groups (model at %lldx%lld):\n", o["name"].get<std::string>().c_str(),
+              o["groups"].size(), static_cast<long long>(o["image_size"].get<int64_t>()),
+              static_cast<long long>(o["image_size"].get<int64_t>()));
+  for (const auto& g : o["groups"]) {
+    const auto& names = g["params"];
+    const std::string span = names.empty()   ? std::string("-")
+                             : names.size() == 1 ? names[0].get<std::string>()
+                                                 : names.front().get<std::string>() + " .. " + names.back().get<std::string>();
+    std::printf("           %-18s lr x %-10.6g weight_decay %-8g %4zu tensors %12lld values  %s\n",
+                g["name"].get<std::string>().c_str(), g["lr_scale"].get<double>(), g["weight_decay"].get<double>(),
+                names.size(), static_cast<long long>(g["values"].get<int64_t>()), span.c_str());
+  }
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ namespace dlrun {
 
 // ---- closed choices: one enum each, its names in declaration order ----------------------
 
-enum class OptimName { kSgd, kAdamw, kRmsprop };
+enum class OptimName { kSgd, kAdamw, kRmsprop, kRmspropTf, kLamb, kLars };
 enum class SchedName { kConstant, kStep, kMultistep, kCosine, kOnecycle };
 enum class ResnetStem { kImagenet, kCifar };
 enum class ModelDtype { kFloat32, kFloat64 };
@@ -45,7 +45,9 @@ enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 /// The config spelling of each value of an enum, indexed by the enum's value.
 template <typename E>
 struct EnumNames;
-template <> struct EnumNames<OptimName> { static constexpr std::array<const char*, 3> names{"sgd", "adamw", "rmsprop"}; };
+template <> struct EnumNames<OptimName> {
+  static constexpr std::array<const char*, 6> names{"sgd", "adamw", "rmsprop", "rmsprop_tf", "lamb", "lars"};
+};
 template <> struct EnumNames<SchedName> {
   static constexpr std::array<const char*, 5> names{"constant", "step", "multistep", "cosine", "onecycle"};
 };
@@ -204,7 +206,16 @@ struct OptimOptions {
   double eps = 1e-8;
   double alpha = 0.99;    ///< rmsprop: the smoothing of the squared gradient's running mean
   bool centered = false;  ///< rmsprop: divide by the gradient's running variance, not its mean square
+  double trust_coeff = 0.001;  ///< lars: the trust coefficient of the layer-wise rate
+  bool trust_clip = false;     ///< lamb, lars: the trust ratio at most 1 (LAMBC / LARC)
+  bool always_adapt = false;   ///< lamb, lars: adapt the rate of parameters without weight decay too
+  double max_grad_norm = 1.0;  ///< lamb: the global gradient norm its update clips to (0: none)
+  /// No weight decay on biases, norms and the model's embeddings (ViT's class token and position
+  /// embedding, Swin's relative position tables): train/step/param_groups.h.
   bool no_decay_norm_bias = false;
+  /// Layer-wise learning-rate decay (BEiT, timm): the rate of layer i of L+1 is scaled by
+  /// layer_decay^(L+1-i), blocks counted from the input (0 or 1: off). train/step/param_groups.h.
+  double layer_decay = 0.0;
   int64_t swa_start_epoch = 0;     ///< stochastic weight averaging from this epoch (0: off), train/averaging/swa.h
   double swa_lr = 0.0;             ///< SWALR's target learning rate (needed with swa_start_epoch)
   int64_t swa_anneal_epochs = 10;  ///< SWALR: epochs of cosine annealing from the schedule's rate to swa_lr

@@ -209,14 +209,28 @@ std::vector<Section> describe(Config& c) {
     s.push_back({"optim", "optimizer", {
       En("name", o.name, "optimizer"),
       F("lr", o.lr, 0, 1e3, "peak learning rate", true),
-      F("momentum", o.momentum, 0, 1, "sgd, rmsprop: momentum"),
-      B("nesterov", o.nesterov, "sgd: Nesterov momentum"),
-      F("weight_decay", o.weight_decay, 0, 1, "weight decay (L2 for sgd and rmsprop, decoupled for adamw)"),
-      FL("betas", o.betas, 0, 0.999999, "adamw: [beta1, beta2]"),
-      F("eps", o.eps, 0, 1, "adamw, rmsprop: epsilon (rmsprop: added after the square root, as torch.optim.RMSprop)", true),
-      F("alpha", o.alpha, 0, 1, "rmsprop: smoothing of the running mean of the squared gradient (torchvision's recipes: 0.9)"),
-      B("centered", o.centered, "rmsprop: normalise by the gradient's running variance (its mean square less its squared mean)"),
-      B("no_decay_norm_bias", o.no_decay_norm_bias, "no weight decay on biases and 1-D (norm) parameters"),
+      F("momentum", o.momentum, 0, 1, "sgd, rmsprop, rmsprop_tf, lars: momentum"),
+      B("nesterov", o.nesterov, "sgd, lars: Nesterov momentum"),
+      F("weight_decay", o.weight_decay, 0, 1, "weight decay (L2 for sgd, rmsprop, rmsprop_tf, lamb and lars, decoupled for adamw)"),
+      FL("betas", o.betas, 0, 0.999999, "adamw, lamb: [beta1, beta2]"),
+      F("eps", o.eps, 0, 1, "adamw, rmsprop, rmsprop_tf, lamb, lars: epsilon (rmsprop: added after the square root, as torch.optim.RMSprop; rmsprop_tf: inside it, as TensorFlow and timm's RMSpropTF; timm's defaults: lamb 1e-6, rmsprop_tf 1e-10 with 1e-3 in its recipes)", true),
+      F("alpha", o.alpha, 0, 1, "rmsprop, rmsprop_tf: smoothing of the running mean of the squared gradient (torchvision's recipes: 0.9)"),
+      B("centered", o.centered, "rmsprop, rmsprop_tf: normalise by the gradient's running variance (its mean square less its squared mean)"),
+      F("trust_coeff", o.trust_coeff, 0, 1, "lars: the trust coefficient (timm's 0.001)", true),
+      B("trust_clip", o.trust_clip, "lamb, lars: clip the trust ratio at 1 (LAMBC; LARC: the ratio over lr)"),
+      B("always_adapt", o.always_adapt,
+        "lamb, lars: the layer-wise trust ratio also for the parameters without weight decay (false: they take the "
+        "plain step, timm's default)"),
+      F("max_grad_norm", o.max_grad_norm, 0, 1e6,
+        "lamb: the global norm of the gradients its update clips them to, without changing them (timm's Lamb; 0: "
+        "none); train.clip_grad_norm clips the gradients themselves"),
+      B("no_decay_norm_bias", o.no_decay_norm_bias,
+        "no weight decay on biases, 1-D (norm) parameters and the model's embeddings (ViT's class token and "
+        "position embedding, Swin's relative position bias tables, Swin V2's logit scales and position MLP)"),
+      F("layer_decay", o.layer_decay, 0, 1,
+        "layer-wise learning-rate decay as BEiT and timm fine-tune: with L blocks, the stem (layer 0) to the head "
+        "(layer L+1) take lr times layer_decay^(L+1-layer); the groups are listed by `dlrun info CONFIG` (0 or 1: "
+        "off)"),
       I("swa_start_epoch", o.swa_start_epoch, 0, 1e9,
         "stochastic weight averaging (PyTorch's swa_utils): from this epoch (0-based) the learning rate follows "
         "SWALR and the weights at each epoch's end join an equal-weight average, whose BatchNorm statistics are "

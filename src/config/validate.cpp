@@ -129,8 +129,11 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
       if (c.sched.milestones[i] <= c.sched.milestones[i - 1])
         c.refuse("sched.milestones", "milestones must be strictly increasing");
   }
-  if (c.optim.name != OptimName::kSgd && c.optim.nesterov)
+  const bool sgd_like = c.optim.name == OptimName::kSgd || c.optim.name == OptimName::kLars;
+  if (!sgd_like && c.optim.nesterov)
     warnings.push_back(fmt::format("optim.nesterov has no effect with {}", name_of(c.optim.name)));
+  if (sgd_like && c.optim.nesterov && !(c.optim.momentum > 0))
+    c.refuse("optim.nesterov", "Nesterov momentum needs optim.momentum > 0");
 
   // Devices.
   if (c.amp.enabled && c.model.dtype == ModelDtype::kFloat64)

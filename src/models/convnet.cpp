@@ -75,6 +75,8 @@ class ConvNet : public Model {
     return classifier_->forward(x.flatten(1));  // (N, 2w*9) -> (N, num_classes)
   }
 
+  // optim.layer_decay's blocks: each module of the feature stack (a convolution, a BatchNorm) is a layer.
+  std::string block_pattern() const override { return R"(features\.\d+\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     return lower_sequential(g, *classifier_, "classifier", g.flatten(lower_sequential(g, *features_, "features", images)));
   }

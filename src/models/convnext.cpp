@@ -129,6 +129,10 @@ class ConvNeXt : public Model {
     return fc_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the CNBlocks (features.<stage>.<i>.); the downsampling layers join the next block.
+  std::string block_pattern() const override { return R"(features\.\d+\.\d+\.(?=block\.|layer_scale))"; }
+  // The layer scales, (C, 1, 1) here and 1-D in timm, take no decay as its do.
+  std::string no_decay_pattern() const override { return R"(layer_scale$)"; }
   Value lower(Graph& g, const Value& images) const override {
     const Value x = g.adaptive_avg_pool("avgpool", lower_sequential(g, *features_, "features", images), 1, 1);
     return g.linear("classifier.2", *fc_, g.flatten(head_norm_->lower(g, "classifier.0", x)));

@@ -162,6 +162,10 @@ class EfficientNet : public Model {
     return classifier_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the MBConv / FusedMBConv blocks (features.<stage>.<i>.).
+  std::string block_pattern() const override { return R"(features\.\d+\.\d+\.(?=block\.))"; }
+  // The last 1x1 convolution and its BatchNorm (timm's conv_head, bn2) join the last block.
+  std::string last_block_pattern() const override { return R"(features\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     const Value x = lower_sequential(g, *features_, "features", images);
     return lower_sequential(g, *classifier_, "classifier", g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));

@@ -42,6 +42,8 @@ class Mlp : public Model {
     return forward_span(layers_, layers_->size() - 1, layers_->size(), x, false);
   }
 
+  // optim.layer_decay's blocks: each module of the stack is a layer.
+  std::string block_pattern() const override { return R"(layers\.\d+\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     return lower_sequential(g, *layers_, "layers", g.flatten(images));
   }

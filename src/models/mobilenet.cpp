@@ -113,6 +113,10 @@ class MobileNetV2 : public Model {
     return classifier_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the inverted residual blocks (features.<i>.).
+  std::string block_pattern() const override { return R"(features\.\d+\.(?=conv\.))"; }
+  // The last 1x1 convolution and its BatchNorm (timm's conv_head, bn2) join the last block.
+  std::string last_block_pattern() const override { return R"(features\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     const Value x = lower_sequential(g, *features_, "features", images);
     return lower_sequential(g, *classifier_, "classifier", g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));
@@ -201,6 +205,9 @@ class MobileNetV3 : public Model {
   }
 
   // The classifier's hard-swish is a Functional, which lower_sequential cannot tell from another.
+  // optim.layer_decay's blocks: the inverted residual blocks (features.<i>.) and the last 1x1
+  // convolution (a block of its own in timm's MobileNetV3).
+  std::string block_pattern() const override { return R"(features\.[1-9]\d*\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     Value x = lower_sequential(g, *features_, "features", images);
     x = g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1));

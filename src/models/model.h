@@ -24,6 +24,20 @@ class Model : public torch::nn::Module {
   /// -> the logits, every tensor named by its state-dict key. The ONNX export writes it.
   virtual Value lower(Graph& g, const Value& images) const = 0;
 
+  /// The model's blocks, as optim.layer_decay counts layers (train/step/param_groups.h): an
+  /// ECMAScript regular expression whose match at the start of a parameter's name is the name of
+  /// the block that holds it ("layer1.0." in a ResNet); blocks are numbered in the order their
+  /// parameters come. timm's group_matcher, for torchvision's names.
+  virtual std::string block_pattern() const = 0;
+  /// Parameters after the last block that belong to its layer (timm's MATCH_PREV_GROUP: ViT's and
+  /// Swin's final norm, EfficientNet's and MobileNetV2's last 1x1 convolution): a regular
+  /// expression matched at the start of the name ("": none, they are the head's).
+  virtual std::string last_block_pattern() const { return ""; }
+  /// What takes no weight decay under optim.no_decay_norm_bias beyond biases and 1-D (norm)
+  /// parameters: a regular expression searched in each parameter's name ("": nothing more).
+  /// timm's no_weight_decay(): ViT's class token and position embedding, Swin's tables.
+  virtual std::string no_decay_pattern() const { return ""; }
+
   /// The floating dtype of the parameters and buffers (model.dtype; float32 unless
   /// set_dtype() changed it). forward() converts a floating input to it.
   torch::ScalarType dtype() const { return dtype_; }

@@ -174,6 +174,8 @@ class RegNet : public Model {
     return fc_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the blocks of each stage (trunk_output.block<s>.block<s>-<i>.).
+  std::string block_pattern() const override { return R"(trunk_output\.block\d+\.block\d+-\d+\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     const Value x = lower_sequential(g, *trunk_, "trunk_output", stem_->lower(g, "stem", images));
     return g.linear("fc", *fc_, g.flatten(g.adaptive_avg_pool("avgpool", x, 1, 1)));

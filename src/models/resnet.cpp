@@ -249,6 +249,8 @@ class ResNet : public Model {
     return fc_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the residual blocks (layer<s>.<i>.).
+  std::string block_pattern() const override { return R"(layer\d+\.\d+\.)"; }
   Value lower(Graph& g, const Value& images) const override {
     Value x = g.apply(Fn::kRelu, g.conv("conv1", *conv1_, images, "bn1", bn1_.get()));
     if (imagenet_stem_) x = g.max_pool("the stem's max pool", x, kPoolKernel, kPoolStride, kPoolPad);

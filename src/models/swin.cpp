@@ -335,6 +335,14 @@ class SwinTransformer : public Model, public SelfInitializing {
     return head_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the Swin blocks (features.<stage>.<i>.); patch merging joins the next block.
+  std::string block_pattern() const override { return R"(features\.\d+\.\d+\.(?=norm1|attn|mlp|norm2))"; }
+  std::string last_block_pattern() const override { return R"(norm\.)"; }  // the final norm, as timm
+  // timm's no_weight_decay(): V1's relative position bias tables, V2's logit scales and the MLP
+  // that computes its position bias.
+  std::string no_decay_pattern() const override {
+    return R"(relative_position_bias_table$|logit_scale$|cpb_mlp\.)";
+  }
   Value lower(Graph& g, const Value& images) const override {
     Value x = g.layer_norm("norm", *norm_, lower_sequential(g, *features_, "features", images));
     x = g.adaptive_avg_pool("avgpool", g.transpose(x, {0, 3, 1, 2}), 1, 1);

@@ -117,6 +117,11 @@ class VisionTransformer : public Model, public SelfInitializing {
     return head_->forward(x);
   }
 
+  // optim.layer_decay's blocks: the encoder layers.
+  std::string block_pattern() const override { return R"(encoder\.layers\.encoder_layer_\d+\.)"; }
+  std::string last_block_pattern() const override { return R"(encoder\.ln\.)"; }  // the final norm, as timm
+  // timm's no_weight_decay(): the class token and the position embedding.
+  std::string no_decay_pattern() const override { return R"(^(class_token|encoder\.pos_embedding)$)"; }
   Value lower(Graph& g, const Value& images) const override {
     Value x = g.conv("conv_proj", *conv_proj_, images);
     x = g.transpose(g.reshape(x, {-1, width_, x.size(2) * x.size(3)}), {0, 2, 1});  // (N, patches, E)

@@ -90,7 +90,7 @@ dlrun_cli_expect(config_validate_unknown_key_hint 2 MATCH "optim.momentom: unkno
                  ARGS config validate ${_cfg}/bad_key.yaml)
 dlrun_cli_test(config_validate_bad_range 2 "bad_range.yaml:4:13: optim.momentum: value 1.5 is out of range \\(must be in \\[0, 1\\]\\)"
                config validate ${_cfg}/bad_range.yaml)
-dlrun_cli_expect(config_validate_bad_enum 2 MATCH "bad_enum.yaml:3:15: optim.name: invalid value 'adam' \\(valid: sgd, adamw, rmsprop\\)"
+dlrun_cli_expect(config_validate_bad_enum 2 MATCH "bad_enum.yaml:3:15: optim.name: invalid value 'adam' \\(valid: sgd, adamw, rmsprop, rmsprop_tf, lamb, lars\\)"
                  "hint: did you mean 'adamw'\\?" ARGS config validate ${_cfg}/bad_enum.yaml)
 dlrun_cli_test(config_validate_malformed 2 "bad_yaml.yaml:4:6: malformed YAML: end of map flow not found"
                config validate ${_cfg}/bad_yaml.yaml)

@@ -113,7 +113,7 @@ TEST_CASE("values out of range are errors naming the range", "[config][errors]")
 
 TEST_CASE("bad enum values list the valid ones", "[config][errors]") {
   run_cases({
-      {"optimizer", kMin + "optim: {name: adam}\n", {"optim.name", "", 3, 15, "invalid value 'adam' (valid: sgd, adamw, rmsprop)\ndid you mean 'adamw'?"}},
+      {"optimizer", kMin + "optim: {name: adam}\n", {"optim.name", "", 3, 15, "invalid value 'adam' (valid: sgd, adamw, rmsprop, rmsprop_tf, lamb, lars)\ndid you mean 'adamw'?"}},
       {"model", "model: {name: resnet}\ndata: {name: synthetic}\n",
        {"model.name", "", 1, 15, "(valid: " + dlrun::testing::joined_names("model.name", ", ") + ")\ndid you mean 'resnet18'?"}},
       {"dataset", "model: {name: mlp}\ndata:\n  name: fashion-mnist\n", {"data.name", "", 3, 9, "did you mean 'fashion_mnist'?"}},

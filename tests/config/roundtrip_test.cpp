@@ -158,6 +158,6 @@ TEST_CASE("config show lists every key of the schema once, with its doc", "[conf
   CHECK_THAT(config::to_yaml(c, true),
              Catch::Matchers::Contains("# model architecture: " + dlrun::testing::joined_names("model.name", " | ") +
                                        " (required)\n"));
-  CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# optimizer: sgd | adamw | rmsprop\n"));
+  CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# optimizer: sgd | adamw | rmsprop | rmsprop_tf | lamb | lars\n"));
   CHECK_THAT(config::to_yaml(c, true), Catch::Matchers::Contains("# terminal display: auto (a bar on a TTY, else lines), bar, lines or none\n"));
 }

@@ -37,7 +37,7 @@ TEST_CASE("an enum key lists its names from the enum itself", "[config][schema]"
   REQUIRE(f != nullptr);
   CHECK(f->kind == config::Kind::kEnum);
   CHECK(f->choices == std::vector<std::string>{"stop", "skip"});
-  CHECK(config::find_field(sections, "optim.name")->choices == std::vector<std::string>{"sgd", "adamw", "rmsprop"});
+  CHECK(config::find_field(sections, "optim.name")->choices == std::vector<std::string>{"sgd", "adamw", "rmsprop", "rmsprop_tf", "lamb", "lars"});
   CHECK(config::find_field(sections, "optim.nothing") == nullptr);
   CHECK(std::string(name_of(NoticeSource::kAzure)) == "azure");
   dlrun::testing::expect_load_error(std::string(kMinimal) + "train: {nonfinite: ignore}\n",

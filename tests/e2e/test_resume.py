@@ -160,6 +160,9 @@ VARIANTS = {
     "rmsprop centered with momentum (its square_avg, grad_avg and momentum state) + cosine": (
         "optim.name=rmsprop", "optim.lr=0.001", "optim.alpha=0.9", "optim.eps=0.0316", "optim.centered=true",
         "sched.name=cosine", "train.epochs=2"),
+    "lamb with layer decay and no decay on norms (per-group step counts, rate scales)": (
+        "optim.name=lamb", "optim.lr=0.002", "optim.eps=1e-6", "optim.weight_decay=0.02",
+        "optim.no_decay_norm_bias=true", "optim.layer_decay=0.8", "train.epochs=2"),
 }
 
 

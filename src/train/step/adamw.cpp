@@ -52,7 +52,8 @@ class FusedAdamW : public torch::optim::AdamW, public FusedOptimizer {
   torch::Tensor step(LossClosure closure = nullptr) override {
     TORCH_CHECK(!closure, "FusedAdamW takes no closure");
     torch::NoGradGuard no_grad;
-    for (auto& group : param_groups()) {
+    for (size_t gi = 0; gi < param_groups().size(); ++gi) {
+      auto& group = param_groups()[gi];
       const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
       std::vector<torch::Tensor> params, grads, avgs, sqs, steps;
       for (auto& p : group.params()) {
@@ -79,7 +80,7 @@ class FusedAdamW : public torch::optim::AdamW, public FusedOptimizer {
       const auto [beta1, beta2] = o.betas();
       at::_foreach_add_(steps, 1);  // the kernels take the count already incremented, as PyTorch passes it
       if (lr)
-        at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, *lr, beta1, beta2, o.weight_decay(),
+        at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, group_lr(gi), beta1, beta2, o.weight_decay(),
                           o.eps(), /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
       else
         at::_fused_adamw_(params, grads, avgs, sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(), beta1, beta2,
@@ -100,15 +101,16 @@ class FusedAdamW : public torch::optim::AdamW, public FusedOptimizer {
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> make_adamw(const OptimOptions& o, const ParamGroups& g) {
+std::unique_ptr<torch::optim::Optimizer> make_adamw(const OptimOptions& o, const std::vector<ParamGroup>& g) {
   auto make = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(o.lr).betas({o.betas.at(0), o.betas.at(1)}).eps(o.eps).weight_decay(wd));
   };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(g.decay, make(o.weight_decay));
-  if (!g.plain.empty()) groups.emplace_back(g.plain, make(0.0));
-  return std::make_unique<FusedAdamW>(groups, *make(o.weight_decay));
+  std::vector<double> scales;
+  auto groups = torch_groups<torch::optim::AdamWOptions>(g, make, scales);
+  auto opt = std::make_unique<FusedAdamW>(groups, *make(o.weight_decay));
+  opt->lr_scale = scales;
+  return opt;
 }
 
 }  // namespace dlrun::train

@@ -4,10 +4,11 @@
 // parameter of a group -- which takes two things from the device: the skip flag as its
 // found_inf (an fp16 overflow or a skipped non-finite step leaves parameters and state alone,
 // decided on the device) and, for a captured CUDA graph, the learning rate (use_device_lr).
-// Each optimizer is a file of its own (sgd.cpp, adamw.cpp, rmsprop.cpp: ATen has no fused
-// RMSprop, so it takes the multi-tensor kernels and decides a skip on the device itself) with its factory, registered by
-// name in optim.cpp (where the factory is declared, beside its registry line); optim.h's
-// functions ask this interface, never the optimizer's name.
+// Each optimizer is a file of its own (sgd.cpp, adamw.cpp; rmsprop.cpp, lamb.cpp, lars.cpp: ATen
+// has no fused kernel for them, so they take the multi-tensor kernels and decide a skip on the
+// device themselves, foreach_update below) with its factory, registered by name in optim.cpp
+// (where the factory is declared, beside its registry line); optim.h's functions ask this
+// interface, never the optimizer's name.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,6 +21,7 @@
 
 #include "config/options.h"
 #include "train/step/optim.h"
+#include "train/step/param_groups.h"
 
 namespace dlrun::train {
 
@@ -27,7 +29,22 @@ class FusedOptimizer {
  public:
   virtual ~FusedOptimizer() = default;
   std::optional<torch::Tensor> skip;  ///< float32 0-dim on the parameters' device, or none
-  std::optional<torch::Tensor> lr;    ///< float32 0-dim on the parameters' device, or none (the options' lr)
+  std::optional<torch::Tensor> lr;    ///< the schedule's rate, 0-dim on the parameters' device, or none (the options' lr)
+  std::vector<double> lr_scale;       ///< per parameter group: its rate is the schedule's times this
+
+  /// Group `i`'s learning rate on the device (use_device_lr): `lr` times its scale.
+  torch::Tensor group_lr(size_t i) const {
+    const double scale = i < lr_scale.size() ? lr_scale[i] : 1.0;
+    return scale == 1.0 ? *lr : *lr * scale;
+  }
+  /// Group `i`'s learning rate as a 0-dim tensor beside `param`: group_lr(i) after
+  /// use_device_lr, else `host_lr` (the group's options') in the same dtype (float32 on CUDA,
+  /// float64 on the CPU). The multi-tensor optimizers always step with it, so that a run with the
+  /// rate on the device (a captured CUDA graph) computes what one without does.
+  torch::Tensor lr_tensor(size_t i, double host_lr, const torch::Tensor& param) const {
+    if (lr) return group_lr(i);
+    return torch::full({}, host_lr, param.options().dtype(param.is_cuda() ? torch::kFloat32 : torch::kFloat64));
+  }
 
   /// Parameter `p`'s state, if it has any, as named tensors `<name><suffix>`
   /// ("<p>.momentum_buffer"), appended to `out`.
@@ -43,14 +60,30 @@ class FusedOptimizer {
   virtual size_t device_counts() const { return 0; }
 };
 
-/// An optimizer's parameter groups as build_optimizer makes them: the parameters that decay,
-/// and those that do not (optim.no_decay_norm_bias: biases and 1-D parameters).
-struct ParamGroups {
-  std::vector<torch::Tensor> decay, plain;
-};
+using TensorLists = std::vector<std::vector<torch::Tensor>>;
 
-/// Makes one kind of optimizer over `groups` with `opts` (the plain group's weight decay 0).
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(const OptimOptions& opts, const ParamGroups& groups)>;
+/// `update(lists)`: one step of a multi-tensor optimizer, in place on `lists` (the parameters and
+/// their state). With a skip flag (float32 0-dim on their device) it runs on copies, and each
+/// tensor takes the copy's value only where the flag is 0: the decision stays on the device.
+void foreach_update(const std::optional<torch::Tensor>& skip, TensorLists& lists,
+                    const std::function<void(TensorLists&)>& update);
+
+/// The torch::optim groups of `groups`, each with options `make(group)`, and their rate scales.
+template <typename Options, typename Make>
+std::vector<torch::optim::OptimizerParamGroup> torch_groups(const std::vector<ParamGroup>& groups, Make make,
+                                                            std::vector<double>& scales) {
+  std::vector<torch::optim::OptimizerParamGroup> out;
+  for (const auto& g : groups) {
+    std::unique_ptr<Options> o = make(g.weight_decay);
+    o->set_lr(o->get_lr() * g.lr_scale);
+    out.emplace_back(g.params, std::move(o));
+    scales.push_back(g.lr_scale);
+  }
+  return out;
+}
+
+/// Makes one kind of optimizer over `groups` with `opts` (each group's weight decay and rate scale its own).
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(const OptimOptions& opts,
+                                                                              const std::vector<ParamGroup>& groups)>;
 
 }  // namespace dlrun::train

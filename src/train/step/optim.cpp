@@ -10,10 +10,6 @@
 namespace dlrun::train {
 namespace {
 
-bool no_decay(const std::string& name, const torch::Tensor& p) {
-  return p.dim() <= 1 || (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
-}
-
 std::unordered_map<const void*, std::string> names_by_impl(torch::nn::Module& model) {
   std::unordered_map<const void*, std::string> m;
   for (const auto& kv : model.named_parameters()) m[kv.value().unsafeGetTensorImpl()] = kv.key();
@@ -23,9 +19,13 @@ std::unordered_map<const void*, std::string> names_by_impl(torch::nn::Module& mo
 }  // namespace
 
 // The factories, each defined in its optimizer's own file.
-std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& opts, const ParamGroups& groups);
-std::unique_ptr<torch::optim::Optimizer> make_adamw(const OptimOptions& opts, const ParamGroups& groups);
-std::unique_ptr<torch::optim::Optimizer> make_rmsprop(const OptimOptions& opts, const ParamGroups& groups);
+using Groups = std::vector<ParamGroup>;
+std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& opts, const Groups& groups);
+std::unique_ptr<torch::optim::Optimizer> make_adamw(const OptimOptions& opts, const Groups& groups);
+std::unique_ptr<torch::optim::Optimizer> make_rmsprop(const OptimOptions& opts, const Groups& groups);
+std::unique_ptr<torch::optim::Optimizer> make_rmsprop_tf(const OptimOptions& opts, const Groups& groups);
+std::unique_ptr<torch::optim::Optimizer> make_lamb(const OptimOptions& opts, const Groups& groups);
+std::unique_ptr<torch::optim::Optimizer> make_lars(const OptimOptions& opts, const Groups& groups);
 
 namespace {
 
@@ -37,6 +37,9 @@ const std::map<OptimName, OptimizerFactory>& registry() {
       {OptimName::kSgd, make_sgd},
       {OptimName::kAdamw, make_adamw},
       {OptimName::kRmsprop, make_rmsprop},
+      {OptimName::kRmspropTf, make_rmsprop_tf},
+      {OptimName::kLamb, make_lamb},
+      {OptimName::kLars, make_lars},
   };
   return r;
 }
@@ -50,14 +53,26 @@ FusedOptimizer& fused(torch::optim::Optimizer& opt) {
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& o, torch::nn::Module& model) {
-  ParamGroups groups;
-  for (const auto& kv : model.named_parameters()) {
-    if (!kv.value().requires_grad()) continue;
-    (o.no_decay_norm_bias && no_decay(kv.key(), kv.value()) ? groups.plain : groups.decay).push_back(kv.value());
-  }
   const auto it = registry().find(o.name);
   DLRUN_CHECK_INPUT(it != registry().end(), "optim.name {}: no such optimizer in this dlrun", name_of(o.name));
-  return it->second(o, groups);
+  return it->second(o, param_groups(o, model));
+}
+
+void foreach_update(const std::optional<torch::Tensor>& skip, TensorLists& lists,
+                    const std::function<void(TensorLists&)>& update) {
+  if (!skip) {
+    update(lists);
+    return;
+  }
+  TensorLists work;
+  for (const auto& l : lists) {
+    work.emplace_back();
+    for (const auto& t : l) work.back().push_back(t.clone(at::MemoryFormat::Preserve));
+  }
+  update(work);
+  const torch::Tensor keep_old = *skip > 0;
+  for (size_t k = 0; k < lists.size(); ++k)
+    for (size_t i = 0; i < lists[k].size(); ++i) lists[k][i].copy_(torch::where(keep_old, lists[k][i], work[k][i]));
 }
 
 size_t device_step_counts(const torch::optim::Optimizer& opt) {
@@ -78,15 +93,18 @@ void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip) {
 }
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
-  for (auto& g : opt.param_groups()) g.options().set_lr(lr);
   auto* d = dynamic_cast<FusedOptimizer*>(&opt);
+  for (size_t i = 0; i < opt.param_groups().size(); ++i)
+    opt.param_groups()[i].options().set_lr(d != nullptr && i < d->lr_scale.size() ? lr * d->lr_scale[i] : lr);
   if (d && d->lr) d->lr->fill_(lr);  // a kernel on the device's stream: no host wait
 }
 
 void use_device_lr(torch::optim::Optimizer& opt, const torch::Device& device) {
   auto* d = dynamic_cast<FusedOptimizer*>(&opt);
   TORCH_CHECK(d != nullptr, "use_device_lr: not a fused optimizer");
-  const double lr = opt.param_groups().empty() ? 0.0 : opt.param_groups()[0].options().get_lr();
+  const double lr = opt.param_groups().empty() || d->lr_scale.empty()
+                        ? (opt.param_groups().empty() ? 0.0 : opt.param_groups()[0].options().get_lr())
+                        : opt.param_groups()[0].options().get_lr() / d->lr_scale[0];
   // CUDA kernels read a float32 lr through a device pointer (a double one is rounded to
   // float32 there too); the CPU kernels read a host double, so keep all of it there.
   const auto dtype = device.is_cuda() ? torch::kFloat32 : torch::kFloat64;

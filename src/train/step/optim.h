@@ -1,5 +1,6 @@
-// Optimizers (sgd, adamw, rmsprop) built from OptimOptions, and their state as named tensors so a
-// checkpoint stores it in a Python-loadable dict ("<param>.momentum_buffer", ...).
+// Optimizers (sgd, adamw, rmsprop, rmsprop_tf, lamb, lars) built from OptimOptions over the
+// parameter groups of train/step/param_groups.h, and their state as named tensors so a checkpoint
+// stores it in a Python-loadable dict ("<param>.momentum_buffer", ...).
 #pragma once
 
 #include <torch/torch.h>
@@ -14,10 +15,11 @@ namespace dlrun::train {
 
 using TensorDict = std::vector<std::pair<std::string, torch::Tensor>>;
 
-/// Build the optimizer over `model`'s parameters. With no_decay_norm_bias, biases and 1-D
-/// parameters (norm weights) go in a second group with weight_decay 0. Its step() is ATen's
-/// fused kernel (`_fused_sgd_` / `_fused_adamw_`, PyTorch's `fused=True`; rmsprop: the
-/// multi-tensor kernels, PyTorch's `foreach=True`); its options and state are torch::optim's.
+/// Build the optimizer over `model`'s parameters, in the groups param_groups() makes (weight
+/// decay off norms, biases and embeddings; layer-wise rate scales). Its step() is ATen's fused
+/// kernel (`_fused_sgd_` / `_fused_adamw_`, PyTorch's `fused=True`; rmsprop, rmsprop_tf, lamb,
+/// lars: the multi-tensor kernels of their references' foreach paths); its options and state
+/// are torch::optim's.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& opts, torch::nn::Module& model);
 
 /// One update of `opt` (from build_optimizer) that leaves parameters and state untouched when
@@ -25,7 +27,8 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimOptions& opt
 /// decision stays on the device.
 void optimizer_step(torch::optim::Optimizer& opt, const torch::Tensor& skip);
 
-/// Set the learning rate of every parameter group (and the device copy, after use_device_lr).
+/// Set the schedule's learning rate: every parameter group's is `lr` times its scale
+/// (optim.layer_decay), and the device copy, after use_device_lr, is `lr`.
 void set_lr(torch::optim::Optimizer& opt, double lr);
 
 /// From now on `opt` (from build_optimizer) reads its learning rate from a 0-dim tensor on
@@ -37,7 +40,8 @@ void use_device_lr(torch::optim::Optimizer& opt, const torch::Device& device);
 
 /// Optimizer state keyed by parameter name: sgd "<p>.momentum_buffer"; adamw "<p>.exp_avg",
 /// "<p>.exp_avg_sq", "<p>.step" (0-dim int64); rmsprop "<p>.square_avg", "<p>.momentum_buffer",
-/// "<p>.grad_avg", "<p>.step". Parameters without state are absent.
+/// "<p>.grad_avg", "<p>.step" (rmsprop_tf the same); lamb "<p>.exp_avg", "<p>.exp_avg_sq",
+/// "<p>.step"; lars "<p>.momentum_buffer". Parameters without state are absent.
 TensorDict optimizer_state(const OptimOptions& opts, torch::optim::Optimizer& opt, torch::nn::Module& model);
 
 /// How many parameters' step counts the fused AdamW keeps on the device (0 for SGD): one per

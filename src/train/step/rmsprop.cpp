@@ -1,14 +1,18 @@
-// RMSprop as torch.optim.RMSprop computes it: the gradient (plus weight_decay times the
-// parameter, L2), a running mean of its square with smoothing `alpha`, the step divided by the
-// square root of that mean plus `eps` (centered: of the mean square minus the squared running
-// mean of the gradient), through a momentum buffer when momentum > 0. torchvision's
-// references/classification/train.py builds it with alpha 0.9 and eps 0.0316 (about the square
-// root of TensorFlow's 1e-3, which TensorFlow adds inside the root), for MobileNetV3's recipe. ATen has no fused RMSprop kernel: the step is the multi-tensor (foreach)
-// kernels torch.optim.RMSprop's foreach path uses, one per operation over every parameter of a
-// group. A skipped step (fp16 overflow, train.on_nonfinite: skip) is decided on the device: the
-// update then runs on copies, which are kept or dropped per tensor by the skip flag.
-// Its state per parameter, under PyTorch's names: "<p>.square_avg", "<p>.momentum_buffer"
-// (momentum > 0), "<p>.grad_avg" (centered), "<p>.step" (0-dim int64).
+// RMSprop in its two forms. `rmsprop` as torch.optim.RMSprop computes it: the gradient (plus
+// weight_decay times the parameter, L2), a running mean of its square with smoothing `alpha`,
+// the step divided by the square root of that mean plus `eps` (centered: of the mean square minus
+// the squared running mean of the gradient), through a momentum buffer when momentum > 0.
+// torchvision's references/classification/train.py builds it with alpha 0.9 and eps 0.0316
+// (about the square root of TensorFlow's 1e-3, which TensorFlow adds inside the root), for
+// MobileNetV3's recipe. `rmsprop_tf` as timm's RMSpropTF (the EfficientNet and MobileNetV3
+// recipes of TensorFlow and timm): the running mean starts at 1, not 0; eps is added inside the
+// root; the momentum buffer accumulates the step with the learning rate already in it (TensorFlow's
+// order, timm's lr_in_momentum), so a changing rate changes only the steps to come.
+// ATen has no fused RMSprop kernel: the step is the multi-tensor (foreach) kernels
+// torch.optim.RMSprop's (and timm's) foreach path uses, one per operation over every parameter of a
+// group; a skipped step (fp16 overflow, train.on_nonfinite: skip) is decided on the device
+// (foreach_update). Its state per parameter, under PyTorch's names: "<p>.square_avg",
+// "<p>.momentum_buffer" (momentum > 0), "<p>.grad_avg" (centered), "<p>.step" (0-dim int64).
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_addcdiv.h>
 #include <ATen/ops/_foreach_addcmul.h>
@@ -16,6 +20,7 @@
 #include <ATen/ops/_foreach_lerp.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_sqrt.h>
+#include <ATen/ops/_foreach_sub.h>
 
 #include <utility>
 #include <vector>
@@ -28,15 +33,11 @@ namespace {
 
 using State = torch::optim::RMSpropParamState;
 
-std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& ts) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : ts) out.push_back(t.clone(at::MemoryFormat::Preserve));
-  return out;
-}
-
 class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
  public:
-  using torch::optim::RMSprop::RMSprop;
+  FusedRMSprop(std::vector<torch::optim::OptimizerParamGroup> groups, const torch::optim::RMSpropOptions& defaults,
+               bool tf)
+      : torch::optim::RMSprop(std::move(groups), defaults), tf_(tf) {}
 
   void save_state(const torch::Tensor& p, const std::string& name, TensorDict& out) override {
     auto it = state_.find(p.unsafeGetTensorImpl());
@@ -53,8 +54,8 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
     if (!square.defined()) return;
     const auto& o = static_cast<const torch::optim::RMSpropOptions&>(defaults());
     DLRUN_CHECK_INPUT(st.defined() && (o.momentum() == 0 || momentum.defined()) && (!o.centered() || grad_avg.defined()),
-                      "optimizer state of {} is incomplete for rmsprop{}{} (a checkpoint of other optim.* settings?)",
-                      name, o.momentum() > 0 ? " with momentum" : "", o.centered() ? ", centered" : "");
+                      "optimizer state of {} is incomplete for {}{}{} (a checkpoint of other optim.* settings?)",
+                      name, tf_ ? "rmsprop_tf" : "rmsprop", o.momentum() > 0 ? " with momentum" : "", o.centered() ? ", centered" : "");
     auto s = std::make_unique<State>();
     s->square_avg(square);
     if (o.momentum() > 0) s->momentum_buffer(momentum);
@@ -66,7 +67,8 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
   torch::Tensor step(LossClosure closure = nullptr) override {
     TORCH_CHECK(!closure, "FusedRMSprop takes no closure");
     torch::NoGradGuard no_grad;
-    for (auto& group : param_groups()) {
+    for (size_t gi = 0; gi < param_groups().size(); ++gi) {
+      auto& group = param_groups()[gi];
       const auto& o = static_cast<const torch::optim::RMSpropOptions&>(group.options());
       std::vector<torch::Tensor> params, grads, squares, bufs, grad_avgs;
       std::vector<State*> states;
@@ -75,7 +77,8 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
         auto& st = state_[p.unsafeGetTensorImpl()];
         if (!st) {
           auto s = std::make_unique<State>();
-          s->square_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+          s->square_avg(tf_ ? torch::ones_like(p, at::MemoryFormat::Preserve)
+                            : torch::zeros_like(p, at::MemoryFormat::Preserve));
           if (o.momentum() > 0) s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
           if (o.centered()) s->grad_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
           st = std::move(s);
@@ -89,17 +92,18 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
         if (o.centered()) grad_avgs.push_back(s.grad_avg());
       }
       if (params.empty()) continue;
-      // A step that may be skipped updates copies, kept below only where the flag says 0.
-      std::vector<torch::Tensor> P = skip ? copies(params) : params, SQ = skip ? copies(squares) : squares,
-                                 B = skip ? copies(bufs) : bufs, GA = skip ? copies(grad_avgs) : grad_avgs;
-      update(o, P, grads, SQ, B, GA);
-      if (skip) {
-        const torch::Tensor keep_old = *skip > 0;
-        using Lists = std::pair<std::vector<torch::Tensor>*, const std::vector<torch::Tensor>*>;
-        for (const Lists& l : {Lists{&params, &P}, Lists{&squares, &SQ}, Lists{&bufs, &B}, Lists{&grad_avgs, &GA}})
-          for (size_t i = 0; i < l.first->size(); ++i)
-            (*l.first)[i].copy_(torch::where(keep_old, (*l.first)[i], (*l.second)[i]));
-      }
+      TensorLists lists{params, squares, bufs, grad_avgs};
+      // rmsprop: the host rate where it has one (torch.optim.RMSprop's arithmetic, bit for bit);
+      // rmsprop_tf: always a tensor (timm's form for one), so the device rate changes nothing.
+      const std::optional<torch::Tensor> lr_t =
+          tf_ ? std::optional<torch::Tensor>(lr_tensor(gi, o.lr(), params[0]))
+              : lr ? std::optional<torch::Tensor>(group_lr(gi)) : std::nullopt;
+      foreach_update(skip, lists, [&](TensorLists& l) {
+        if (tf_)
+          update_tf(o, *lr_t, l[0], grads, l[1], l[2], l[3]);
+        else
+          update(o, lr_t, l[0], grads, l[1], l[2], l[3]);
+      });
       // The count is PyTorch's state["step"], which RMSprop's update does not read: kept on the
       // host, it counts the steps taken, skipped ones included (the skip is the device's).
       for (State* s : states) s->step(s->step() + 1);
@@ -109,9 +113,10 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
 
  private:
   // torch.optim.RMSprop's _multi_tensor_rmsprop, in place on the given tensors.
-  void update(const torch::optim::RMSpropOptions& o, std::vector<torch::Tensor>& params,
+  static void update(const torch::optim::RMSpropOptions& o, const std::optional<torch::Tensor>& lr_t,
+              std::vector<torch::Tensor>& params,
               std::vector<torch::Tensor> grads, std::vector<torch::Tensor>& squares, std::vector<torch::Tensor>& bufs,
-              std::vector<torch::Tensor>& grad_avgs) const {
+              std::vector<torch::Tensor>& grad_avgs) {
     if (o.weight_decay() != 0) grads = at::_foreach_add(grads, params, o.weight_decay());
     at::_foreach_mul_(squares, o.alpha());
     at::_foreach_addcmul_(squares, grads, grads, 1 - o.alpha());
@@ -128,22 +133,58 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
     if (o.momentum() > 0) {
       at::_foreach_mul_(bufs, o.momentum());
       at::_foreach_addcdiv_(bufs, grads, avg);
-      if (this->lr) {
-        at::_foreach_add_(params, at::_foreach_mul(bufs, *this->lr), -1);
+      if (lr_t) {
+        at::_foreach_add_(params, at::_foreach_mul(bufs, *lr_t), -1);
       } else {
         at::_foreach_add_(params, bufs, -lr);
       }
-    } else if (this->lr) {
-      at::_foreach_add_(params, at::_foreach_mul(at::_foreach_div(grads, avg), *this->lr), -1);
+    } else if (lr_t) {
+      at::_foreach_add_(params, at::_foreach_mul(at::_foreach_div(grads, avg), *lr_t), -1);
     } else {
       at::_foreach_addcdiv_(params, grads, avg, -lr);
     }
   }
+
+  // timm's _multi_tensor_rmsprop_tf (lr_in_momentum, L2 decay) with the rate a tensor, in place on
+  // the given tensors.
+  static void update_tf(const torch::optim::RMSpropOptions& o, const torch::Tensor& lr_t,
+                        std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
+                        std::vector<torch::Tensor>& squares, std::vector<torch::Tensor>& bufs,
+                        std::vector<torch::Tensor>& grad_avgs) {
+    const double one_minus_alpha = 1 - o.alpha();
+    if (o.weight_decay() != 0) grads = at::_foreach_add(grads, params, o.weight_decay());
+    auto grad_sq = at::_foreach_mul(grads, grads);  // TensorFlow's order: avg += (g^2 - avg) (1 - alpha)
+    at::_foreach_sub_(grad_sq, squares);
+    at::_foreach_add_(squares, grad_sq, one_minus_alpha);
+    std::vector<torch::Tensor> avg;
+    if (o.centered()) {
+      auto diff = at::_foreach_sub(grads, grad_avgs);
+      at::_foreach_add_(grad_avgs, diff, one_minus_alpha);
+      avg = at::_foreach_addcmul(squares, grad_avgs, grad_avgs, -1);
+      at::_foreach_add_(avg, o.eps());
+    } else {
+      avg = at::_foreach_add(squares, o.eps());
+    }
+    at::_foreach_sqrt_(avg);  // eps inside the root
+    auto step = at::_foreach_div(grads, avg);
+    at::_foreach_mul_(step, lr_t);
+    if (o.momentum() > 0) {
+      at::_foreach_mul_(bufs, o.momentum());
+      at::_foreach_add_(bufs, step);  // the rate goes into the buffer
+      at::_foreach_sub_(params, bufs);
+    } else {
+      at::_foreach_sub_(params, step);
+    }
+  }
+
+  bool tf_;
 };
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> make_rmsprop(const OptimOptions& o, const ParamGroups& g) {
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make(const OptimOptions& o, const std::vector<ParamGroup>& g, bool tf) {
   auto make = [&](double wd) {
     return std::make_unique<torch::optim::RMSpropOptions>(torch::optim::RMSpropOptions(o.lr)
                                                               .alpha(o.alpha)
@@ -152,10 +193,21 @@ std::unique_ptr<torch::optim::Optimizer> make_rmsprop(const OptimOptions& o, con
                                                               .momentum(o.momentum)
                                                               .centered(o.centered));
   };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(g.decay, make(o.weight_decay));
-  if (!g.plain.empty()) groups.emplace_back(g.plain, make(0.0));
-  return std::make_unique<FusedRMSprop>(groups, *make(o.weight_decay));
+  std::vector<double> scales;
+  auto groups = torch_groups<torch::optim::RMSpropOptions>(g, make, scales);
+  auto opt = std::make_unique<FusedRMSprop>(std::move(groups), *make(o.weight_decay), tf);
+  opt->lr_scale = scales;
+  return opt;
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_rmsprop(const OptimOptions& o, const std::vector<ParamGroup>& g) {
+  return make(o, g, false);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_rmsprop_tf(const OptimOptions& o, const std::vector<ParamGroup>& g) {
+  return make(o, g, true);
 }
 
 }  // namespace dlrun::train

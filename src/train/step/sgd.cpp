@@ -16,7 +16,8 @@ class FusedSGD : public torch::optim::SGD, public FusedOptimizer {
   torch::Tensor step(LossClosure closure = nullptr) override {
     TORCH_CHECK(!closure, "FusedSGD takes no closure");
     torch::NoGradGuard no_grad;
-    for (auto& group : param_groups()) {
+    for (size_t gi = 0; gi < param_groups().size(); ++gi) {
+      auto& group = param_groups()[gi];
       const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
       std::vector<torch::Tensor> params, grads, bufs;
       for (auto& p : group.params()) {
@@ -37,7 +38,7 @@ class FusedSGD : public torch::optim::SGD, public FusedOptimizer {
       }
       if (params.empty()) continue;
       if (lr)
-        at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), *lr, o.dampening(), o.nesterov(),
+        at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), group_lr(gi), o.dampening(), o.nesterov(),
                         /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, skip);
       else
         at::_fused_sgd_(params, grads, bufs, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
@@ -64,16 +65,17 @@ class FusedSGD : public torch::optim::SGD, public FusedOptimizer {
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& o, const ParamGroups& g) {
+std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& o, const std::vector<ParamGroup>& g) {
   auto make = [&](double wd) {
     return std::make_unique<torch::optim::SGDOptions>(
         torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
   };
   DLRUN_CHECK_INPUT(!o.nesterov || o.momentum > 0, "optim.nesterov needs optim.momentum > 0");
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(g.decay, make(o.weight_decay));
-  if (!g.plain.empty()) groups.emplace_back(g.plain, make(0.0));
-  return std::make_unique<FusedSGD>(groups, *make(o.weight_decay));
+  std::vector<double> scales;
+  auto groups = torch_groups<torch::optim::SGDOptions>(g, make, scales);
+  auto opt = std::make_unique<FusedSGD>(groups, *make(o.weight_decay));
+  opt->lr_scale = scales;
+  return opt;
 }
 
 }  // namespace dlrun::train

@@ -1,11 +1,17 @@
 // Optimizer state as named tensors: exporting it and loading it into a fresh optimizer must
-// continue training exactly (what resume relies on), for sgd, adamw and rmsprop; rmsprop against
-// LibTorch's own torch::optim::RMSprop (torch.optim.RMSprop's algorithm) step by step.
+// continue training exactly (what resume relies on), for every optimizer; rmsprop against
+// LibTorch's own torch::optim::RMSprop (torch.optim.RMSprop's algorithm) step by step (rmsprop_tf,
+// lamb and lars against timm's in tools/reference/parity.py); a skipped step and the device-rate
+// form of the multi-tensor ones; the parameter groups (no decay, layer decay).
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
 
 #include "models/model.h"
 #include "support/options.h"
 #include "train/step/optim.h"
+#include "train/step/param_groups.h"
 
 using namespace dlrun;
 
@@ -33,15 +39,20 @@ bool same_params(models::Model& a, models::Model& b) {
 
 }  // namespace
 
+constexpr dlrun::OptimName kAllOptimizers[] = {dlrun::OptimName::kSgd,        dlrun::OptimName::kAdamw,
+                                                dlrun::OptimName::kRmsprop,    dlrun::OptimName::kRmspropTf,
+                                                dlrun::OptimName::kLamb,       dlrun::OptimName::kLars};
+
 TEST_CASE("optimizer state round-trips exactly", "[train][optim]") {
-  for (const auto name : {dlrun::OptimName::kSgd, dlrun::OptimName::kAdamw, dlrun::OptimName::kRmsprop}) {
+  for (const auto name : kAllOptimizers) {
     for (bool split : {false, true}) {
-      INFO(dlrun::name_of(name) << " no_decay_norm_bias=" << split);
+      INFO(dlrun::name_of(name) << " no_decay_norm_bias=" << split << " layer_decay=" << (split ? 0.7 : 0));
       OptimOptions o;
       o.name = name;
       o.lr = 0.01;
-      o.nesterov = name == dlrun::OptimName::kSgd;
+      o.nesterov = name == dlrun::OptimName::kSgd || name == dlrun::OptimName::kLars;
       o.no_decay_norm_bias = split;
+      o.layer_decay = split ? 0.7 : 0.0;
       o.centered = split;  // rmsprop: its grad_avg state too
       auto a = models::build(mlp(), 1);
       auto opt_a = train::build_optimizer(o, *a);
@@ -229,4 +240,141 @@ TEST_CASE("rmsprop steps as torch.optim.RMSprop: 20 float64 steps within 1e-12, 
     train::optimizer_step(*opt, torch::zeros({}));
     CHECK_FALSE(torch::equal(ours->parameters()[0], params[0]));
   }
+}
+
+TEST_CASE("the multi-tensor optimizers: a skipped step changes nothing, lamb's count included; the device rate "
+          "equals the host one", "[train][optim]") {
+  for (const auto name : {dlrun::OptimName::kRmspropTf, dlrun::OptimName::kLamb, dlrun::OptimName::kLars}) {
+    for (bool variant : {false, true}) {
+      INFO(dlrun::name_of(name) << (variant ? " centered, trust_clip, always_adapt, groups" : ""));
+      OptimOptions o;
+      o.name = name;
+      o.lr = 0.05;
+      o.weight_decay = 1e-2;
+      o.centered = variant;
+      o.trust_clip = variant;
+      o.always_adapt = variant;
+      o.no_decay_norm_bias = variant;
+      o.layer_decay = variant ? 0.8 : 0.0;
+      auto mo = mlp();
+      mo.dtype = dlrun::ModelDtype::kFloat64;
+      // a: steps, a skipped step, steps; b: the same without the skipped one; c: as b with the
+      // rate read from the device.
+      auto a = models::build(mo, 1), b = models::build(mo, 1), c = models::build(mo, 1);
+      auto opt_a = train::build_optimizer(o, *a), opt_b = train::build_optimizer(o, *b),
+           opt_c = train::build_optimizer(o, *c);
+      train::use_device_lr(*opt_c, torch::kCPU);
+      for (auto* opt : {opt_a.get(), opt_b.get(), opt_c.get()}) train::set_lr(*opt, 0.03);
+      train_steps(*a, *opt_a, 2, 5);
+      train_steps(*b, *opt_b, 2, 5);
+      train_steps(*c, *opt_c, 2, 5);
+      const auto before = train::optimizer_state(o, *opt_a, *a);
+      std::vector<torch::Tensor> params;
+      for (auto& p : a->parameters()) params.push_back(p.detach().clone());
+      torch::nn::functional::cross_entropy(a->forward(torch::randn({4, 1, 28, 28})), torch::randint(0, 3, {4})).backward();
+      train::optimizer_step(*opt_a, torch::ones({}));
+      const auto after = train::optimizer_state(o, *opt_a, *a);
+      REQUIRE(after.size() == before.size());
+      for (size_t i = 0; i < after.size(); ++i)  // rmsprop_tf's count, which it does not read, counts every step
+        if (name != dlrun::OptimName::kRmspropTf || after[i].first.find(".step") == std::string::npos)
+          CHECK(torch::equal(after[i].second, before[i].second));
+      for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(a->parameters()[i], params[i]));
+      for (auto* opt : {opt_a.get(), opt_b.get(), opt_c.get()}) train::set_lr(*opt, 0.02);
+      train_steps(*a, *opt_a, 2, 9);
+      train_steps(*b, *opt_b, 2, 9);
+      train_steps(*c, *opt_c, 2, 9);
+      CHECK(same_params(*a, *b));  // lamb: the bias corrections of step 3 and 4 on both
+      CHECK(same_params(*b, *c));
+      CHECK_FALSE(same_params(*a, *models::build(mo, 1)));
+    }
+  }
+}
+
+namespace {
+
+std::map<std::string, const train::ParamGroup*> group_by_param(const std::vector<train::ParamGroup>& groups) {
+  std::map<std::string, const train::ParamGroup*> m;
+  for (const auto& g : groups)
+    for (const auto& n : g.names) m[n] = &g;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("parameter groups: no decay on biases, norms and embeddings; layer decay by the model's blocks",
+          "[train][optim]") {
+  OptimOptions o;
+  o.weight_decay = 0.05;
+  o.no_decay_norm_bias = true;
+  o.layer_decay = 0.5;
+  ModelOptions m;
+  m.name = "resnet18";
+  m.in_channels = 3;
+  auto resnet = models::build(m, 1, 32);
+  const auto groups = train::param_groups(o, *resnet);
+  const auto by = group_by_param(groups);
+  // 8 blocks: the stem is layer 0 (0.5^9), layer1.0 layer 1, layer4.1 layer 8, fc layer 9 (1).
+  CHECK(by.at("conv1.weight")->layer == 0);
+  CHECK(by.at("conv1.weight")->lr_scale == std::pow(0.5, 9));
+  CHECK(by.at("conv1.weight")->weight_decay == 0.05);
+  CHECK(by.at("bn1.weight")->weight_decay == 0.0);
+  CHECK(by.at("layer1.0.conv1.weight")->layer == 1);
+  CHECK(by.at("layer2.0.downsample.0.weight")->layer == 3);
+  CHECK(by.at("layer4.1.bn2.bias")->layer == 8);
+  CHECK(by.at("layer4.1.bn2.bias")->lr_scale == 0.5);
+  CHECK(by.at("fc.weight")->layer == 9);
+  CHECK(by.at("fc.weight")->lr_scale == 1.0);
+  CHECK(by.at("fc.bias")->weight_decay == 0.0);
+  CHECK(by.size() == resnet->parameters().size());
+  CHECK(groups.front().name == "layer_0.decay");
+  CHECK(groups.back().name == "layer_9.no_decay");
+
+  // set_lr: each group at the schedule's rate times its scale.
+  auto opt = train::build_optimizer(o, *resnet);
+  REQUIRE(opt->param_groups().size() == groups.size());
+  train::set_lr(*opt, 0.2);
+  for (size_t i = 0; i < groups.size(); ++i) CHECK(opt->param_groups()[i].options().get_lr() == 0.2 * groups[i].lr_scale);
+
+  // ConvNeXt: a downsampling layer between two stages joins the next block.
+  m.name = "convnext_tiny";
+  const auto cn = group_by_param(train::param_groups(o, *models::build(m, 1, 32)));
+  CHECK(cn.at("features.0.0.weight")->layer == 0);   // the stem
+  CHECK(cn.at("features.1.2.layer_scale")->layer == 3);
+  CHECK(cn.at("features.2.1.weight")->layer == 4);  // downsampling, then features.3.0 is block 4
+  CHECK(cn.at("features.3.0.block.0.weight")->layer == 4);
+  CHECK(cn.at("classifier.2.weight")->layer == 19);  // 3 + 3 + 9 + 3 blocks, then the head
+  CHECK(cn.at("features.1.2.layer_scale")->weight_decay == 0.0);  // (C, 1, 1), 1-D in timm: no decay there either
+  CHECK(cn.at("features.1.2.block.0.weight")->weight_decay == 0.05);
+
+  // ViT: the class token and position embedding take no decay, and are the stem.
+  m.name = "vit_b_32";
+  m.image_size = 64;
+  const auto vit = group_by_param(train::param_groups(o, *models::build(m, 1, 64)));
+  CHECK(vit.at("class_token")->weight_decay == 0.0);
+  CHECK(vit.at("encoder.pos_embedding")->weight_decay == 0.0);
+  CHECK(vit.at("encoder.pos_embedding")->layer == 0);
+  CHECK(vit.at("conv_proj.weight")->weight_decay == 0.05);
+  CHECK(vit.at("encoder.layers.encoder_layer_11.mlp.3.weight")->layer == 12);
+  CHECK(vit.at("encoder.ln.weight")->layer == 12);  // the final norm joins the last block, as timm's
+  CHECK(vit.at("heads.head.weight")->layer == 13);
+  CHECK(vit.at("heads.head.weight")->lr_scale == 1.0);
+
+  // Swin: the relative position bias tables take no decay.
+  m.name = "swin_t";
+  m.image_size = 0;
+  const auto swin = group_by_param(train::param_groups(o, *models::build(m, 1, 64)));
+  CHECK(swin.at("features.1.0.attn.relative_position_bias_table")->weight_decay == 0.0);
+  CHECK(swin.at("features.1.0.attn.qkv.weight")->weight_decay == 0.05);
+
+  // Without no_decay_norm_bias every parameter decays; without layer decay: one group.
+  OptimOptions plain;
+  plain.weight_decay = 0.05;
+  const auto one = train::param_groups(plain, *resnet);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].name == "decay");
+  CHECK(one[0].lr_scale == 1.0);
+
+  // A layer decay needs one of dlrun's models.
+  torch::nn::Linear lin(4, 2);
+  CHECK_THROWS_AS(train::param_groups(o, *lin), Error);
 }

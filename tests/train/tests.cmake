@@ -1,0 +1,8 @@
+# Python-side training tests.
+if(DLRUN_PYTHON)
+  # optim.layer_decay and no_decay_norm_bias give a member of each family timm's rate scales and
+  # weight decays (dlrun info --json against timm's param_groups_layer_decay).
+  add_test(NAME py:layer_decay_timm COMMAND ${DLRUN_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/layer_decay_timm.py
+                                            $<TARGET_FILE:dlrun>)
+  set_tests_properties(py:layer_decay_timm PROPERTIES LABELS python TIMEOUT 300)
+endif()
