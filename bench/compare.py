@@ -21,6 +21,9 @@ Workloads (--workloads, comma-separated; `cpu` and `gpu` name the groups):
                      gradient all-reduce machinery over the plain step (not in the `cpu` group)
   pipeline           the input pipeline alone on generated JPEGs (random-resized crop 224, flip):
                      `dlrun bench data` vs torchvision ImageFolder + DataLoader (PIL), 1..N workers
+  pipeline-recipe    the same with the augmentation of torchvision's ImageNet recipes: random-resized
+                     crop 224, flip, TrivialAugmentWide (bilinear), normalize, random erasing (p 0.1),
+                     as references/classification/presets.py builds it (v1 transforms on PIL images)
   gpu-resnet18       resnet18 28x28 batch 512, bf16, channels_last, data on the GPU (+ CUDA graphs)
   gpu-resnet50       resnet50 224x224 synthetic batch 256, bf16, channels_last, data on the GPU
   gpu-resnet50-jpeg  resnet50 on the generated JPEG folder, loaders on (input pipeline included)
@@ -87,6 +90,7 @@ ZOO = {"resnet18": {}, "mobilenet_v3_small": {"dropout": 0.2}, "efficientnet_b0"
 for _name, _extra in ZOO.items():
     WORKLOADS["zoo-" + _name] = dict(model=_name, batch=32, data="synthetic", side=64, channels=3, device="cpu",
                                      augment=[], zoo=_extra)
+PIPELINES = ("pipeline", "pipeline-recipe")
 GROUPS = {"cpu": [k for k in WORKLOADS if k.startswith("cpu-") and not k.endswith("-ddp1")] + ["pipeline"],
           "gpu": [k for k in WORKLOADS if k.startswith("gpu-")],
           "zoo": [k for k in WORKLOADS if k.startswith("zoo-")]}
@@ -343,14 +347,25 @@ def make_jpegs(root, n, side=320):
     return root
 
 
-def pipeline_rows(a, jpeg_root, log_dir):
+def pipeline_rows(a, jpeg_root, log_dir, recipe=False):
     import torch
     import torchvision.transforms as T
     from torchvision.datasets import ImageFolder
     rows = []
+    bilinear = T.InterpolationMode.BILINEAR
+    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    if recipe:  # references/classification/presets.py, ClassificationPresetTrain(auto_augment_policy="ta_wide")
+        augment = ["data.augment=[resized_crop,flip,trivial_augment,erase]", "data.erase_p=0.1",
+                   "data.policy_interpolation=bilinear"]
+        theirs_tf = T.Compose([T.RandomResizedCrop(224, interpolation=bilinear), T.RandomHorizontalFlip(),
+                               T.TrivialAugmentWide(interpolation=bilinear), T.PILToTensor(),
+                               T.ConvertImageDtype(torch.float), norm, T.RandomErasing(p=0.1)])
+    else:
+        augment = ["data.augment=[resized_crop,flip]"]
+        theirs_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), norm])
     for workers in sorted({1, a.workers, os.cpu_count() or 1}):
         cmd = [a.dlrun, "bench", "data", os.path.join(ROOT, "configs", "quickstart.yaml"), "data.name=image_folder",
-               f"data.root={jpeg_root}", "data.image_size=224", "data.augment=[resized_crop,flip]",
+               f"data.root={jpeg_root}", "data.image_size=224", *augment,
                f"data.workers={workers}", "data.batch_size=64", "model.in_channels=3", "--batches", "30",
                "--warmup", "3", "--json"]
         ours_runs, theirs_runs = [], []
@@ -359,9 +374,7 @@ def pipeline_rows(a, jpeg_root, log_dir):
             if p.returncode != 0:
                 raise SystemExit(f"dlrun bench data failed:\n{p.stdout}")
             ours_runs.append(json.loads(p.stdout.strip().splitlines()[-1])["images_per_s"])
-            ds = ImageFolder(os.path.join(jpeg_root, "train"), T.Compose([
-                T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
-                T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
+            ds = ImageFolder(os.path.join(jpeg_root, "train"), theirs_tf)
             dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
                                              persistent_workers=True, drop_last=True)
             def endless():  # epochs back to back, as dlrun's loader runs them
@@ -377,7 +390,8 @@ def pipeline_rows(a, jpeg_root, log_dir):
             del it, dl
         ours, theirs = statistics.median(ours_runs), statistics.median(theirs_runs)
         rows.append((workers, ours, theirs))
-        print(f"pipeline, {workers} worker(s): dlrun {ours:.0f} img/s, torchvision {theirs:.0f} img/s", flush=True)
+        print(f"pipeline{'-recipe' if recipe else ''}, {workers} worker(s): dlrun {ours:.0f} img/s, "
+              f"torchvision {theirs:.0f} img/s", flush=True)
     return rows
 
 
@@ -449,8 +463,8 @@ def main():
     for n in a.workloads.split(","):
         names += GROUPS.get(n, [n])
     for n in names:
-        if n not in WORKLOADS and n != "pipeline":
-            raise SystemExit(f"unknown workload {n}; known: {', '.join(list(WORKLOADS) + ['pipeline'])}")
+        if n not in WORKLOADS and n not in PIPELINES:
+            raise SystemExit(f"unknown workload {n}; known: {', '.join(list(WORKLOADS) + list(PIPELINES))}")
     warm = 20
     if a.steps < warm + 20:
         raise SystemExit(f"--steps {a.steps}: at least {warm + 20} (the first {warm} are warm-up; the rate needs two "
@@ -458,9 +472,9 @@ def main():
     log_dir = a.out or tempfile.mkdtemp(prefix="dlrun-compare-logs-")
     os.makedirs(log_dir, exist_ok=True)
     jpeg_root = ""
-    if any(n == "pipeline" or WORKLOADS[n]["data"] == "jpeg" for n in names):
+    if any(n in PIPELINES or WORKLOADS[n]["data"] == "jpeg" for n in names):
         jpeg_root = make_jpegs(os.path.join(tempfile.gettempdir(), "dlrun-compare-jpegs"), a.jpegs)
-    rows, zoo_rows, pipeline, failed = [], [], [], []
+    rows, zoo_rows, pipeline, recipe, failed = [], [], [], [], []
 
     def med(runs):
         return {"ips": statistics.median(x["ips"] for x in runs),
@@ -470,8 +484,11 @@ def main():
 
     for n in names:
         try:  # one workload failing (a missing data set, a side that cannot start) leaves the others
-            if n == "pipeline":
-                pipeline = pipeline_rows(a, jpeg_root, log_dir)
+            if n in PIPELINES:
+                if n == "pipeline":
+                    pipeline = pipeline_rows(a, jpeg_root, log_dir)
+                else:
+                    recipe = pipeline_rows(a, jpeg_root, log_dir, recipe=True)
                 continue
             w = WORKLOADS[n]
             root = jpeg_root if w["data"] == "jpeg" else ""
@@ -530,12 +547,16 @@ def main():
             lines.append(f"| {n} | {o['ips']:.1f} | {t['ips']:.1f} | {c['ips']:.1f} | **{o['ips'] / t['ips']:.2f}** | "
                          f"**{o['ips'] / c['ips']:.2f}** | {o['peak_mb']:.0f} / {t['peak_mb']:.0f} / {c['peak_mb']:.0f} |")
         lines.append("")
-    if pipeline:
-        lines += ["Input pipeline alone (generated 320x320 JPEGs, random-resized crop 224 + flip, batch 64): "
+    for rows_, what in ((pipeline, "random-resized crop 224 + flip"),
+                        (recipe, "random-resized crop 224 + flip + TrivialAugmentWide (bilinear) + normalize + "
+                                 "random erasing p 0.1, torchvision's ImageNet recipe")):
+        if not rows_:
+            continue
+        lines += [f"Input pipeline alone (generated 320x320 JPEGs, {what}, batch 64): "
                   "`dlrun bench data` vs torchvision `ImageFolder` + `DataLoader` (PIL).", "",
                   "| workers | dlrun img/s | per worker | torchvision img/s | per worker | ratio |",
                   "| --- | --- | --- | --- | --- | --- |"]
-        for workers, o, t in pipeline:
+        for workers, o, t in rows_:
             lines.append(f"| {workers} | {o:.0f} | {o / workers:.0f} | {t:.0f} | {t / workers:.0f} | **{o / t:.2f}** |")
         lines.append("")
     for n, why in failed:

@@ -40,6 +40,8 @@ enum class SaveErrorPolicy { kContinue, kStop };
 enum class BadSamplePolicy { kError, kSkip };
 enum class FusedKernels { kAuto, kOn, kOff, kCudnn };
 enum class MicroBatch { kOff, kAuto };
+enum class AutoAugmentPolicy { kImagenet, kCifar10, kSvhn };
+enum class PolicyInterpolation { kNearest, kBilinear };
 enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
@@ -79,6 +81,12 @@ template <> struct EnumNames<FusedKernels> {
   static constexpr std::array<const char*, 4> names{"auto", "true", "false", "cudnn"};
 };
 template <> struct EnumNames<MicroBatch> { static constexpr std::array<const char*, 2> names{"off", "auto"}; };
+template <> struct EnumNames<PolicyInterpolation> {
+  static constexpr std::array<const char*, 2> names{"nearest", "bilinear"};
+};
+template <> struct EnumNames<AutoAugmentPolicy> {
+  static constexpr std::array<const char*, 3> names{"imagenet", "cifar10", "svhn"};
+};
 
 /// Float keys that also accept `auto` hold it as NaN.
 inline bool is_auto(double v) { return v != v; }
@@ -166,6 +174,13 @@ struct DataOptions {
   double rotate_degrees = 15.0;
   double translate_frac = 0.1;
   double erase_p = 0.5;
+  // The automatic augmentation policies (data/policies.h), as torchvision's classes take them.
+  int64_t magnitude_bins = 31;          ///< trivial_augment, rand_augment: num_magnitude_bins
+  int64_t rand_augment_ops = 2;         ///< rand_augment: num_ops
+  int64_t rand_augment_magnitude = 9;   ///< rand_augment: magnitude, a bin of the table
+  AutoAugmentPolicy auto_augment_policy = AutoAugmentPolicy::kImagenet;  ///< auto_augment: which policy
+  /// How the policies' shears, translations and rotations sample (torchvision's interpolation)
+  PolicyInterpolation policy_interpolation = PolicyInterpolation::kNearest;
   bool normalize = true;
   std::vector<double> mean;
   std::vector<double> std;

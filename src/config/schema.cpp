@@ -167,6 +167,17 @@ std::vector<Section> describe(Config& c) {
       F("rotate_degrees", o.rotate_degrees, 0, 180, "maximum rotation of `rotate`"),
       F("translate_frac", o.translate_frac, 0, 1, "maximum shift of `translate`, as a fraction of the size"),
       F("erase_p", o.erase_p, 0, 1, "probability of `erase` (random erasing)"),
+      I("magnitude_bins", o.magnitude_bins, 2, 1000,
+        "trivial_augment, rand_augment: the number of magnitude bins of each operation's table (torchvision's "
+        "num_magnitude_bins)"),
+      I("rand_augment_ops", o.rand_augment_ops, 0, 100, "rand_augment: operations applied to each image (num_ops)"),
+      I("rand_augment_magnitude", o.rand_augment_magnitude, 0, 999,
+        "rand_augment: the magnitude, a bin of each table (below data.magnitude_bins; torchvision's 9 of 31)"),
+      En("auto_augment_policy", o.auto_augment_policy,
+         "auto_augment: the learned policy (torchvision's AutoAugmentPolicy: imagenet, cifar10, svhn)"),
+      En("policy_interpolation", o.policy_interpolation,
+         "the policies' shears, translations and rotations: nearest pixel (the torchvision classes' default) or "
+         "bilinear (what torchvision's classification recipes pass them)"),
       B("normalize", o.normalize, "normalize with mean/std"),
       FL("mean", o.mean, -kInf, kInf, "per-channel mean (empty: the dataset's default)"),
       FL("std", o.std, 0, kInf, "per-channel std (empty: the dataset's default)"),

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "base/fsutil.h"
@@ -141,6 +142,21 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.run.device == "cpu") check_device_fit(c, false, "cpu");
   if (c.data.device_resident && c.data.augment.size() && c.data.workers > 0)
     warnings.push_back("data.workers is unused with data.device_resident: true");
+
+  // The automatic augmentation policies (src/data/policies.h).
+  std::vector<std::string> policies;
+  for (const auto& a : c.data.augment)
+    if (a == "trivial_augment" || a == "rand_augment" || a == "auto_augment") policies.push_back(a);
+  if (policies.size() > 1)
+    c.refuse("data.augment", fmt::format("{} and {}: one automatic augmentation policy at a time", policies[0], policies[1]));
+  if (!policies.empty() && c.data.device_resident)
+    c.refuse("data.augment", fmt::format("{} runs in the loader's CPU workers, not on the device", policies[0]),
+             "set data.device_resident: false");
+  const bool rand_augment = std::find(policies.begin(), policies.end(), "rand_augment") != policies.end();
+  if (rand_augment && c.data.rand_augment_magnitude >= c.data.magnitude_bins)
+    c.refuse("data.rand_augment_magnitude",
+             fmt::format("{} is not a bin of the tables of data.magnitude_bins {} (0 to {})",
+                         c.data.rand_augment_magnitude, c.data.magnitude_bins, c.data.magnitude_bins - 1));
 
   // Validation, the best checkpoint, early stopping.
   if (c.data.val_fraction > 0 && c.data.name == "webdataset")

@@ -13,7 +13,8 @@
 namespace dlrun::data {
 
 const std::vector<std::string>& augment_names() {
-  static const std::vector<std::string> n = {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"};
+  static const std::vector<std::string> n = {"flip",  "vflip", "crop",            "resized_crop", "rotate",
+                                             "translate", "erase", "trivial_augment", "rand_augment", "auto_augment"};
   return n;
 }
 
@@ -35,6 +36,7 @@ Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool tr
     else if (a == "rotate") p.rotate = true;
     else if (a == "translate") p.translate = true;
     else if (a == "erase") p.erase = true;
+    else if (a == "trivial_augment" || a == "rand_augment" || a == "auto_augment") continue;  // policy_config
     else {
       std::string valid;
       for (const auto& n : augment_names()) valid += (valid.empty() ? "" : ", ") + n;
@@ -52,6 +54,7 @@ Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool tr
   }
   if (!train && p.resized_crop) p.center_ratio = 0.875;
   if (!train) p.flip = p.vflip = p.crop = p.resized_crop = p.rotate = p.translate = p.erase = false;
+  if (train) p.policy = policy_config(opts, p.channels);
   p.crop_padding = opts.crop_padding;
   if (opts.resized_crop_scale.size() == 2) {
     p.scale_lo = opts.resized_crop_scale[0];
@@ -172,6 +175,10 @@ SampleParams draw_params(const Pipeline& p, uint64_t seed, int64_t epoch, int64_
   if (p.erase) {
     SampleRng rng = stream(kStreamErase);
     erase_box(p, rng, sp);
+  }
+  if (p.policy.kind != PolicyKind::kNone) {
+    SampleRng rng = stream(kStreamPolicy);
+    sp.ops = draw_policy(p.policy, rng, p.out_h, p.out_w);
   }
   return sp;
 }

@@ -55,6 +55,7 @@ enum Stream : uint64_t {
   kStreamErase,
   kStreamShardOrder,   ///< webdataset: the order of the shards in an epoch
   kStreamShardBlock,   ///< webdataset: the order of the samples within a block of shards
+  kStreamPolicy,       ///< the automatic augmentation policy's operations and magnitudes
 };
 
 }  // namespace dlrun::data

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/numbers.h"
+#include "data/image_ops.h"
 #include "data/transforms.h"
 
 namespace dlrun::data {
@@ -59,6 +60,7 @@ Taps make_taps(int64_t src_n, double b0, double bl, int64_t out_n) {
 /// samples were in the kernel, mostly page faults, on generated 320x320 JPEGs).
 struct Scratch {
   std::vector<float> line, b, r, tmp;
+  U8Image u8;
   static float* take(std::vector<float>& v, size_t n) {
     if (v.size() < n) v.resize(n);
     return v.data();
@@ -164,6 +166,20 @@ void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& 
       for (int64_t y = 0; y < oh; ++y) std::reverse(pl + y * ow, pl + (y + 1) * ow);
     if (sp.vflip)
       for (int64_t y = 0; y < oh / 2; ++y) std::swap_ranges(pl + y * ow, pl + (y + 1) * ow, pl + (oh - 1 - y) * ow);
+  }
+
+  if (!sp.ops.empty()) {  // the policy, on the image rounded to uint8 as a cropped PIL image is
+    U8Image& img = scratch.u8;
+    img.c = c;
+    img.h = oh;
+    img.w = ow;
+    img.px.resize(static_cast<size_t>(c * plane));
+    uint8_t* q = img.px.data();
+    for (int64_t i = 0; i < c * plane; ++i)  // round half up; plain min/max and conversions: vectorised
+      q[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(std::max(b[i], 0.0f), 1.0f) * 255.0f + 0.5f));
+    for (const OpDraw& d : sp.ops) apply_op(d.op, d.magnitude, img, p.policy.sampling);
+    q = img.px.data();
+    for (int64_t i = 0; i < c * plane; ++i) b[i] = static_cast<float>(q[i]) / 255.0f;
   }
 
   if (sp.angle_deg != 0 || sp.shift_x != 0 || sp.shift_y != 0) {

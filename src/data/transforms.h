@@ -2,8 +2,9 @@
 // transforms.cpp) and the device-resident path (device_augment.cpp).
 //
 // Order: base geometry (random resized crop, or resize + center crop when data.image_size
-// > 0) -> flip -> vflip -> rotate/translate (one affine map) -> crop (zero padding) ->
-// normalize -> erase. Every random parameter of a sample is drawn by draw_params() from
+// > 0) -> flip -> vflip -> the automatic augmentation policy (on the image rounded to uint8, as
+// torchvision's presets apply it to the cropped PIL image) -> rotate/translate (one affine map) ->
+// crop (zero padding) -> normalize -> erase. Every random parameter of a sample is drawn by draw_params() from
 // (seed, epoch, dataset index) alone, one stream per transform.
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include "config/options.h"
 #include "data/dataset.h"
+#include "data/policies.h"
 
 namespace dlrun::data {
 
@@ -30,6 +32,7 @@ struct Pipeline {
   int64_t crop_padding = 4;
   double scale_lo = 0.08, scale_hi = 1.0;
   double rotate_degrees = 15.0, translate_frac = 0.1, erase_p = 0.5;
+  PolicyConfig policy;  ///< data.augment's trivial_augment, rand_augment or auto_augment
   bool normalize = true;
   std::vector<float> mean, std;
 };
@@ -49,6 +52,7 @@ struct SampleParams {
   int64_t crop_y = 0, crop_x = 0;                  ///< crop offset in the padded image, 0..2*padding
   bool erase = false;
   int64_t erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
+  std::vector<OpDraw> ops;  ///< the policy's operations, in order (none: the image stays float)
   bool identity_base(int64_t h, int64_t w, const Pipeline& p) const {
     return box_y == 0 && box_x == 0 && box_h == h && box_w == w && p.out_h == h && p.out_w == w;
   }

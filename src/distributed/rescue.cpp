@@ -24,7 +24,7 @@ namespace {
 constexpr double kSettleS = 3.0;    ///< in the survivors' own store: no new report for this long, and they are all
 constexpr double kWriterSilentS = 5.0;  ///< the writer's beat in the meeting store stopped this long: it is gone
 
-std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::string as_text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
@@ -194,7 +194,7 @@ RescueDecision Rescue::agree(const RescueReport& mine) {
 RescueDecision Rescue::agree_in(const c10::intrusive_ptr<c10d::Store>& store, double peer_s, double op_s) {
   const World& w = group_.world;
   auto reported_now = [&] {
-    return ranks_in(text_of(on(store, op_s, "the reports", [](c10d::Store& st) { return st.get("reported"); })));
+    return ranks_in(as_text(on(store, op_s, "the reports", [](c10d::Store& st) { return st.get("reported"); })));
   };
 
   // Wait for the other survivors: in the rendezvous store, every rank whose heartbeat still
@@ -240,13 +240,13 @@ RescueDecision Rescue::agree_in(const c10::intrusive_ptr<c10d::Store>& store, do
   }
   std::vector<RescueReport> reports;
   for (int r : reported) {
-    const auto rj = nlohmann::json::parse(text_of(
+    const auto rj = nlohmann::json::parse(as_text(
         on(store, op_s, "a report", [r](c10d::Store& st) { return st.get(fmt::format("report/{}", r)); })));
     reports.push_back({rj.at("rank").get<int>(), rj.at("step").get<int64_t>(), rj.at("exact").get<bool>()});
   }
   // One decision for all: the first survivor's to be written.
   const std::string proposed = to_text(decide(reports, w.size));
-  s_->decision = decision_from(text_of(on(store, op_s, "the decision", [proposed](c10d::Store& st) {
+  s_->decision = decision_from(as_text(on(store, op_s, "the decision", [proposed](c10d::Store& st) {
     return st.compareSet("decision", {}, bytes_of(proposed));
   })));
   const auto& d = s_->decision;
@@ -287,7 +287,7 @@ std::string Rescue::await_committed() {
       sleep_s(0.1);
     }
     const std::string outcome =
-        text_of(on(store, op_s, "the outcome", [](c10d::Store& st) { return st.get("outcome"); }));
+        as_text(on(store, op_s, "the outcome", [](c10d::Store& st) { return st.get("outcome"); }));
     linger();
     return outcome == "ok" ? std::string() : outcome;
   } catch (const DeadlineExceeded& e) {
