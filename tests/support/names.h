@@ -25,7 +25,9 @@ inline const std::map<std::string, std::vector<std::string>>& registry_names() {
         "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "swin_t", "swin_s", "swin_b",
         "swin_v2_t", "swin_v2_s", "swin_v2_b"}},
       {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
-      {"data.augment", {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase"}},
+      {"data.augment",
+       {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase", "trivial_augment", "rand_augment",
+        "auto_augment"}},
   };
   return names;
 }
