@@ -42,6 +42,7 @@ enum class FusedKernels { kAuto, kOn, kOff, kCudnn };
 enum class MicroBatch { kOff, kAuto };
 enum class AutoAugmentPolicy { kImagenet, kCifar10, kSvhn };
 enum class PolicyInterpolation { kNearest, kBilinear };
+enum class EraseValue { kZero, kPerChannel, kPerPixel };
 enum class EvalMetric { kNone, kAccuracy, kTop5, kLoss };
 
 /// The config spelling of each value of an enum, indexed by the enum's value.
@@ -83,6 +84,9 @@ template <> struct EnumNames<FusedKernels> {
 template <> struct EnumNames<MicroBatch> { static constexpr std::array<const char*, 2> names{"off", "auto"}; };
 template <> struct EnumNames<PolicyInterpolation> {
   static constexpr std::array<const char*, 2> names{"nearest", "bilinear"};
+};
+template <> struct EnumNames<EraseValue> {
+  static constexpr std::array<const char*, 3> names{"zero", "per_channel", "per_pixel"};
 };
 template <> struct EnumNames<AutoAugmentPolicy> {
   static constexpr std::array<const char*, 3> names{"imagenet", "cifar10", "svhn"};
@@ -174,6 +178,9 @@ struct DataOptions {
   double rotate_degrees = 15.0;
   double translate_frac = 0.1;
   double erase_p = 0.5;
+  std::vector<double> erase_scale = {0.02, 0.33};  ///< the erased box's share of the image
+  std::vector<double> erase_ratio = {0.3, 3.3};    ///< its aspect ratio (height / width)
+  EraseValue erase_value = EraseValue::kZero;      ///< what fills it (normalized values)
   // The automatic augmentation policies (data/policies.h), as torchvision's classes take them.
   int64_t magnitude_bins = 31;          ///< trivial_augment, rand_augment: num_magnitude_bins
   int64_t rand_augment_ops = 2;         ///< rand_augment: num_ops
@@ -258,6 +265,11 @@ struct TrainOptions {
   MicroBatch micro_batch = MicroBatch::kOff;
   double clip_grad_norm = 0.0;
   double label_smoothing = 0.0;
+  // Batch mixing (train/step/mixing.h): MixUp and CutMix as torchvision's, chosen as timm's Mixup.
+  double mixup_alpha = 0.0;      ///< MixUp's Beta(alpha, alpha) (0: off)
+  double cutmix_alpha = 0.0;     ///< CutMix's Beta(alpha, alpha) (0: off)
+  double mix_prob = 1.0;         ///< the share of micro-batches mixed
+  double mix_switch_prob = 0.5;  ///< with both: the share mixed by CutMix
   int64_t eval_every_epochs = 1;
   int64_t eval_every_steps = 0;
   bool eval_at_end = true;

@@ -167,6 +167,14 @@ std::vector<Section> describe(Config& c) {
       F("rotate_degrees", o.rotate_degrees, 0, 180, "maximum rotation of `rotate`"),
       F("translate_frac", o.translate_frac, 0, 1, "maximum shift of `translate`, as a fraction of the size"),
       F("erase_p", o.erase_p, 0, 1, "probability of `erase` (random erasing)"),
+      FL("erase_scale", o.erase_scale, 0, 1,
+         "`erase`: [min, max] of the erased box's share of the image (torchvision's scale, timm's min_area/max_area)"),
+      FL("erase_ratio", o.erase_ratio, 0, 1e3,
+         "`erase`: [min, max] of the box's aspect ratio, height over width, drawn log-uniformly (torchvision's ratio)"),
+      En("erase_value", o.erase_value,
+         "`erase`: what fills the box, in normalized values: zero (torchvision's value=0, timm's mode const), "
+         "per_channel (a standard normal value per channel: timm's mode rand), per_pixel (one per value: "
+         "torchvision's value='random', timm's mode pixel)"),
       I("magnitude_bins", o.magnitude_bins, 2, 1000,
         "trivial_augment, rand_augment: the number of magnitude bins of each operation's table (torchvision's "
         "num_magnitude_bins)"),
@@ -277,7 +285,19 @@ std::vector<Section> describe(Config& c) {
          "in two, again until it fits (down to one sample), and the split is kept, checkpointed and resumed; off: "
          "an out-of-memory error ends the run (exit 1)"),
       F("clip_grad_norm", o.clip_grad_norm, 0, 1e9, "clip the global gradient norm to this (0: off)"),
-      F("label_smoothing", o.label_smoothing, 0, 0.99, "cross-entropy label smoothing"),
+      F("label_smoothing", o.label_smoothing, 0, 0.99,
+        "cross-entropy label smoothing (with mixing: of the mixed targets, as timm's Mixup smooths them)"),
+      F("mixup_alpha", o.mixup_alpha, 0, 1e3,
+        "MixUp (torchvision.transforms.v2.MixUp): each micro-batch blended with itself rolled by one, weight "
+        "lambda ~ Beta(alpha, alpha), and the targets likewise (0: off; torchvision's recipes: 0.2)"),
+      F("cutmix_alpha", o.cutmix_alpha, 0, 1e3,
+        "CutMix (torchvision.transforms.v2.CutMix): a box of the rolled micro-batch pasted in, its area from "
+        "lambda ~ Beta(alpha, alpha), the targets weighted by the area (0: off; torchvision's recipes: 1.0)"),
+      F("mix_prob", o.mix_prob, 0, 1, "with mixup_alpha or cutmix_alpha: the probability that a micro-batch is mixed "
+        "(timm's mixup_prob)"),
+      F("mix_switch_prob", o.mix_switch_prob, 0, 1,
+        "with both mixup_alpha and cutmix_alpha: the probability that a mixed micro-batch takes CutMix rather than "
+        "MixUp (timm's mixup_switch_prob; torchvision's recipes pick either with 0.5)"),
       I("eval_every_epochs", o.eval_every_epochs, 0, 1e6, "evaluate every N epochs (0: off)"),
       I("eval_every_steps", o.eval_every_steps, 0, 1e12, "evaluate every N steps (0: off)"),
       B("eval_at_end", o.eval_at_end, "evaluate after the last step"),

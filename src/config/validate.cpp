@@ -112,6 +112,14 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   if (c.data.resized_crop_scale.size() != 2 || c.data.resized_crop_scale[0] > c.data.resized_crop_scale[1] ||
       c.data.resized_crop_scale[0] <= 0)
     c.refuse("data.resized_crop_scale", "expected [min, max] with 0 < min <= max <= 1");
+  if (c.data.erase_scale.size() != 2 || c.data.erase_scale[0] > c.data.erase_scale[1] || c.data.erase_scale[0] <= 0)
+    c.refuse("data.erase_scale", "expected [min, max] with 0 < min <= max <= 1");
+  if (c.data.erase_ratio.size() != 2 || c.data.erase_ratio[0] > c.data.erase_ratio[1] || c.data.erase_ratio[0] <= 0)
+    c.refuse("data.erase_ratio", "expected [min, max] with 0 < min <= max");
+  if (c.data.erase_value != EraseValue::kZero && c.data.device_resident)
+    c.refuse("data.erase_value", fmt::format("{}: the device-resident path erases with zeros only",
+                                             name_of(c.data.erase_value)),
+             "set data.erase_value: zero, or data.device_resident: false");
 
   // Model.
   if (c.model.name == "mlp" && c.model.hidden.empty()) c.refuse("model.hidden", "mlp needs at least one hidden layer");

@@ -1,5 +1,6 @@
 // Resolving the pipeline from the options, and drawing each sample's random parameters.
-// The draws follow torchvision's RandomResizedCrop / RandomErasing / RandomAffine recipes;
+// The draws follow torchvision's RandomResizedCrop / RandomErasing / RandomAffine recipes
+// (RandomErasing's scale and ratio: data.erase_scale, data.erase_ratio);
 // each transform reads its own stream keyed by (seed, epoch, index), so the result does not
 // depend on which other transforms are on, on the worker, or on the batch.
 #include <algorithm>
@@ -63,6 +64,15 @@ Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool tr
   p.rotate_degrees = opts.rotate_degrees;
   p.translate_frac = opts.translate_frac;
   p.erase_p = opts.erase_p;
+  if (opts.erase_scale.size() == 2) {
+    p.erase_scale_lo = opts.erase_scale[0];
+    p.erase_scale_hi = opts.erase_scale[1];
+  }
+  if (opts.erase_ratio.size() == 2) {
+    p.erase_ratio_lo = opts.erase_ratio[0];
+    p.erase_ratio_hi = opts.erase_ratio[1];
+  }
+  p.erase_value = opts.erase_value;
   p.normalize = opts.normalize;
   const std::vector<double>& mean = opts.mean.empty() ? info.mean : opts.mean;
   const std::vector<double>& std = opts.std.empty() ? info.std : opts.std;
@@ -127,9 +137,9 @@ void resized_crop_box(const Pipeline& p, SampleRng& rng, int64_t h, int64_t w, S
 void erase_box(const Pipeline& p, SampleRng& rng, SampleParams& sp) {
   if (!rng.bernoulli(p.erase_p)) return;
   const double area = static_cast<double>(p.out_h * p.out_w);
-  const double lr0 = std::log(0.3), lr1 = std::log(3.3);
+  const double lr0 = std::log(p.erase_ratio_lo), lr1 = std::log(p.erase_ratio_hi);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    double target = area * rng.uniform(0.02, 0.33);
+    double target = area * rng.uniform(p.erase_scale_lo, p.erase_scale_hi);
     double ratio = std::exp(rng.uniform(lr0, lr1));
     int64_t eh = std::llround(std::sqrt(target * ratio));
     int64_t ew = std::llround(std::sqrt(target / ratio));
@@ -139,6 +149,7 @@ void erase_box(const Pipeline& p, SampleRng& rng, SampleParams& sp) {
       sp.erase_x = rng.below(p.out_w - ew + 1);
       sp.erase_h = eh;
       sp.erase_w = ew;
+      sp.erase_key = rng.next();  // the fill's own stream (erase_value per_channel, per_pixel)
       return;
     }
   }

@@ -38,6 +38,12 @@ class SampleRng {
   /// Uniform integer in [0, n), n > 0.
   int64_t below(int64_t n) { return static_cast<int64_t>(uniform() * static_cast<double>(n)); }
   bool bernoulli(double p) { return uniform() < p; }
+  /// Standard normal (Box-Muller, one value per two uniforms).
+  double normal() {
+    double u = uniform();
+    while (u <= 0) u = uniform();
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * uniform());
+  }
 
  private:
   uint64_t state_;
@@ -56,6 +62,7 @@ enum Stream : uint64_t {
   kStreamShardOrder,   ///< webdataset: the order of the shards in an epoch
   kStreamShardBlock,   ///< webdataset: the order of the samples within a block of shards
   kStreamPolicy,       ///< the automatic augmentation policy's operations and magnitudes
+  kStreamMix,          ///< MixUp / CutMix: a micro-batch's choice, lambda and box (keyed by step)
 };
 
 }  // namespace dlrun::data

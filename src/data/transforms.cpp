@@ -8,6 +8,7 @@
 
 #include "base/numbers.h"
 #include "data/image_ops.h"
+#include "data/sample_rng.h"
 #include "data/transforms.h"
 
 namespace dlrun::data {
@@ -212,10 +213,21 @@ void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& 
     }
   }
 
-  if (sp.erase)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t y = sp.erase_y; y < sp.erase_y + sp.erase_h; ++y)
-        std::fill(out + ch * plane + y * ow + sp.erase_x, out + ch * plane + y * ow + sp.erase_x + sp.erase_w, 0.0f);
+  if (sp.erase) {
+    // Zeros, or standard normal values (torchvision's value='random', timm's modes rand and
+    // pixel) from the box's own stream: the same after a resume.
+    SampleRng rng(sp.erase_key);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const float channel_value = p.erase_value == EraseValue::kPerChannel ? static_cast<float>(rng.normal()) : 0.0f;
+      for (int64_t y = sp.erase_y; y < sp.erase_y + sp.erase_h; ++y) {
+        float* row = out + ch * plane + y * ow + sp.erase_x;
+        if (p.erase_value == EraseValue::kPerPixel)
+          for (int64_t x = 0; x < sp.erase_w; ++x) row[x] = static_cast<float>(rng.normal());
+        else
+          std::fill(row, row + sp.erase_w, channel_value);
+      }
+    }
+  }
 }
 
 }  // namespace dlrun::data

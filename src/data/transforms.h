@@ -32,6 +32,8 @@ struct Pipeline {
   int64_t crop_padding = 4;
   double scale_lo = 0.08, scale_hi = 1.0;
   double rotate_degrees = 15.0, translate_frac = 0.1, erase_p = 0.5;
+  double erase_scale_lo = 0.02, erase_scale_hi = 0.33, erase_ratio_lo = 0.3, erase_ratio_hi = 3.3;
+  EraseValue erase_value = EraseValue::kZero;
   PolicyConfig policy;  ///< data.augment's trivial_augment, rand_augment or auto_augment
   bool normalize = true;
   std::vector<float> mean, std;
@@ -52,6 +54,7 @@ struct SampleParams {
   int64_t crop_y = 0, crop_x = 0;                  ///< crop offset in the padded image, 0..2*padding
   bool erase = false;
   int64_t erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
+  uint64_t erase_key = 0;  ///< the stream of the box's random values (erase_value per_channel, per_pixel)
   std::vector<OpDraw> ops;  ///< the policy's operations, in order (none: the image stays float)
   bool identity_base(int64_t h, int64_t w, const Pipeline& p) const {
     return box_y == 0 && box_x == 0 && box_h == h && box_w == w && p.out_h == h && p.out_w == w;

@@ -36,6 +36,7 @@
 #include "train/state/parts.h"
 #include "train/state/resume.h"
 #include "train/start.h"
+#include "train/step/mixing.h"
 #include "train/step/step.h"
 #include "train/trainer.h"
 
@@ -69,6 +70,8 @@ class Trainer {
                 dataset_record(cfg_, c_.data.info), c_.averages.all()}),
         bad_samples_(cfg_.data, st_, report_) {
     st_.last_step = c_.total_steps;
+    if (mixing(cfg_.train))
+      runner_.use_mixing(static_cast<uint64_t>(cfg_.run.seed), c_.placement.rank, cfg_.model.num_classes);
     if (cfg_.train.cuda_graphs) {
       const std::string why = cuda_graph_obstacle(cfg_, c_.placement.device, replicas_.distributed());
       if (why.empty()) runner_.use_cuda_graphs();

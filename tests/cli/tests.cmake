@@ -102,6 +102,21 @@ dlrun_cli_test(config_validate_cycle 2 "cycle_b.yaml:1:7: base: inheritance cycl
                config validate ${_cfg}/cycle_a.yaml)
 dlrun_cli_test(config_validate_missing_base 2 "missing_base.yaml:1:7: base: base file not found: .*no_such_base.yaml"
                config validate ${_cfg}/missing_base.yaml)
+# The recipes' settings that cannot run: exit 2 naming the key and what it accepts.
+dlrun_cli_test(config_validate_two_policies 2 "data.augment: trivial_augment and auto_augment: one automatic augmentation policy at a time"
+               config validate ${_cfg}/good.yaml data.augment=[flip,trivial_augment,auto_augment])
+dlrun_cli_test(config_validate_policy_magnitude 2 "data.rand_augment_magnitude: 31 is not a bin of the tables of data.magnitude_bins 31 \\(0 to 30\\)"
+               config validate ${_cfg}/good.yaml data.augment=[rand_augment] data.rand_augment_magnitude=31)
+dlrun_cli_test(config_validate_policy_name 2 "data.augment\\[0\\]: invalid value 'trivialaugment'.*trivial_augment"
+               config validate ${_cfg}/good.yaml data.augment=[trivialaugment])
+dlrun_cli_test(config_validate_auto_augment_policy 2 "data.auto_augment_policy: invalid value 'imagenet1k'.*imagenet, cifar10, svhn"
+               config validate ${_cfg}/good.yaml data.augment=[auto_augment] data.auto_augment_policy=imagenet1k)
+dlrun_cli_test(config_validate_erase_scale 2 "data.erase_scale: expected \\[min, max\\] with 0 < min <= max <= 1"
+               config validate ${_cfg}/good.yaml data.erase_scale=[0.5,0.1])
+dlrun_cli_test(config_validate_mix_prob 2 "train.mix_prob: .*1"
+               config validate ${_cfg}/good.yaml train.mixup_alpha=0.2 train.mix_prob=1.5)
+dlrun_cli_test(config_validate_layer_decay 2 "optim.layer_decay: .*1"
+               config validate ${_cfg}/good.yaml optim.layer_decay=1.5)
 dlrun_cli_test(config_validate_list_item 2 "bad_list_item.yaml:6:7: data.augment\\[1\\]: invalid value 'rotat'"
                config validate ${_cfg}/bad_list_item.yaml)
 dlrun_cli_test(config_validate_cross_field 2 "multistep.yaml: sched.milestones: multistep needs at least one milestone"

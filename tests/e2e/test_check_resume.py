@@ -30,6 +30,16 @@ def test_an_exact_config_is_identical():
     expect(not os.path.exists(r["work_dir"]), "the work directory of an identical check is removed")
 
 
+def test_mixing_and_a_policy_resume_exactly():
+    """MixUp and CutMix (each micro-batch's choice, lambda and box keyed by the step) with
+    label smoothing, over batches augmented by RandAugment on 3-channel images, on two micro-batches
+    a step: killed and resumed three times, the uninterrupted weights."""
+    p, r = check("--steps", "16", "--interruptions", "3", "--seed", "11", "train.mixup_alpha=0.2",
+                 "train.cutmix_alpha=1.0", "train.mix_prob=0.8", "train.label_smoothing=0.1", "train.grad_accum=2",
+                 "data.augment=[flip,rand_augment]", "data.synthetic_shape=[3,16,16]", "model.in_channels=3")
+    expect(p.returncode == 0 and r["identical"], p.stdout)
+
+
 def test_the_resnet_family_with_grouped_convolutions_resumes_exactly():
     """ResNeXt (a grouped 3x3 in every block): killed and resumed, the uninterrupted weights."""
     p, r = check("--steps", "6", "--interruptions", "2", "--seed", "5", "model.name=resnext50_32x4d",
@@ -131,7 +141,8 @@ def test_bad_flags():
 
 
 if __name__ == "__main__":
-    main([test_an_exact_config_is_identical, test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
+    main([test_an_exact_config_is_identical, test_mixing_and_a_policy_resume_exactly,
+          test_the_resnet_family_with_grouped_convolutions_resumes_exactly,
           test_mobilenets_resume_exactly, test_efficientnet_with_stochastic_depth_resumes_exactly,
           test_regnet_resumes_exactly_under_stage_checkpointing,
           test_convnext_with_stochastic_depth_resumes_exactly_under_block_checkpointing, test_vit_resumes_exactly,

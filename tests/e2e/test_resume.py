@@ -163,8 +163,9 @@ VARIANTS = {
     "lamb with layer decay and no decay on norms (per-group step counts, rate scales)": (
         "optim.name=lamb", "optim.lr=0.002", "optim.eps=1e-6", "optim.weight_decay=0.02",
         "optim.no_decay_norm_bias=true", "optim.layer_decay=0.8", "train.epochs=2"),
-    "rand_augment (each sample's operations from its own stream) + flip + erase": (
-        "data.augment=[flip,rand_augment,erase]", "data.rand_augment_magnitude=15", "train.epochs=2"),
+    "rand_augment (each sample's operations from its own stream) + flip + erase with per-pixel values": (
+        "data.augment=[flip,rand_augment,erase]", "data.rand_augment_magnitude=15", "data.erase_value=per_pixel",
+        "train.epochs=2"),
 }
 
 

@@ -32,6 +32,8 @@ std::string cuda_graph_obstacle(const Config& cfg, const torch::Device& device, 
   if (cfg.model.activation_checkpointing != ActivationCheckpointing::kNone)
     return "model.activation_checkpointing saves and restores RNG states on the host, which a capture cannot";
   if (cfg.model.dtype != ModelDtype::kFloat32) return "model.dtype is not float32";
+  if (cfg.train.mixup_alpha > 0 || cfg.train.cutmix_alpha > 0)
+    return "train.mixup_alpha / cutmix_alpha draw each micro-batch's mixing on the host, which a replay cannot change";
   return "";
 }
 

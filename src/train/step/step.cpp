@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/fault.h"
+#include "train/step/mixing.h"
 #include "train/step/optim.h"
 
 namespace dlrun::train {
@@ -88,8 +89,16 @@ void StepRunner::accumulate(const std::vector<data::Batch>& micro, torch::Tensor
     const auto& b = micro[i];
     const int64_t size = b.x.size(0);
     const int64_t k = split_.pieces(size);
-    const std::vector<torch::Tensor> xs = k > 1 ? b.x.tensor_split(k) : std::vector<torch::Tensor>{b.x};
-    const std::vector<torch::Tensor> ys = k > 1 ? b.y.tensor_split(k) : std::vector<torch::Tensor>{b.y};
+    // Mixed before the split (which then cannot change it); the targets become probabilities.
+    torch::Tensor x = b.x, y = b.y;
+    if (mix_.on) {
+      const MixDraw d = draw_mix(train_, mix_.seed, step_, static_cast<int64_t>(i), mix_.rank, b.x.size(2), b.x.size(3));
+      auto [mx, targets] = apply_mix(d, b.x, b.y, mix_.classes);
+      x = mx;
+      if (targets.defined()) y = targets;
+    }
+    const std::vector<torch::Tensor> xs = k > 1 ? x.tensor_split(k) : std::vector<torch::Tensor>{x};
+    const std::vector<torch::Tensor> ys = k > 1 ? y.tensor_split(k) : std::vector<torch::Tensor>{y};
     for (size_t j = 0; j < xs.size(); ++j) {
       const int64_t piece = xs[j].size(0);
       torch::Tensor loss;
@@ -97,8 +106,8 @@ void StepRunner::accumulate(const std::vector<data::Batch>& micro, torch::Tensor
         RECORD_USER_SCOPE("dlrun::forward");
         const AutocastScope ac = precision_.autocast();
         auto logits = model_.forward(xs[j]);  // (b, classes)
-        loss = torch::nn::functional::cross_entropy(
-            logits.to(model_.dtype()), ys[j],  // float32 under autocast too
+        loss = torch::nn::functional::cross_entropy(  // class indices, or a mixed batch's probabilities
+            logits.to(model_.dtype()), ys[j].is_floating_point() ? ys[j].to(model_.dtype()) : ys[j],  // float32 under autocast too
             torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(train_.label_smoothing));
       }
       if (fault::out_of_memory(step_, attempt, piece))

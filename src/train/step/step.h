@@ -8,6 +8,7 @@
 //   StepSync (sync.h)            the other replicas: gradient averaging, agreed flags
 //   StepTimer (step_timer.h)     forward, backward and optimizer times
 //   StepHook (step_hook.h)       what rides along the step (the weights' moving average)
+//   mixing.h                     MixUp and CutMix of each micro-batch, and its soft targets
 // The learning rate is set from the host (optim.h); everything else is device work: the step
 // returns device tensors and reads nothing back. Whether an update is skipped (fp16 overflow, or
 // train.nonfinite: skip) is decided on the device: the fused optimizers take the flag, the loss
@@ -52,6 +53,11 @@ class StepRunner {
   void abandon_step();
   /// Multi-process: the step becomes one replica of the group (StepSync).
   void distribute(dist::StepReplication r) { sync_.connect(std::move(r)); }
+  /// Mix each micro-batch (train.mixup_alpha, train.cutmix_alpha: mixing.h) with draws keyed by
+  /// (seed, step, micro-batch, rank), into targets over `classes`.
+  void use_mixing(uint64_t seed, int64_t rank, int64_t classes) {
+    mix_ = Mixing{true, seed, rank, classes};
+  }
   /// Why a step whose `skipped` is true was skipped (fixed by the configuration).
   std::string skip_reason() const { return precision_.skip_reason(); }
   /// Seconds of forward, backward and optimizer over the eager steps since the last call
@@ -92,6 +98,11 @@ class StepRunner {
   StepTimer timer_;
   std::vector<torch::Tensor> params_;  ///< trainable parameters
   int64_t step_ = 0;                   ///< the step run() is making (fault injection)
+  struct Mixing {
+    bool on = false;
+    uint64_t seed = 0;
+    int64_t rank = 0, classes = 0;
+  } mix_;
 };
 
 }  // namespace dlrun::train
