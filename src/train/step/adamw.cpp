@@ -101,16 +101,14 @@ class FusedAdamW : public torch::optim::AdamW, public FusedOptimizer {
 
 }  // namespace
 
+std::unique_ptr<torch::optim::AdamWOptions> adamw_options(const OptimOptions& o, double wd) {
+  DLRUN_CHECK_INPUT(o.betas.size() == 2, "optim.betas: expected [beta1, beta2]");
+  return std::make_unique<torch::optim::AdamWOptions>(
+      torch::optim::AdamWOptions(o.lr).betas({o.betas.at(0), o.betas.at(1)}).eps(o.eps).weight_decay(wd));
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_adamw(const OptimOptions& o, const std::vector<ParamGroup>& g) {
-  auto make = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(o.lr).betas({o.betas.at(0), o.betas.at(1)}).eps(o.eps).weight_decay(wd));
-  };
-  std::vector<double> scales;
-  auto groups = torch_groups<torch::optim::AdamWOptions>(g, make, scales);
-  auto opt = std::make_unique<FusedAdamW>(groups, *make(o.weight_decay));
-  opt->lr_scale = scales;
-  return opt;
+  return fused_optimizer<FusedAdamW>(g, o.weight_decay, [&](double wd) { return adamw_options(o, wd); });
 }
 
 }  // namespace dlrun::train

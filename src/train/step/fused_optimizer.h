@@ -68,19 +68,36 @@ using TensorLists = std::vector<std::vector<torch::Tensor>>;
 void foreach_update(const std::optional<torch::Tensor>& skip, TensorLists& lists,
                     const std::function<void(TensorLists&)>& update);
 
-/// The torch::optim groups of `groups`, each with options `make(group)`, and their rate scales.
-template <typename Options, typename Make>
-std::vector<torch::optim::OptimizerParamGroup> torch_groups(const std::vector<ParamGroup>& groups, Make make,
-                                                            std::vector<double>& scales) {
-  std::vector<torch::optim::OptimizerParamGroup> out;
+/// An optimizer of type Opt over `groups`: each group's options are `make(its weight decay)` with
+/// the rate times its scale, the defaults `make(weight_decay)`; `extra` follow the groups and the
+/// defaults in Opt's constructor.
+template <typename Opt, typename Make, typename... Extra>
+std::unique_ptr<torch::optim::Optimizer> fused_optimizer(const std::vector<ParamGroup>& groups, double weight_decay,
+                                                         Make make, Extra&&... extra) {
+  std::vector<torch::optim::OptimizerParamGroup> torch_groups;
+  std::vector<double> scales;
   for (const auto& g : groups) {
-    std::unique_ptr<Options> o = make(g.weight_decay);
+    auto o = make(g.weight_decay);
     o->set_lr(o->get_lr() * g.lr_scale);
-    out.emplace_back(g.params, std::move(o));
+    torch_groups.emplace_back(g.params, std::move(o));
     scales.push_back(g.lr_scale);
   }
-  return out;
+  auto opt = std::make_unique<Opt>(std::move(torch_groups), *make(weight_decay), std::forward<Extra>(extra)...);
+  opt->lr_scale = std::move(scales);
+  return opt;
 }
+
+/// torch::optim's options for sgd and lars (exit 2: Nesterov without momentum), and for adamw and
+/// lamb, with weight decay `wd` (sgd.cpp, adamw.cpp).
+std::unique_ptr<torch::optim::SGDOptions> sgd_options(const OptimOptions& o, double wd);
+std::unique_ptr<torch::optim::AdamWOptions> adamw_options(const OptimOptions& o, double wd);
+
+/// SGD's per-parameter state, shared by sgd and lars (sgd.cpp): `p`'s momentum buffer in `opt`'s
+/// state, created as zeros (momentum * 0 + g is PyTorch's first-step copy of g, and a first step
+/// skipped on the device leaves no uninitialised buffer); saved and loaded as "<p>.momentum_buffer".
+torch::Tensor momentum_buffer(torch::optim::Optimizer& opt, const torch::Tensor& p);
+void save_momentum(torch::optim::Optimizer& opt, const torch::Tensor& p, const std::string& name, TensorDict& out);
+void load_momentum(torch::optim::Optimizer& opt, const torch::Tensor& p, const FusedOptimizer::Saved& get);
 
 /// Makes one kind of optimizer over `groups` with `opts` (each group's weight decay and rate scale its own).
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(const OptimOptions& opts,

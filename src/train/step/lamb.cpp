@@ -156,16 +156,7 @@ class FusedLamb : public torch::optim::AdamW, public FusedOptimizer {
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_lamb(const OptimOptions& o, const std::vector<ParamGroup>& g) {
-  DLRUN_CHECK_INPUT(o.betas.size() == 2, "optim.betas: lamb takes [beta1, beta2]");
-  auto make = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(o.lr).betas({o.betas.at(0), o.betas.at(1)}).eps(o.eps).weight_decay(wd));
-  };
-  std::vector<double> scales;
-  auto groups = torch_groups<torch::optim::AdamWOptions>(g, make, scales);
-  auto opt = std::make_unique<FusedLamb>(std::move(groups), *make(o.weight_decay), o);
-  opt->lr_scale = scales;
-  return opt;
+  return fused_optimizer<FusedLamb>(g, o.weight_decay, [&](double wd) { return adamw_options(o, wd); }, o);
 }
 
 }  // namespace dlrun::train

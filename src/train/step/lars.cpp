@@ -20,8 +20,6 @@
 namespace dlrun::train {
 namespace {
 
-using LarsState = torch::optim::SGDParamState;
-
 class FusedLars : public torch::optim::SGD, public FusedOptimizer {
  public:
   FusedLars(std::vector<torch::optim::OptimizerParamGroup> groups, const torch::optim::SGDOptions& defaults,
@@ -33,19 +31,9 @@ class FusedLars : public torch::optim::SGD, public FusedOptimizer {
         always_adapt_(o.always_adapt) {}
 
   void save_state(const torch::Tensor& p, const std::string& name, TensorDict& out) override {
-    auto it = state_.find(p.unsafeGetTensorImpl());
-    if (it == state_.end()) return;
-    auto& s = static_cast<LarsState&>(*it->second);
-    if (s.momentum_buffer().defined()) out.emplace_back(name + ".momentum_buffer", s.momentum_buffer());
+    save_momentum(*this, p, name, out);
   }
-
-  void load_state(const torch::Tensor& p, const std::string&, const Saved& get) override {
-    auto buf = get(".momentum_buffer");
-    if (!buf.defined()) return;
-    auto s = std::make_unique<LarsState>();
-    s->momentum_buffer(buf);
-    state_[p.unsafeGetTensorImpl()] = std::move(s);
-  }
+  void load_state(const torch::Tensor& p, const std::string&, const Saved& get) override { load_momentum(*this, p, get); }
 
   torch::Tensor step(LossClosure closure = nullptr) override {
     TORCH_CHECK(!closure, "FusedLars takes no closure");
@@ -58,14 +46,7 @@ class FusedLars : public torch::optim::SGD, public FusedOptimizer {
         if (!p.grad().defined()) continue;
         params.push_back(p);
         grads.push_back(p.grad());
-        if (o.momentum() == 0) continue;
-        auto& st = state_[p.unsafeGetTensorImpl()];
-        if (!st) {  // zeros: momentum * 0 + g is timm's first-step copy of g, and a skipped first step leaves zeros
-          auto s = std::make_unique<LarsState>();
-          s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
-          st = std::move(s);
-        }
-        bufs.push_back(static_cast<LarsState&>(*st).momentum_buffer());
+        if (o.momentum() != 0) bufs.push_back(momentum_buffer(*this, p));
       }
       if (params.empty()) continue;
       const torch::Tensor lr_t = lr_tensor(gi, o.lr(), params[0]);
@@ -105,16 +86,7 @@ class FusedLars : public torch::optim::SGD, public FusedOptimizer {
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_lars(const OptimOptions& o, const std::vector<ParamGroup>& g) {
-  DLRUN_CHECK_INPUT(!o.nesterov || o.momentum > 0, "optim.nesterov needs optim.momentum > 0");
-  auto make = [&](double wd) {
-    return std::make_unique<torch::optim::SGDOptions>(
-        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
-  };
-  std::vector<double> scales;
-  auto groups = torch_groups<torch::optim::SGDOptions>(g, make, scales);
-  auto opt = std::make_unique<FusedLars>(std::move(groups), *make(o.weight_decay), o);
-  opt->lr_scale = scales;
-  return opt;
+  return fused_optimizer<FusedLars>(g, o.weight_decay, [&](double wd) { return sgd_options(o, wd); }, o);
 }
 
 }  // namespace dlrun::train

@@ -185,7 +185,7 @@ class FusedRMSprop : public torch::optim::RMSprop, public FusedOptimizer {
 namespace {
 
 std::unique_ptr<torch::optim::Optimizer> make(const OptimOptions& o, const std::vector<ParamGroup>& g, bool tf) {
-  auto make = [&](double wd) {
+  auto options = [&](double wd) {
     return std::make_unique<torch::optim::RMSpropOptions>(torch::optim::RMSpropOptions(o.lr)
                                                               .alpha(o.alpha)
                                                               .eps(o.eps)
@@ -193,11 +193,7 @@ std::unique_ptr<torch::optim::Optimizer> make(const OptimOptions& o, const std::
                                                               .momentum(o.momentum)
                                                               .centered(o.centered));
   };
-  std::vector<double> scales;
-  auto groups = torch_groups<torch::optim::RMSpropOptions>(g, make, scales);
-  auto opt = std::make_unique<FusedRMSprop>(std::move(groups), *make(o.weight_decay), tf);
-  opt->lr_scale = scales;
-  return opt;
+  return fused_optimizer<FusedRMSprop>(g, o.weight_decay, options, tf);
 }
 
 }  // namespace

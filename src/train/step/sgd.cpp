@@ -24,17 +24,7 @@ class FusedSGD : public torch::optim::SGD, public FusedOptimizer {
         if (!p.grad().defined()) continue;
         params.push_back(p);
         grads.push_back(p.grad());
-        if (o.momentum() == 0) continue;
-        auto& st = state_[p.unsafeGetTensorImpl()];
-        if (!st) {
-          // Zeros, not PyTorch's first-step copy of the gradient: momentum * 0 + grad is that
-          // copy exactly (dampening is 0), and a first step skipped for an fp16 overflow
-          // leaves no uninitialised buffer behind.
-          auto s = std::make_unique<torch::optim::SGDParamState>();
-          s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
-          st = std::move(s);
-        }
-        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*st).momentum_buffer());
+        if (o.momentum() != 0) bufs.push_back(momentum_buffer(*this, p));
       }
       if (params.empty()) continue;
       if (lr)
@@ -48,34 +38,46 @@ class FusedSGD : public torch::optim::SGD, public FusedOptimizer {
   }
 
   void save_state(const torch::Tensor& p, const std::string& name, TensorDict& out) override {
-    auto it = state_.find(p.unsafeGetTensorImpl());
-    if (it == state_.end()) return;
-    auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
-    if (s.momentum_buffer().defined()) out.emplace_back(name + ".momentum_buffer", s.momentum_buffer());
+    save_momentum(*this, p, name, out);
   }
-
-  void load_state(const torch::Tensor& p, const std::string&, const Saved& get) override {
-    auto buf = get(".momentum_buffer");
-    if (!buf.defined()) return;
-    auto s = std::make_unique<torch::optim::SGDParamState>();
-    s->momentum_buffer(buf);
-    state_[p.unsafeGetTensorImpl()] = std::move(s);
-  }
+  void load_state(const torch::Tensor& p, const std::string&, const Saved& get) override { load_momentum(*this, p, get); }
 };
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& o, const std::vector<ParamGroup>& g) {
-  auto make = [&](double wd) {
-    return std::make_unique<torch::optim::SGDOptions>(
-        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
-  };
+std::unique_ptr<torch::optim::SGDOptions> sgd_options(const OptimOptions& o, double wd) {
   DLRUN_CHECK_INPUT(!o.nesterov || o.momentum > 0, "optim.nesterov needs optim.momentum > 0");
-  std::vector<double> scales;
-  auto groups = torch_groups<torch::optim::SGDOptions>(g, make, scales);
-  auto opt = std::make_unique<FusedSGD>(groups, *make(o.weight_decay));
-  opt->lr_scale = scales;
-  return opt;
+  return std::make_unique<torch::optim::SGDOptions>(
+      torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
+}
+
+torch::Tensor momentum_buffer(torch::optim::Optimizer& opt, const torch::Tensor& p) {
+  auto& st = opt.state()[p.unsafeGetTensorImpl()];
+  if (!st) {
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    st = std::move(s);
+  }
+  return static_cast<torch::optim::SGDParamState&>(*st).momentum_buffer();
+}
+
+void save_momentum(torch::optim::Optimizer& opt, const torch::Tensor& p, const std::string& name, TensorDict& out) {
+  auto it = opt.state().find(p.unsafeGetTensorImpl());
+  if (it == opt.state().end()) return;
+  auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
+  if (s.momentum_buffer().defined()) out.emplace_back(name + ".momentum_buffer", s.momentum_buffer());
+}
+
+void load_momentum(torch::optim::Optimizer& opt, const torch::Tensor& p, const FusedOptimizer::Saved& get) {
+  auto buf = get(".momentum_buffer");
+  if (!buf.defined()) return;
+  auto s = std::make_unique<torch::optim::SGDParamState>();
+  s->momentum_buffer(buf);
+  opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_sgd(const OptimOptions& o, const std::vector<ParamGroup>& g) {
+  return fused_optimizer<FusedSGD>(g, o.weight_decay, [&](double wd) { return sgd_options(o, wd); });
 }
 
 }  // namespace dlrun::train
