@@ -188,6 +188,18 @@ struct DataOptions {
   AutoAugmentPolicy auto_augment_policy = AutoAugmentPolicy::kImagenet;  ///< auto_augment: which policy
   /// How the policies' shears, translations and rotations sample (torchvision's interpolation)
   PolicyInterpolation policy_interpolation = PolicyInterpolation::kNearest;
+  // augmix (torchvision's AugMix): severity, mixture width, chain depth (-1: 1 to 3), Dirichlet alpha.
+  int64_t augmix_severity = 3;
+  int64_t augmix_width = 3;
+  int64_t augmix_depth = -1;
+  double augmix_alpha = 1.0;
+  /// color_jitter (torchvision's ColorJitter): [brightness, contrast, saturation, hue]
+  std::vector<double> color_jitter = {0.4, 0.4, 0.4, 0.0};
+  /// Repeated augmentation (timm's RepeatAugSampler): each sample of an epoch's order visited this
+  /// many times in a row, each time augmented apart, the order cut to the set's size (1: off).
+  int64_t repeated_aug = 1;
+  int64_t eval_image_size = 0;   ///< the evaluation's center crop (0: image_size)
+  int64_t eval_resize_size = 0;  ///< the evaluation's shorter side before the crop (0: see docs/data.md)
   bool normalize = true;
   std::vector<double> mean;
   std::vector<double> std;
@@ -264,6 +276,7 @@ struct TrainOptions {
   /// (again until it fits), and the split is kept (train/step/step.h)
   MicroBatch micro_batch = MicroBatch::kOff;
   double clip_grad_norm = 0.0;
+  double clip_grad_value = 0.0;  ///< clamp every gradient value to [-v, v] (0: off)
   double label_smoothing = 0.0;
   // Batch mixing (train/step/mixing.h): MixUp and CutMix as torchvision's, chosen as timm's Mixup.
   double mixup_alpha = 0.0;      ///< MixUp's Beta(alpha, alpha) (0: off)

@@ -186,6 +186,27 @@ std::vector<Section> describe(Config& c) {
       En("policy_interpolation", o.policy_interpolation,
          "the policies' shears, translations and rotations: nearest pixel (the torchvision classes' default) or "
          "bilinear (what torchvision's classification recipes pass them)"),
+      I("augmix_severity", o.augmix_severity, 1, 10,
+        "augmix: the operations' magnitudes are drawn from the first `severity` bins of their 10-bin tables "
+        "(torchvision's severity)"),
+      I("augmix_width", o.augmix_width, 1, 100, "augmix: augmentation chains mixed into each image (mixture_width)"),
+      I("augmix_depth", o.augmix_depth, -1, 100,
+        "augmix: operations per chain (chain_depth; -1 or 0: 1 to 3, drawn per chain)"),
+      F("augmix_alpha", o.augmix_alpha, 1e-6, 1e6,
+        "augmix: the Dirichlet and Beta parameter of the chains' and the original's weights (alpha)"),
+      FL("color_jitter", o.color_jitter, 0, 1e3,
+         "color_jitter: [brightness, contrast, saturation, hue] as torchvision's ColorJitter takes them: factors "
+         "drawn from [max(0, 1 - v), 1 + v] (hue: a shift in [-v, v], v <= 0.5), applied in a random order; 0 "
+         "leaves that one out (timm's --color-jitter 0.4 is [0.4, 0.4, 0.4, 0])"),
+      I("repeated_aug", o.repeated_aug, 1, 64,
+        "repeated augmentation (timm's RepeatAugSampler, torchvision's --ra-sampler --ra-reps): each sample of an "
+        "epoch's order comes this many times, each augmented on its own, spread over the ranks; the epoch keeps the "
+        "set's length (1: off; DeiT and timm: 3, torchvision: 4)"),
+      I("eval_image_size", o.eval_image_size, 0, 8192,
+        "evaluation: the center crop's side (0: data.image_size; torchvision's --val-crop-size)"),
+      I("eval_resize_size", o.eval_resize_size, 0, 8192,
+        "evaluation: the shorter side the image is resized to before the center crop (0: eval_image_size / 0.875 "
+        "when training uses resized_crop, else eval_image_size; torchvision's --val-resize-size)"),
       B("normalize", o.normalize, "normalize with mean/std"),
       FL("mean", o.mean, -kInf, kInf, "per-channel mean (empty: the dataset's default)"),
       FL("std", o.std, 0, kInf, "per-channel std (empty: the dataset's default)"),
@@ -285,6 +306,8 @@ std::vector<Section> describe(Config& c) {
          "in two, again until it fits (down to one sample), and the split is kept, checkpointed and resumed; off: "
          "an out-of-memory error ends the run (exit 1)"),
       F("clip_grad_norm", o.clip_grad_norm, 0, 1e9, "clip the global gradient norm to this (0: off)"),
+      F("clip_grad_value", o.clip_grad_value, 0, 1e9,
+        "clamp every gradient value to [-v, v] (torch.nn.utils.clip_grad_value_, timm's --clip-mode value; 0: off)"),
       F("label_smoothing", o.label_smoothing, 0, 0.99,
         "cross-entropy label smoothing (with mixing: of the mixed targets, as timm's Mixup smooths them)"),
       F("mixup_alpha", o.mixup_alpha, 0, 1e3,

@@ -154,12 +154,31 @@ std::vector<std::string> validate(const Config& c, const LaunchContext& ctx) {
   // The automatic augmentation policies (src/data/policies.h).
   std::vector<std::string> policies;
   for (const auto& a : c.data.augment)
-    if (a == "trivial_augment" || a == "rand_augment" || a == "auto_augment") policies.push_back(a);
+    if (a == "trivial_augment" || a == "rand_augment" || a == "auto_augment" || a == "augmix") policies.push_back(a);
   if (policies.size() > 1)
     c.refuse("data.augment", fmt::format("{} and {}: one automatic augmentation policy at a time", policies[0], policies[1]));
+  const bool jitter = std::find(c.data.augment.begin(), c.data.augment.end(), "color_jitter") != c.data.augment.end();
+  if (jitter) policies.push_back("color_jitter");
   if (!policies.empty() && c.data.device_resident)
     c.refuse("data.augment", fmt::format("{} runs in the loader's CPU workers, not on the device", policies[0]),
              "set data.device_resident: false");
+  if (c.data.color_jitter.size() != 4)
+    c.refuse("data.color_jitter",
+             fmt::format("expected [brightness, contrast, saturation, hue], got {} values", c.data.color_jitter.size()));
+  else if (c.data.color_jitter[3] > 0.5)
+    c.refuse("data.color_jitter", fmt::format("hue {} is outside [0, 0.5]: a shift of the hue circle by more than "
+                                              "half a turn is the same as a smaller one the other way", c.data.color_jitter[3]));
+  if (c.train.clip_grad_value > 0 && c.train.clip_grad_norm > 0)
+    c.refuse("train.clip_grad_value", "one clipping at a time: train.clip_grad_norm is set too",
+             "choose one, as timm's --clip-mode does: train.clip_grad_norm or train.clip_grad_value");
+  const int64_t eval_side = c.data.eval_image_size > 0 ? c.data.eval_image_size : c.data.image_size;
+  if (c.data.eval_resize_size > 0 && eval_side > 0 && c.data.eval_resize_size < eval_side)
+    c.refuse("data.eval_resize_size",
+             fmt::format("{} is smaller than the center crop it is cut to ({})", c.data.eval_resize_size, eval_side),
+             "torchvision's recipes resize to 232 or 256 and crop 224");
+  if (c.data.eval_resize_size > 0 && eval_side <= 0)
+    c.refuse("data.eval_resize_size", "a resize before the center crop needs the crop's side",
+             "set data.eval_image_size (or data.image_size)");
   const bool rand_augment = std::find(policies.begin(), policies.end(), "rand_augment") != policies.end();
   if (rand_augment && c.data.rand_augment_magnitude >= c.data.magnitude_bins)
     c.refuse("data.rand_augment_magnitude",

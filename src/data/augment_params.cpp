@@ -15,7 +15,8 @@ namespace dlrun::data {
 
 const std::vector<std::string>& augment_names() {
   static const std::vector<std::string> n = {"flip",  "vflip", "crop",            "resized_crop", "rotate",
-                                             "translate", "erase", "trivial_augment", "rand_augment", "auto_augment"};
+                                             "translate", "erase", "trivial_augment", "rand_augment", "auto_augment",
+                                             "augmix", "color_jitter"};
   return n;
 }
 
@@ -37,7 +38,9 @@ Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool tr
     else if (a == "rotate") p.rotate = true;
     else if (a == "translate") p.translate = true;
     else if (a == "erase") p.erase = true;
-    else if (a == "trivial_augment" || a == "rand_augment" || a == "auto_augment") continue;  // policy_config
+    else if (a == "trivial_augment" || a == "rand_augment" || a == "auto_augment" || a == "augmix" ||
+             a == "color_jitter")
+      continue;  // policy_config
     else {
       std::string valid;
       for (const auto& n : augment_names()) valid += (valid.empty() ? "" : ", ") + n;
@@ -53,7 +56,12 @@ Pipeline make_pipeline(const DataOptions& opts, const DatasetInfo& info, bool tr
     p.out_h = info.height;
     p.out_w = info.width;
   }
-  if (!train && p.resized_crop) p.center_ratio = 0.875;
+  if (!train && opts.eval_image_size > 0) {  // torchvision's --val-crop-size
+    p.out_h = p.out_w = opts.eval_image_size;
+    p.resize = true;
+  }
+  if (!train && opts.eval_resize_size > 0) p.resize_side = opts.eval_resize_size;  // --val-resize-size
+  else if (!train && p.resized_crop) p.center_ratio = 0.875;
   if (!train) p.flip = p.vflip = p.crop = p.resized_crop = p.rotate = p.translate = p.erase = false;
   if (train) p.policy = policy_config(opts, p.channels);
   p.crop_padding = opts.crop_padding;
@@ -100,7 +108,9 @@ void center_box(const Pipeline& p, int64_t h, int64_t w, SampleParams& sp) {
   }
   // Shorter side -> out / ratio; then an out_h x out_w window in the middle.
   double shorter = static_cast<double>(std::min(h, w));
-  double k = (static_cast<double>(std::min(p.out_h, p.out_w)) / p.center_ratio) / shorter;  // output px per source px
+  const double target = p.resize_side > 0 ? static_cast<double>(p.resize_side)
+                                           : static_cast<double>(std::min(p.out_h, p.out_w)) / p.center_ratio;
+  double k = target / shorter;  // output px per source px
   sp.box_h = std::min(static_cast<double>(h), p.out_h / k);
   sp.box_w = std::min(static_cast<double>(w), p.out_w / k);
   sp.box_y = (h - sp.box_h) / 2.0;
@@ -187,9 +197,16 @@ SampleParams draw_params(const Pipeline& p, uint64_t seed, int64_t epoch, int64_
     SampleRng rng = stream(kStreamErase);
     erase_box(p, rng, sp);
   }
-  if (p.policy.kind != PolicyKind::kNone) {
+  if (p.policy.kind == PolicyKind::kAugMix) {
+    SampleRng rng = stream(kStreamPolicy);
+    sp.augmix = draw_augmix(p.policy, rng, p.out_h, p.out_w);
+  } else if (p.policy.kind != PolicyKind::kNone) {
     SampleRng rng = stream(kStreamPolicy);
     sp.ops = draw_policy(p.policy, rng, p.out_h, p.out_w);
+  }
+  if (p.policy.jitter) {
+    SampleRng rng = stream(kStreamColorJitter);
+    for (const OpDraw& d : draw_color_jitter(p.policy, rng)) sp.ops.push_back(d);
   }
   return sp;
 }

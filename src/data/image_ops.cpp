@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::array<const char*, kImageOps> kNames = {
     "Identity",   "ShearX", "ShearY",    "TranslateX", "TranslateY",   "Rotate",   "Brightness", "Color",
-    "Contrast",   "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert"};
+    "Contrast",   "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert", "Hue"};
 
 // float32 -> uint8 after clamp_(0, 255): Tensor.to(torch.uint8) truncates.
 inline uint8_t to_u8(float v) { return static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f)); }
@@ -45,6 +45,51 @@ void saturation(U8Image& img, double factor) {  // adjust_saturation_image
   for (int64_t i = 0; i < n; ++i) {
     const float g = gray(p[i], p[n + i], p[2 * n + i]);
     for (int64_t ch = 0; ch < 3; ++ch) p[ch * n + i] = blend(static_cast<float>(p[ch * n + i]), g, r, a);
+  }
+}
+
+// adjust_hue_image: to float32 (x / 255), _rgb_to_hsv, the hue shifted and taken modulo 1,
+// _hsv_to_rgb, back to uint8 (x * 255.999, truncated) -- each step ATen's float32 operation.
+void hue(U8Image& img, double shift) {
+  if (img.c == 1) return;  // as PIL: no hue to turn
+  const int64_t n = img.h * img.w;
+  const float scale = static_cast<float>(1.0 / 255.0), back = static_cast<float>(255.0 + 1.0 - 1e-3);
+  const float sixth = static_cast<float>(1.0 / 6.0), dh = static_cast<float>(shift);
+  static constexpr int kSelect[3][6] = {{0, 2, 1, 1, 3, 0}, {3, 0, 0, 2, 1, 1}, {1, 1, 3, 0, 0, 2}};
+  auto remainder1 = [](float a) {  // torch.remainder(a, 1.0)
+    float m = std::fmod(a, 1.0f);
+    if (m != 0 && m < 0) m += 1.0f;
+    return m;
+  };
+  uint8_t* px = img.px.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = static_cast<float>(px[i]) * scale, g = static_cast<float>(px[n + i]) * scale,
+                b = static_cast<float>(px[2 * n + i]) * scale;
+    // _rgb_to_hsv
+    const float maxc = std::max(std::max(r, g), b), minc = std::min(std::min(r, g), b);
+    const bool eqc = maxc == minc;
+    const float range = maxc - minc;
+    const float s = range / (eqc ? 1.0f : maxc);
+    const float div = eqc ? 1.0f : range;
+    const float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+    const bool neq_r = maxc != r, eq_g = maxc == g;
+    const float hg = ((rc + 2.0f) - bc) * static_cast<float>(eq_g && neq_r);
+    const float hr = (bc - gc) * static_cast<float>(!neq_r);
+    const float hb = ((gc + 4.0f) - rc) * static_cast<float>(neq_r && !eq_g);
+    float h = (hr + hg) + hb;
+    h = std::fmod(h * sixth + 1.0f, 1.0f);
+    h = remainder1(h + dh);
+    // _hsv_to_rgb (v is maxc)
+    const float h6 = h * 6.0f, fl = std::floor(h6), f = h6 - fl;
+    int sector = static_cast<int>(fl) % 6;
+    if (sector < 0) sector += 6;
+    const float sxf = s * f, one_minus_s = 1.0f - s;
+    const float q = std::clamp((1.0f - sxf) * maxc, 0.0f, 1.0f);
+    const float t = std::clamp((sxf + one_minus_s) * maxc, 0.0f, 1.0f);
+    const float p = std::clamp(one_minus_s * maxc, 0.0f, 1.0f);
+    const float vpqt[4] = {maxc, p, q, t};
+    for (int ch = 0; ch < 3; ++ch)
+      px[ch * n + i] = static_cast<uint8_t>(vpqt[kSelect[ch][sector]] * back);
   }
 }
 
@@ -296,6 +341,7 @@ void apply_op(ImageOp op, double magnitude, U8Image& img, Sampling sampling) {
     case ImageOp::kInvert:
       for (auto& v : img.px) v = static_cast<uint8_t>(255 - v);
       return;
+    case ImageOp::kHue: return hue(img, magnitude);
   }
 }
 

@@ -31,8 +31,9 @@ enum class ImageOp {
   kAutoContrast,
   kEqualize,
   kInvert,
+  kHue,  ///< color_jitter's alone (no policy has it): adjust_hue by `magnitude` of a turn
 };
-constexpr int kImageOps = 15;
+constexpr int kImageOps = 16;
 
 /// "ShearX" for ImageOp::kShearX.
 const char* op_name(ImageOp op);
@@ -54,7 +55,7 @@ enum class Sampling { kNearest, kBilinear };
 /// translations of int(magnitude) pixels, rotations of magnitude degrees about the center, all
 /// sampled with `sampling` and 0 outside; factor 1 + magnitude for brightness, color (the
 /// saturation), contrast and sharpness; int(magnitude) bits for posterize; a threshold of 255 x
-/// magnitude for solarize).
+/// magnitude for solarize; a hue shift of magnitude turns, in [-0.5, 0.5], for hue).
 void apply_op(ImageOp op, double magnitude, U8Image& img, Sampling sampling = Sampling::kNearest);
 
 }  // namespace dlrun::data

@@ -69,12 +69,20 @@ struct Loader::Impl {
   int64_t consumed = 0;  // tasks handed out by next()
   bool stop = false;
 
+  // Repeated augmentation (data.repeated_aug): the epoch's order holds sample ids, id = index +
+  // repeat x N, so that each copy of a sample draws its own augmentation (keyed by the id; the id
+  // of a sample's first copy is its index: without repeats nothing changes).
+  int64_t reps = 1;
+  int64_t item(int64_t id) const { return id % geo.n; }
+
+  /// The sample ids of task t, in order.
   std::vector<int64_t> task_indices(int64_t t, int64_t* step, int* micro) const {
     int64_t begin = 0, end = 0;
     geo.task(first_step, t, &begin, &end, step, micro);
     std::vector<int64_t> idx;
-    idx.reserve(static_cast<size_t>(end - begin));
-    for (int64_t i = begin; i < end; ++i) idx.push_back((*perm)[static_cast<size_t>(i)]);
+    const int64_t pitch = geo.pitch();
+    idx.reserve(static_cast<size_t>((end - begin + pitch - 1) / pitch));
+    for (int64_t i = begin; i < end; i += pitch) idx.push_back((*perm)[static_cast<size_t>(i)]);
     return idx;
   }
 
@@ -94,40 +102,42 @@ struct Loader::Impl {
     int micro = 0;
     geo.task(first_step, t, &begin, &end, &step, &micro);
     for (int64_t i = 0; i < n; ++i) {
-      int64_t index = idx[static_cast<size_t>(i)];
+      int64_t id = idx[static_cast<size_t>(i)];
+      const int64_t position = begin + i * geo.pitch();
       float* dst = xp + i * plane;
       try {
-        yp[i] = produce_one(index, dst);
+        yp[i] = produce_one(id, dst);
       } catch (const Error& e) {
         if (!skip_bad || e.code() != ExitCode::kBadInput) throw;
-        out.bad.push_back({index, e.message()});
+        out.bad.push_back({item(id), e.message()});
         if (spec.train) {
-          index = substitute(begin + i, e, dst, &yp[i]);
+          id = substitute(position, e, dst, &yp[i]);
         } else {
           std::fill(dst, dst + plane, 0.0f);
           yp[i] = -1;
-          warn_once(index, e.message());
+          warn_once(item(id), e.message());
         }
       }
-      if (sample_log) log_sample(begin + i, index, yp[i], dst, plane);
+      if (sample_log) log_sample(position, id, yp[i], dst, plane);
     }
     return out;
   }
 
-  int64_t produce_one(int64_t index, float* out) const {
-    return encoded ? produce_encoded(index, out) : produce_decoded(index, out);
+  /// Sample id `id` (its dataset index item(id), its augmentation keyed by id) into out.
+  int64_t produce_one(int64_t id, float* out) const {
+    return encoded ? produce_encoded(id, out) : produce_decoded(id, out);
   }
 
   /// data.on_bad_sample: skip, training: the sample at `position` of the epoch's order failed
   /// with `first`; the next position whose sample decodes gives the image and label instead (a
-  /// function of the data only, so workers, timing and resumes see the same). Returns its index.
+  /// function of the data only, so workers, timing and resumes see the same). Returns its id.
   int64_t substitute(int64_t position, const Error& first, float* out, int64_t* label) const {
     const int64_t n = static_cast<int64_t>(perm->size());
     for (int64_t k = 1; k <= kSubstituteTries && k < n; ++k) {
-      const int64_t index = (*perm)[static_cast<size_t>((position + k) % n)];
+      const int64_t id = (*perm)[static_cast<size_t>((position + k) % n)];
       try {
-        *label = produce_one(index, out);
-        return index;
+        *label = produce_one(id, out);
+        return id;
       } catch (const Error& e) {
         if (e.code() != ExitCode::kBadInput) throw;  // (counted when its own position is read)
       }
@@ -159,30 +169,30 @@ struct Loader::Impl {
     return t;
   }
 
-  void log_sample(int64_t position, int64_t index, int64_t label, const float* x, int64_t n) const {
+  void log_sample(int64_t position, int64_t id, int64_t label, const float* x, int64_t n) const {
     const std::string h = sha256_hex(x, static_cast<size_t>(n) * sizeof(float)).substr(0, 16);
     std::lock_guard<std::mutex> lock(log_mu);
     std::fprintf(sample_log, "%lld %lld %lld %lld %s\n", static_cast<long long>(epoch), static_cast<long long>(position),
-                 static_cast<long long>(index), static_cast<long long>(label), h.c_str());
+                 static_cast<long long>(item(id)), static_cast<long long>(label), h.c_str());
     std::fflush(sample_log);
   }
 
   /// One image file, decoded knowing its crop (transforms.h transform_encoded).
-  int64_t produce_encoded(int64_t index, float* out) const {
-    EncodedSample es = ds->get_encoded(index);
-    transform_encoded(es.bytes, es.name, pipeline, spec.seed, epoch, index, opts.jpeg_roi_decode, out);
+  int64_t produce_encoded(int64_t id, float* out) const {
+    EncodedSample es = ds->get_encoded(item(id));
+    transform_encoded(es.bytes, es.name, pipeline, spec.seed, epoch, id, opts.jpeg_roi_decode, out);
     return es.label;
   }
 
-  int64_t produce_decoded(int64_t index, float* out) const {
-    const int64_t c = pipeline.channels;
+  int64_t produce_decoded(int64_t id, float* out) const {
+    const int64_t c = pipeline.channels, index = item(id);
     {
       auto [img, label] = ds->get(index);
       DLRUN_CHECK(img.dim() == 3 && img.size(0) == c && img.scalar_type() == torch::kUInt8, ExitCode::kRuntime,
                   "sample {} has shape {} (expected {} uint8 channels)", index, c10::str(img.sizes()), c);
       torch::Tensor src = img.contiguous();
       const int64_t h = src.size(1), w = src.size(2);
-      SampleParams sp = draw_params(pipeline, spec.seed, epoch, index, h, w);
+      SampleParams sp = draw_params(pipeline, spec.seed, epoch, id, h, w);
       apply_transforms(src.data_ptr<uint8_t>(), h, w, pipeline, sp, out);
       return label;
     }
@@ -191,13 +201,16 @@ struct Loader::Impl {
   /// Task t in device-resident mode: gather + augment on the device.
   Batch produce_resident(int64_t t) const {
     Batch out;
-    std::vector<int64_t> idx = task_indices(t, &out.step_in_epoch, &out.micro);
-    const int64_t n = static_cast<int64_t>(idx.size());
+    std::vector<int64_t> ids = task_indices(t, &out.step_in_epoch, &out.micro);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<int64_t> idx;
+    idx.reserve(ids.size());
+    for (int64_t id : ids) idx.push_back(item(id));
     torch::Tensor it = to_device_async(torch::from_blob(idx.data(), {n}, torch::kLong), spec.device);
     std::vector<SampleParams> params;
-    params.reserve(idx.size());
-    for (int64_t i : idx)
-      params.push_back(draw_params(pipeline, spec.seed, epoch, i, dev_images.size(2), dev_images.size(3)));
+    params.reserve(ids.size());
+    for (int64_t id : ids)
+      params.push_back(draw_params(pipeline, spec.seed, epoch, id, dev_images.size(2), dev_images.size(3)));
     out.x = augment_batch(dev_images.index_select(0, it), pipeline, params);
     out.y = dev_labels.index_select(0, it);
     return out;
@@ -251,6 +264,8 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, const DataOptions& opts, const 
   m.geo.train = spec.train;
   m.geo.accum = spec.train ? spec.grad_accum : 1;
   m.geo.batch = spec.train ? opts.batch_size : opts.eval_batch_size;
+  m.reps = spec.train ? std::max<int64_t>(1, opts.repeated_aug) : 1;
+  m.geo.interleave = m.reps > 1;
   DLRUN_CHECK(spec.world_size >= 1 && spec.rank >= 0 && spec.rank < spec.world_size && m.geo.accum >= 1,
               ExitCode::kRuntime, "loader: bad rank {} / world size {} / grad_accum {}", spec.rank, spec.world_size,
               m.geo.accum);
@@ -314,8 +329,14 @@ void Loader::start_epoch(int64_t epoch, int64_t cursor) {
   seek({epoch, cursor});
   m.epoch = epoch;
   m.first_step = cursor / m.geo.batch;
-  m.perm = std::make_shared<const std::vector<int64_t>>(
-      m.ds->epoch_order(m.spec.seed, epoch, m.spec.train && m.opts.shuffle));
+  std::vector<int64_t> order = m.ds->epoch_order(m.spec.seed, epoch, m.spec.train && m.opts.shuffle);
+  if (m.reps > 1) {  // each sample reps times in a row, as sample ids; cut to the set's length
+    std::vector<int64_t> repeated(order.size());
+    for (size_t k = 0; k < repeated.size(); ++k)
+      repeated[k] = order[k / static_cast<size_t>(m.reps)] + static_cast<int64_t>(k % static_cast<size_t>(m.reps)) * m.geo.n;
+    order = std::move(repeated);
+  }
+  m.perm = std::make_shared<const std::vector<int64_t>>(std::move(order));
   m.ntasks = m.geo.tasks(m.first_step);
   m.next_task = 0;
   m.consumed = 0;

@@ -10,6 +10,12 @@
 // "cursor" is the number of samples of the epoch already consumed by all ranks (s*B), so
 // a run resumed with another world size continues at the same data.
 //
+// Repeated augmentation (data.repeated_aug = R > 1, timm's RepeatAugSampler): the epoch's order
+// is perm(seed, e) with each sample repeated R times in a row, cut to N; copy k of sample i is
+// augmented as sample id i + k*N (loader.cpp), and within a step the micro-batches take the
+// positions interleaved (sampler.h SamplerGeometry::interleave): micro-batch m of rank r takes
+// s*B + (m*W + r) + j*W*A for j < b, so copies land on different ranks as timm's sampler puts them.
+//
 // Eval (spec.train = false): no shuffle, no augmentation, batches of data.eval_batch_size
 // over [0, N) in order with the last partial batch kept; global eval batch k goes to rank
 // k % W (every W-th batch), so steps_per_epoch() counts global batches and each rank's

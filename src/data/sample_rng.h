@@ -44,6 +44,25 @@ class SampleRng {
     while (u <= 0) u = uniform();
     return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * uniform());
   }
+  /// Uniform in (0, 1).
+  double uniform_open() {
+    double u = uniform();
+    while (u <= 0) u = uniform();
+    return u;
+  }
+  /// Gamma(a, 1): Marsaglia and Tsang's method; a < 1 boosted by U^(1/a).
+  double gamma(double a) {
+    if (a < 1) return gamma(a + 1) * std::pow(uniform_open(), 1.0 / a);
+    const double d = a - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+    for (;;) {
+      const double x = normal();
+      double v = 1.0 + c * x;
+      if (v <= 0) continue;
+      v = v * v * v;
+      const double u = uniform_open();
+      if (u < 1.0 - 0.0331 * x * x * x * x || std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) return d * v;
+    }
+  }
 
  private:
   uint64_t state_;
@@ -63,6 +82,7 @@ enum Stream : uint64_t {
   kStreamShardBlock,   ///< webdataset: the order of the samples within a block of shards
   kStreamPolicy,       ///< the automatic augmentation policy's operations and magnitudes
   kStreamMix,          ///< MixUp / CutMix: a micro-batch's choice, lambda and box (keyed by step)
+  kStreamColorJitter,  ///< color_jitter: the order and the factors
 };
 
 }  // namespace dlrun::data

@@ -33,8 +33,9 @@ void SamplerGeometry::task(int64_t first_step, int64_t t, int64_t* begin, int64_
     const int64_t b = micro();
     *step = first_step + t / accum;
     *micro_index = static_cast<int>(t % accum);
-    *begin = *step * batch + (*micro_index * world + rank) * b;
-    *end = *begin + b;
+    const int64_t group = *micro_index * world + rank;
+    *begin = *step * batch + (interleave ? group : group * b);
+    *end = *begin + b * pitch();
   } else {
     *step = first_step + rank + t * world;
     *micro_index = 0;

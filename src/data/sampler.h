@@ -20,6 +20,11 @@ struct SamplerGeometry {
   int world = 1, rank = 0;
   int64_t accum = 1;
   bool train = true;
+  /// Repeated augmentation (data.repeated_aug > 1): a step's micro-batch g = m * world + r takes
+  /// its positions g, g + world x accum, g + 2 x world x accum, ... as timm's RepeatAugSampler
+  /// hands rank r every world-th sample, so that a sample's copies, adjacent in the order, land on
+  /// different ranks and micro-batches; the step's samples are the same at every world size.
+  bool interleave = false;
 
   /// b = batch / (world * accum) (train).
   int64_t micro() const { return batch / (world * accum); }
@@ -27,8 +32,10 @@ struct SamplerGeometry {
   int64_t steps() const { return train ? n / batch : (n + batch - 1) / batch; }
   /// Micro-batches this rank reads in an epoch started at global step `first_step`.
   int64_t tasks(int64_t first_step) const;
-  /// Positions [begin, end) of the epoch order read by this rank's task t (0-based from
-  /// first_step), and the global step / micro index it belongs to.
+  /// The distance between consecutive positions of one task: world x accum when interleaved, else 1.
+  int64_t pitch() const { return train && interleave ? world * accum : 1; }
+  /// Positions begin, begin + pitch(), ... below end of the epoch order read by this rank's task t
+  /// (0-based from first_step), and the global step / micro index it belongs to.
   void task(int64_t first_step, int64_t t, int64_t* begin, int64_t* end, int64_t* step, int* micro_index) const;
 };
 

@@ -169,7 +169,7 @@ void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& 
       for (int64_t y = 0; y < oh / 2; ++y) std::swap_ranges(pl + y * ow, pl + (y + 1) * ow, pl + (oh - 1 - y) * ow);
   }
 
-  if (!sp.ops.empty()) {  // the policy, on the image rounded to uint8 as a cropped PIL image is
+  if (!sp.ops.empty() || !sp.augmix.chains.empty()) {  // the policy, on the image rounded to uint8 as a cropped PIL image is
     U8Image& img = scratch.u8;
     img.c = c;
     img.h = oh;
@@ -178,6 +178,7 @@ void apply_transforms(const uint8_t* src, int64_t h, int64_t w, const Pipeline& 
     uint8_t* q = img.px.data();
     for (int64_t i = 0; i < c * plane; ++i)  // round half up; plain min/max and conversions: vectorised
       q[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(std::max(b[i], 0.0f), 1.0f) * 255.0f + 0.5f));
+    if (!sp.augmix.chains.empty()) apply_augmix(sp.augmix, img, p.policy.sampling);
     for (const OpDraw& d : sp.ops) apply_op(d.op, d.magnitude, img, p.policy.sampling);
     q = img.px.data();
     for (int64_t i = 0; i < c * plane; ++i) b[i] = static_cast<float>(q[i]) / 255.0f;

@@ -2,8 +2,8 @@
 // transforms.cpp) and the device-resident path (device_augment.cpp).
 //
 // Order: base geometry (random resized crop, or resize + center crop when data.image_size
-// > 0) -> flip -> vflip -> the automatic augmentation policy (on the image rounded to uint8, as
-// torchvision's presets apply it to the cropped PIL image) -> rotate/translate (one affine map) ->
+// > 0) -> flip -> vflip -> the automatic augmentation policy, then color_jitter (on the image
+// rounded to uint8, as torchvision's and timm's presets apply them to the cropped PIL image) -> rotate/translate (one affine map) ->
 // crop (zero padding) -> normalize -> erase. Every random parameter of a sample is drawn by draw_params() from
 // (seed, epoch, dataset index) alone, one stream per transform.
 #pragma once
@@ -29,6 +29,7 @@ struct Pipeline {
   /// Resize shorter side to out / center_ratio before the center crop (eval of a set trained
   /// with resized_crop uses the usual 0.875, i.e. 256 -> 224; otherwise 1).
   double center_ratio = 1.0;
+  int64_t resize_side = 0;  ///< evaluation: data.eval_resize_size, the shorter side before the crop (0: center_ratio)
   int64_t crop_padding = 4;
   double scale_lo = 0.08, scale_hi = 1.0;
   double rotate_degrees = 15.0, translate_frac = 0.1, erase_p = 0.5;
@@ -55,7 +56,8 @@ struct SampleParams {
   bool erase = false;
   int64_t erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
   uint64_t erase_key = 0;  ///< the stream of the box's random values (erase_value per_channel, per_pixel)
-  std::vector<OpDraw> ops;  ///< the policy's operations, in order (none: the image stays float)
+  std::vector<OpDraw> ops;  ///< the policy's operations, then color_jitter's, in order (none: the image stays float)
+  AugMixDraw augmix;        ///< augmix: its chains (before `ops`)
   bool identity_base(int64_t h, int64_t w, const Pipeline& p) const {
     return box_y == 0 && box_x == 0 && box_h == h && box_w == w && p.out_h == h && p.out_w == w;
   }

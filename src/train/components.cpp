@@ -26,6 +26,19 @@ int64_t input_side(const Config& c, const data::DatasetInfo& info) {
   return c.data.image_size > 0 ? c.data.image_size : 224;
 }
 
+// A model built for one image side (ViT and Swin, any model given model.image_size, the mlp)
+// cannot evaluate at another: said before training, not at the first evaluation.
+void check_eval_side(const Config& c, int64_t train_side) {
+  const int64_t eval_side = c.data.eval_image_size;
+  if (eval_side <= 0 || eval_side == train_side) return;
+  for (const models::ZooEntry& z : models::zoo())
+    if (z.name == c.model.name && (z.fixed_image_size || c.model.image_size > 0 || z.family == "mlp"))
+      throw Error(ExitCode::kBadInput, SourceLoc{}, "data.eval_image_size",
+                  fmt::format("{} is built for {}x{} images, and the evaluation crops {}x{}", c.model.name,
+                              train_side, train_side, eval_side, eval_side),
+                  "leave data.eval_image_size unset (0: the training side) for this model");
+}
+
 }  // namespace
 
 Datasets open_datasets(const Config& c, Purpose purpose) {
@@ -120,6 +133,7 @@ Components build_components(const Config& c, const Placement& placement, Purpose
     if (out.data.val) out.val_loader = std::make_unique<data::Loader>(out.data.val, c.data, spec);
   }
 
+  if (out.eval_loader || out.val_loader) check_eval_side(c, input_side(c, out.data.info));
   out.model = models::build(c.model, c.run.seed, input_side(c, out.data.info));
   out.model->to(placement.device);
   out.model->use_fused_conv_bn_relu(use_fused_kernels(c, placement.device));
@@ -165,6 +179,7 @@ void preflight(const Config& cfg) {
   const torch::Device device = resolve_device(cfg.run);
   config::check_device_fit(cfg, device.is_cuda(), device.str());
   const Datasets d = open_datasets(cfg, Purpose::kTrain);
+  if (d.eval || d.val) check_eval_side(cfg, input_side(cfg, d.info));
   if (!cfg.model.init.empty()) {  // read and fitted on the CPU, as a fresh run would load it
     auto model = models::build(cfg.model, cfg.run.seed, input_side(cfg, d.info));
     load_init_weights(cfg, *model);

@@ -117,6 +117,22 @@ dlrun_cli_test(config_validate_mix_prob 2 "train.mix_prob: .*1"
                config validate ${_cfg}/good.yaml train.mixup_alpha=0.2 train.mix_prob=1.5)
 dlrun_cli_test(config_validate_layer_decay 2 "optim.layer_decay: .*1"
                config validate ${_cfg}/good.yaml optim.layer_decay=1.5)
+dlrun_cli_test(config_validate_two_policies_augmix 2 "data.augment: augmix and rand_augment: one automatic augmentation policy at a time"
+               config validate ${_cfg}/good.yaml data.augment=[augmix,rand_augment])
+dlrun_cli_test(config_validate_jitter_hue 2 "data.color_jitter: hue 0.7 is outside \\[0, 0.5\\]"
+               config validate ${_cfg}/good.yaml data.augment=[color_jitter] data.color_jitter=[0.4,0.4,0.4,0.7])
+dlrun_cli_test(config_validate_jitter_length 2 "data.color_jitter: expected \\[brightness, contrast, saturation, hue\\], got 3 values"
+               config validate ${_cfg}/good.yaml data.color_jitter=[0.4,0.4,0.4])
+dlrun_cli_test(config_validate_augmix_severity 2 "data.augmix_severity: .*10"
+               config validate ${_cfg}/good.yaml data.augment=[augmix] data.augmix_severity=11)
+dlrun_cli_test(config_validate_two_clippings 2 "train.clip_grad_value: one clipping at a time"
+               config validate ${_cfg}/good.yaml train.clip_grad_value=1 train.clip_grad_norm=1)
+dlrun_cli_test(config_validate_eval_resize 2 "data.eval_resize_size: 200 is smaller than the center crop it is cut to \\(224\\)"
+               config validate ${_cfg}/good.yaml data.eval_image_size=224 data.eval_resize_size=200)
+dlrun_cli_test(config_validate_eval_side 2 "data.eval_image_size: mlp is built for 28x28 images, and the evaluation crops 32x32"
+               config validate ${CMAKE_SOURCE_DIR}/configs/quickstart.yaml model.name=mlp data.eval_image_size=32)
+dlrun_cli_test(config_validate_repeated_aug 2 "data.repeated_aug: .*1"
+               config validate ${_cfg}/good.yaml data.repeated_aug=0)
 dlrun_cli_test(config_validate_list_item 2 "bad_list_item.yaml:6:7: data.augment\\[1\\]: invalid value 'rotat'"
                config validate ${_cfg}/bad_list_item.yaml)
 dlrun_cli_test(config_validate_cross_field 2 "multistep.yaml: sched.milestones: multistep needs at least one milestone"

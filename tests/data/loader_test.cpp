@@ -2,6 +2,8 @@
 // accumulation steps that partition the global batch, resume at a cursor, eval splitting,
 // and the device-resident path agreeing with the CPU path. Also the transforms' shapes and
 // determinism, and that the synthetic set is learnable.
+#include <set>
+
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -143,6 +145,57 @@ TEST_CASE("start_epoch at a cursor yields the rest of the uninterrupted epoch", 
   REQUIRE(first);
   CHECK(torch::equal(first->x, full[10].x));
   require_error([&] { loader.start_epoch(4, 5); }, {"cursor"});
+}
+
+TEST_CASE("repeated augmentation: each sample R times, augmented apart, interleaved over ranks, resumable",
+          "[data]") {
+  DataOptions o = synth_opts();
+  o.repeated_aug = 3;
+  o.workers = 2;
+  auto ds = data::open(o, data::Split::kTrain, 5);
+  const torch::Tensor labels = ds->all().second;
+  const std::vector<int64_t> perm = data::epoch_permutation(5, 2, 100, true);
+  data::LoaderSpec one;
+  one.seed = 5;
+  const auto whole = run_epoch(ds, o, one, 2);
+  REQUIRE(whole.size() == 6);  // the epoch keeps the set's length: 100 / 16 steps
+  int64_t apart = 0, copies = 0;
+  for (size_t s = 0; s < whole.size(); ++s)
+    for (int64_t j = 0; j < 16; ++j) {
+      const int64_t pos = static_cast<int64_t>(s) * 16 + j;
+      // Position p holds the sample perm[p / 3]: its label, and its image augmented afresh.
+      CHECK(whole[s].y[j].item<int64_t>() == labels[perm[static_cast<size_t>(pos / 3)]].item<int64_t>());
+      if (pos % 3 != 0 && j > 0) {
+        ++copies;
+        apart += !torch::equal(whole[s].x[j], whole[s].x[j - 1]);
+      }
+    }
+  CHECK(apart == copies);
+
+  // Two ranks, two micro-batches: micro-batch g = m * 2 + r takes the positions g, g + 4, ... of
+  // the step (timm's RepeatAugSampler's stride), each row the same image as at one rank.
+  for (int r = 0; r < 2; ++r) {
+    data::LoaderSpec spec = one;
+    spec.rank = r;
+    spec.world_size = 2;
+    spec.grad_accum = 2;
+    const auto mine = run_epoch(ds, o, spec, 2);
+    REQUIRE(mine.size() == whole.size() * 2);
+    for (size_t t = 0; t < mine.size(); ++t) {
+      const data::Batch& b = mine[t];
+      REQUIRE(b.x.size(0) == 4);
+      std::set<int64_t> sources;
+      for (int64_t j = 0; j < 4; ++j) {
+        const int64_t within = (b.micro * 2 + r) + j * 4;
+        CHECK(torch::equal(b.x[j], whole[static_cast<size_t>(b.step_in_epoch)].x[within]));
+        sources.insert((b.step_in_epoch * 16 + within) / 3);
+      }
+      CHECK(sources.size() == 4);  // no sample twice in one micro-batch
+    }
+  }
+
+  // Resumed at a cursor: the rest of the same epoch.
+  require_same(std::vector<data::Batch>(whole.begin() + 2, whole.end()), run_epoch(ds, o, one, 2, 2 * 16));
 }
 
 TEST_CASE("without shuffle the epoch visits the set in order", "[data]") {
@@ -289,6 +342,24 @@ TEST_CASE("transforms: shapes, exact geometry and determinism", "[data]") {
                           3 * px[0][y + 2][7].item<float>() + px[0][y + 2][8].item<float>()) / 8;
       CHECK(out[0][y][3].item<float>() == Approx(want).epsilon(1e-6));
     }
+  }
+  SECTION("evaluation sizes: eval_image_size crops, eval_resize_size sets the shorter side before it") {
+    o.augment = {"resized_crop"};
+    o.image_size = 8;  // training side
+    o.eval_image_size = 6;
+    o.eval_resize_size = 7;  // torchvision's --val-resize-size: shorter side 10 -> 7, then a 6x6 crop
+    auto p = data::make_pipeline(o, info, false);
+    CHECK(p.out_h == 6);
+    CHECK(p.out_w == 6);
+    auto sp = data::draw_params(p, 0, 0, 0, 10, 20);
+    CHECK(sp.box_h == Approx(6.0 * 10 / 7));
+    CHECK(sp.box_w == Approx(6.0 * 10 / 7));
+    CHECK(sp.box_y == Approx((10 - 6.0 * 10 / 7) / 2));
+    o.eval_resize_size = 0;  // trained with resized_crop: the usual 0.875 (e.g. 256 -> 224)
+    sp = data::draw_params(data::make_pipeline(o, info, false), 0, 0, 0, 10, 20);
+    CHECK(sp.box_h == Approx(10 * 0.875));
+    auto train = data::make_pipeline(o, info, true);  // the training side is data.image_size's
+    CHECK(train.out_h == 8);
   }
   SECTION("unknown augment names are errors") {
     o.augment = {"mixup"};

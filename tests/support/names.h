@@ -27,7 +27,7 @@ inline const std::map<std::string, std::vector<std::string>>& registry_names() {
       {"data.name", {"cifar10", "cifar100", "fashion_mnist", "image_folder", "mnist", "synthetic", "webdataset"}},
       {"data.augment",
        {"flip", "vflip", "crop", "resized_crop", "rotate", "translate", "erase", "trivial_augment", "rand_augment",
-        "auto_augment"}},
+        "auto_augment", "augmix", "color_jitter"}},
   };
   return names;
 }

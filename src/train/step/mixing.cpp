@@ -9,27 +9,8 @@
 namespace dlrun::train {
 namespace {
 
-double uniform_open(data::SampleRng& rng) {  // (0, 1)
-  double u = rng.uniform();
-  while (u <= 0) u = rng.uniform();
-  return u;
-}
-
-double gamma(data::SampleRng& rng, double a) {  // Marsaglia and Tsang; a < 1 boosted by U^(1/a)
-  if (a < 1) return gamma(rng, a + 1) * std::pow(uniform_open(rng), 1.0 / a);
-  const double d = a - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
-  for (;;) {
-    const double x = rng.normal();
-    double v = 1.0 + c * x;
-    if (v <= 0) continue;
-    v = v * v * v;
-    const double u = uniform_open(rng);
-    if (u < 1.0 - 0.0331 * x * x * x * x || std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) return d * v;
-  }
-}
-
 double beta(data::SampleRng& rng, double alpha) {
-  const double x = gamma(rng, alpha), y = gamma(rng, alpha);
+  const double x = rng.gamma(alpha), y = rng.gamma(alpha);
   return x / (x + y);
 }
 

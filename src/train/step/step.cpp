@@ -149,6 +149,11 @@ StepResult StepRunner::update(torch::Tensor& loss_sum, size_t micro_batches) {
   r.loss = loss_sum / n;
   r.nonfinite = precision_.nonfinite(loss_bad, found_inf);
   if (clipping) clip(grads, norms);
+  if (train_.clip_grad_value > 0 && !grads.empty()) {  // torch.nn.utils.clip_grad_value_, after the unscale
+    torch::NoGradGuard no_grad;
+    at::_foreach_clamp_min_(grads, -train_.clip_grad_value);
+    at::_foreach_clamp_max_(grads, train_.clip_grad_value);
+  }
   // Whether to apply the update, decided on the device: the fused optimizer kernels skip it
   // where the flag is 1.
   const torch::Tensor skip = precision_.skip(found_inf, r.nonfinite);

@@ -131,6 +131,27 @@ TEST_CASE("clipping bounds the global gradient norm, on the device", "[train][st
   CHECK(grad_norm(*loose.model) == Approx(grad_norm(*free.model)).epsilon(1e-6));
 }
 
+TEST_CASE("clipping by value clamps every gradient value, after the unscale, as clip_grad_value_ does",
+          "[train][step]") {
+  Rig free{TrainOptions{}};
+  free.runner.run({batch(8)}, 0.1);
+  double largest = 0;
+  for (const auto& p : free.model->parameters()) largest = std::max(largest, p.grad().abs().max().item<double>());
+  const double v = largest / 4;
+  TrainOptions t;
+  t.clip_grad_value = v;
+  Rig clipped{t};
+  clipped.runner.run({batch(8)}, 0.1);
+  const auto a = free.model->parameters(), b = clipped.model->parameters();
+  REQUIRE(a.size() == b.size());
+  int64_t clamped = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(torch::equal(b[i].grad(), a[i].grad().clamp(-v, v)));
+    clamped += a[i].grad().abs().gt(v).sum().item<int64_t>();
+  }
+  CHECK(clamped > 0);
+}
+
 TEST_CASE("clipping reuses the non-finite check's gradient norms: one read of the gradients, not two",
           "[train][step]") {
   // Without fp16 loss scaling the non-finite check computes every gradient's norm; clipping takes
