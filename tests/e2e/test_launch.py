@@ -192,6 +192,39 @@ def test_env_on_the_second_node():
         expect("OMP_NUM_THREADS" not in j.err, f"OMP_NUM_THREADS was set already:{j.log()}")
 
 
+def test_torchrun_variables_as_a_pytorchjob_sets_them():
+    """torchrun's PET_* variables (a Kubeflow PyTorchJob's pod has them) stand for the options; an
+    option on the command line wins; a bad value is refused naming its variable."""
+    pet = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "10.1.2.3",
+           "PET_MAX_RESTARTS": "3", "PET_RDZV_ID": "job9"}
+    with Job(env=pet) as j:  # (Job gives --master-port on the command line: it wins over none here)
+        expect(j.run() == 0, j.log())
+        recs = j.records()
+        expect(sorted(recs) == [(2, 0), (3, 0)], sorted(recs))
+        e = recs[2, 0]["env"]
+        expect((e["WORLD_SIZE"], e["GROUP_RANK"], e["MASTER_ADDR"], e["TORCHELASTIC_MAX_RESTARTS"],
+                e["TORCHELASTIC_RUN_ID"]) == ("4", "1", "10.1.2.3", "3", "job9"), e)
+    with Job("--nproc-per-node", "1", env=pet) as j:  # the command line over PET_NPROC_PER_NODE
+        expect(j.run() == 0, j.log())
+        expect(sorted(j.records()) == [(1, 0)], sorted(j.records()))
+    # An elastic PyTorchJob's: the endpoint is the master, and PET_NODE_RANK is not used.
+    port = free_port()
+    with Job("--nproc-per-node", "1", default_port=True,
+             env={"PET_NNODES": "1:2", "PET_NODE_RANK": "0", "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+                  "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ID": "elastic7",
+                  "PET_RDZV_CONF": "join_timeout=30,last_call_timeout=0.5"}) as j:
+        expect(j.run() == 0, j.log())
+        e = j.records()[0, 0]["env"]
+        expect((e["MASTER_ADDR"], e["TORCHELASTIC_RUN_ID"]) == ("127.0.0.1", "elastic7"), e)
+        expect(re.search(rf"127\.0\.0\.1:{port}", j.err), j.log())
+    for env, message in (({"PET_NNODES": "two"}, "--nnodes 'two': expected a number N or a range MIN:MAX (from "
+                                                 "$PET_NNODES)"),
+                         ({"PET_MASTER_PORT": "x"}, "$PET_MASTER_PORT 'x': --master-port takes a whole number"),
+                         ({"PET_RDZV_BACKEND": "etcd"}, "$PET_RDZV_BACKEND 'etcd': the launcher's rendezvous")):
+        with Job(env=env) as j:
+            expect(j.run() == 2 and message in j.err, j.log())
+
+
 def test_the_run_id():
     """torchrun's --rdzv-id: the option, else $TORCHELASTIC_RUN_ID, else a fresh one on one node and
     "none" on several (whose launchers could not agree on a random one); the same for every rank."""
@@ -640,7 +673,8 @@ def test_help():
 
 
 if __name__ == "__main__":
-    main([test_env_of_every_worker, test_env_on_the_second_node, test_the_run_id,
+    main([test_env_of_every_worker, test_env_on_the_second_node, test_torchrun_variables_as_a_pytorchjob_sets_them,
+          test_the_run_id,
           test_a_port_in_use_is_refused_with_a_way_out, test_standalone_picks_a_free_port_and_a_fresh_run_id,
           test_standalone_is_one_node_on_a_port_of_its_own,
           test_a_worker_that_reaches_another_jobs_store_exits_2_and_that_job_goes_on,
