@@ -14,4 +14,5 @@ PY_PINS=(
   "onnxruntime==1.32.0"  # runs the exported models against dlrun's logits
   "webdataset==0.2.111"  # Python's webdataset and wids (its last release with wids): the shard interop tests
   "timm==1.0.31"         # the reference for rmsprop_tf, lamb, lars, layer decay and the recipes' data tricks
+  "kubernetes-validate==1.37.0"  # Kubernetes' own JSON schemas (1.25 to 1.37): the manifests in examples/k8s/
 )
