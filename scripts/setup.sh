@@ -79,6 +79,18 @@ then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PINS[@]}"
 fi
 
+# ---- SkyPilot's own virtual environment (the tests validate examples/skypilot/ with it) ---
+if [[ -z "${DLRUN_SETUP_MINIMAL:-}" ]]; then
+  SKY_VENV="${DLRUN_SKY_VENV:-$HOME/.cache/dlrun/venv-skypilot-$SKYPILOT_VERSION}"
+  if ! "$SKY_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('skypilot') != '$SKYPILOT_VERSION')" \
+      >/dev/null 2>&1; then
+    say "installing skypilot==$SKYPILOT_VERSION into $SKY_VENV (its schema, for the tests; no cloud SDKs)"
+    mkdir -p "$(dirname "$SKY_VENV")"
+    python3 -m venv "$SKY_VENV"
+    "$SKY_VENV/bin/python" -m pip install -q --disable-pip-version-check "skypilot==$SKYPILOT_VERSION"
+  fi
+fi
+
 [[ -n "${DLRUN_SETUP_NO_BUILD:-}" ]] && exit 0
 
 # ---- configure + build ---------------------------------------------------------------

@@ -16,3 +16,6 @@ PY_PINS=(
   "timm==1.0.31"         # the reference for rmsprop_tf, lamb, lars, layer decay and the recipes' data tricks
   "kubernetes-validate==1.37.0"  # Kubernetes' own JSON schemas (1.25 to 1.37): the manifests in examples/k8s/
 )
+# SkyPilot, in a virtual environment of its own (tests/skypilot: its task schema); its sixty-odd
+# dependencies (a web server, databases) stay out of torch's.
+SKYPILOT_VERSION=0.14.1
