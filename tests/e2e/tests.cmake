@@ -39,6 +39,9 @@ if(DLRUN_PYTHON)
   dlrun_e2e_test(slurm test_slurm.py)
   dlrun_e2e_test(recipes test_recipes.py)
   dlrun_e2e_test(skypilot test_skypilot.py)
+  # The image: about a minute with the base layer cached on the machine, about 5 on its first run
+  # (docs/testing.md); it copies gigabytes, so it runs alone (PROCESSORS 2, below).
+  dlrun_e2e_test(image test_image.py)
   dlrun_e2e_test(profile test_profile.py)
   dlrun_e2e_test(bench_scripts test_bench_scripts.py)
   dlrun_e2e_test(shards test_shards.py)
@@ -51,7 +54,7 @@ endif()
 # hold both cores (PROCESSORS 2), so that nothing runs beside them.
 if(DLRUN_PYTHON)
   foreach(_t dist elastic two_hosts peer_lost exit75 slurm check_resume micro_batch shards soak metrics_endpoint
-             profile bench_scripts preemption resume launch)
+             profile bench_scripts preemption resume launch image)
     set_tests_properties(e2e:${_t} PROPERTIES PROCESSORS 2)
   endforeach()
 endif()
