@@ -65,7 +65,7 @@ while read -r lib path; do
   [[ -n $pkg ]] || die "no Debian package owns $path ($lib, linked by $DLRUN)"
   packages+=("$pkg")
 done < <(ldd "$DLRUN" | awk '$2 == "=>" {print $1, $3}')
-mapfile -t packages < <(printf '%s\n' "${packages[@]}" python3-minimal ca-certificates dataset-fashion-mnist | sort -u)
+mapfile -t packages < <(printf '%s\n' "${packages[@]}" python3 ca-certificates dataset-fashion-mnist | sort -u)
 
 # ---- the torch wheel's libraries ------------------------------------------------------------
 libdirs=("torch/lib")

@@ -17,6 +17,9 @@ list of modes, one per global rank (the last one applies to the ranks beyond the
   startup_stop          wait for a signal, then say what dlrun says of a stop during start-up
                         ("... nothing trained yet ...", rank 0 only) and exit 75
   ignore_term           record the signals but never exit (only SIGKILL ends it)
+  with_child            start a child process (as a data loader or a shell would), then behave as
+                        wait_for_signal; the child records a signal it receives in
+                        $FAKE_OUT_DIR/child<RANK>.signal and exits
   default_signals       no handlers (a process still loading): the first signal ends it
 
 Output: FAKE_LINES (default 3) lines on stdout and on stderr, then a last stdout line without
@@ -25,6 +28,7 @@ a newline ("tail of rank R").
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -96,6 +100,22 @@ if mode.startswith("fail_until_restart_"):
         peers_started()
         sys.exit(3)
     sys.exit(0)
+CHILD = """
+import os, signal, sys, time
+def on(signum, _):
+    with open(sys.argv[1], "w") as f:
+        f.write(signal.Signals(signum).name)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on)
+open(sys.argv[1] + ".ready", "w").close()
+time.sleep(120)
+"""
+if mode == "with_child":
+    child_file = os.path.join(os.environ["FAKE_OUT_DIR"], f"child{rank}.signal")
+    subprocess.Popen([sys.executable, "-c", CHILD, child_file])  # same process group as this worker
+    while not os.path.exists(child_file + ".ready"):
+        time.sleep(0.01)
+    mode = "wait_for_signal"
 if mode in ("wait_for_signal", "fail_on_signal", "startup_stop"):
     while not record["signals"]:
         time.sleep(0.02)

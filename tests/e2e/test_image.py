@@ -92,8 +92,9 @@ def test_image_builds_runs_stops_and_resumes():
 
         # Non-root, read-only root file system.
         p = sh([*PODMAN, *RUN, "--rm", "--entrypoint", "/bin/sh", IMAGE, "-c",
-                "id -u; touch /opt/dlrun/x 2>/dev/null && echo writable || echo read-only"])
-        expect(p.stdout.split() == ["1000", "read-only"], p.stdout)
+                "id -u; touch /opt/dlrun/x 2>/dev/null && echo writable || echo read-only; "
+                "dlrun-launch --help >/dev/null && echo launcher"])
+        expect(p.stdout.split() == ["1000", "read-only", "launcher"], p.stdout + p.stderr)
 
         volume = os.path.join(tmp, "runs")
         os.mkdir(volume)

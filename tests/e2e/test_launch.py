@@ -405,6 +405,29 @@ def test_signals_are_forwarded_once():
                 expect(got == [sig.name], f"{sig.name}: rank {rank} received {got}")
 
 
+def test_a_forwarded_signal_reaches_what_a_worker_started():
+    """Each worker leads a process group of its own, and a forwarded signal goes to the group: a
+    process the worker started (a shell's command, a helper) stops with it, as under torchrun."""
+    with Job("--nproc-per-node", "2", mode="with_child") as j:
+        j.start()
+        j.wait_for_workers(2)
+        for rank in (0, 1):
+            deadline = time.time() + 30
+            while not os.path.exists(os.path.join(j.out_dir, f"child{rank}.signal.ready")):
+                expect(time.time() < deadline, f"rank {rank}'s child did not start{j.log()}")
+                time.sleep(0.02)
+        j.proc.send_signal(signal.SIGTERM)  # the launcher alone, as the kubelet signals a container's main process
+        code = j.finish()
+        expect(code == 75, f"exit {code}{j.log()}")
+        for rank in (0, 1):
+            child = os.path.join(j.out_dir, f"child{rank}.signal")
+            deadline = time.time() + 10
+            while not os.path.exists(child) and time.time() < deadline:
+                time.sleep(0.02)
+            expect(os.path.exists(child) and open(child).read() == "SIGTERM",
+                   f"rank {rank}'s child never received the SIGTERM{j.log()}")
+
+
 def test_a_worker_ended_by_the_forwarded_signal_was_interrupted():
     """A worker that the forwarded signal ends by its default action had not started dlrun's
     main() yet: nothing was trained or lost, so the job was interrupted (75), not failed."""
@@ -680,6 +703,7 @@ if __name__ == "__main__":
           test_a_worker_that_reaches_another_jobs_store_exits_2_and_that_job_goes_on,
           test_output_is_prefixed_line_by_line,
           test_exit_status_is_combined, test_a_failure_stops_the_other_workers, test_signals_are_forwarded_once,
+          test_a_forwarded_signal_reaches_what_a_worker_started,
           test_a_worker_ended_by_the_forwarded_signal_was_interrupted,
           test_a_failure_while_stopping_sends_no_second_signal, test_a_frozen_worker_is_stopped_when_another_ends,
           test_a_stop_before_any_step_says_there_is_nothing_to_resume,

@@ -42,6 +42,8 @@ if(DLRUN_PYTHON)
   # The image: about a minute with the base layer cached on the machine, about 5 on its first run
   # (docs/testing.md); it copies gigabytes, so it runs alone (PROCESSORS 2, below).
   dlrun_e2e_test(image test_image.py)
+  # Each Kubernetes manifest's pods as containers of the image: a stop, 75, an exact resume.
+  dlrun_e2e_test(k8s_emulate test_k8s_emulate.py)
   dlrun_e2e_test(profile test_profile.py)
   dlrun_e2e_test(bench_scripts test_bench_scripts.py)
   dlrun_e2e_test(shards test_shards.py)
@@ -54,7 +56,8 @@ endif()
 # hold both cores (PROCESSORS 2), so that nothing runs beside them.
 if(DLRUN_PYTHON)
   foreach(_t dist elastic two_hosts peer_lost exit75 slurm check_resume micro_batch shards soak metrics_endpoint
-             profile bench_scripts preemption resume launch image)
+             profile bench_scripts preemption resume launch image
+             k8s_emulate)
     set_tests_properties(e2e:${_t} PROPERTIES PROCESSORS 2)
   endforeach()
 endif()
