@@ -122,8 +122,11 @@ buildah config \
   --label org.opencontainers.image.base.name="debian:$SUITE" \
   --label io.dlrun.torch="$TORCH_VERSION" --label io.dlrun.cuda="$CUDA" \
   "$ctr"
+previous="$(podman image inspect --format '{{.Id}}' "localhost/dlrun:$TAG" 2>/dev/null || true)"
 buildah commit --quiet --rm "$ctr" "localhost/dlrun:$TAG" >/dev/null
 trap - EXIT
+# The image this tag named before, left without a name: removed unless a container uses it.
+[[ -n $previous ]] && podman rmi "$previous" >/dev/null 2>&1 || true
 say "localhost/dlrun:$TAG ($VERSION, git $REVISION, $(podman image inspect --format '{{.Size}}' "localhost/dlrun:$TAG" 2>/dev/null | numfmt --to=iec 2>/dev/null || echo '?')): top layer in $((SECONDS - t1)) s"
 if [[ -n $OUT ]]; then
   t2=$SECONDS

@@ -145,7 +145,8 @@ def run_pods(image, pod, specs, scratch, stop_one=False, elastic=False):
         codes = [exit_code(n) for n in names]
         return codes, [logs(n) for n in names]
     finally:
-        sh([*PODMAN, "rm", "-f", f"{pod}-1", f"{pod}-1-restarted", f"{pod}-0"], check=False)
+        for name in (f"{pod}-1", f"{pod}-1-restarted", f"{pod}-0"):  # (one at a time: a missing one fails the call)
+            sh([*PODMAN, "rm", "-f", "-i", name], check=False)
 
 
 def image():

@@ -39,8 +39,8 @@ if(DLRUN_PYTHON)
   dlrun_e2e_test(slurm test_slurm.py)
   dlrun_e2e_test(recipes test_recipes.py)
   dlrun_e2e_test(skypilot test_skypilot.py)
-  # The image: about a minute with the base layer cached on the machine, about 5 on its first run
-  # (docs/testing.md); it copies gigabytes, so it runs alone (PROCESSORS 2, below).
+  # The image: about two minutes with the base layer cached on the machine, about 5 more on its
+  # first run (docs/testing.md); mostly podman's and the disk's time, beside another test.
   dlrun_e2e_test(image test_image.py)
   # Each Kubernetes manifest's pods as containers of the image: a stop, 75, an exact resume.
   dlrun_e2e_test(k8s_emulate test_k8s_emulate.py)
@@ -56,8 +56,7 @@ endif()
 # hold both cores (PROCESSORS 2), so that nothing runs beside them.
 if(DLRUN_PYTHON)
   foreach(_t dist elastic two_hosts peer_lost exit75 slurm check_resume micro_batch shards soak metrics_endpoint
-             profile bench_scripts preemption resume launch image
-             k8s_emulate)
+             profile bench_scripts preemption resume launch)
     set_tests_properties(e2e:${_t} PROPERTIES PROCESSORS 2)
   endforeach()
 endif()
