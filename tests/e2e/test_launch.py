@@ -428,6 +428,37 @@ def test_a_forwarded_signal_reaches_what_a_worker_started():
                    f"rank {rank}'s child never received the SIGTERM{j.log()}")
 
 
+def test_log_files_and_the_root_cause_of_a_failure():
+    """--log-dir: each rank's stdout and stderr in files, unprefixed, per attempt; a failed group's
+    first failure in the error file (its last stderr lines), also at $TORCHELASTIC_ERROR_FILE."""
+    with tempfile.TemporaryDirectory(prefix="dlrun-launch-logs-") as logs:
+        with Job("--nproc-per-node", "2", "--log-dir", logs, "--rdzv-id", "job3", mode="ok,fail") as j:
+            expect(j.run() == 1, j.log())
+            with open(os.path.join(logs, "job3", "attempt_0", "0", "stdout.log")) as f:
+                out = f.read()
+            expect(out.startswith("line 0 of rank 0 ") and "[rank" not in out and out.endswith("tail of rank 0\n"),
+                   out[-300:])
+            with open(os.path.join(logs, "job3", "attempt_0", "1", "stderr.log")) as f:
+                expect(f.read() == "".join(f"err {i} of rank 1\n" for i in range(3)), "rank 1's stderr.log")
+            with open(os.path.join(logs, "job3", "error.json")) as f:
+                cause = json.load(f)
+            expect((cause["rank"], cause["exit_code"], cause["signal"], cause["run_id"], cause["attempt"]) ==
+                   (1, 3, None, "job3", 0), cause)
+            expect(cause["stderr_tail"][-1] == "err 2 of rank 1", cause)
+            expect(f"root cause written to {os.path.join(logs, 'job3', 'error.json')}: rank 1, exit code 3" in j.err,
+                   j.log())
+        path = os.path.join(logs, "elsewhere", "cause.json")
+        # rank 0 killed, rank 1 stopped and saved (75: the job is requeued): the cause is still recorded
+        with Job("--nproc-per-node", "2", mode="crash,wait_for_signal", env={"TORCHELASTIC_ERROR_FILE": path}) as j:
+            expect(j.run() == 75, j.log())
+            with open(path) as f:
+                cause = json.load(f)
+            expect((cause["rank"], cause["exit_code"], cause["signal"]) == (0, None, "SIGKILL"), cause)
+        with Job("--nproc-per-node", "2", "--log-dir", logs, "--rdzv-id", "job4", mode="exit75") as j:
+            expect(j.run() == 75, j.log())
+            expect(not os.path.exists(os.path.join(logs, "job4", "error.json")), "an error file for exit 75")
+
+
 def test_a_worker_ended_by_the_forwarded_signal_was_interrupted():
     """A worker that the forwarded signal ends by its default action had not started dlrun's
     main() yet: nothing was trained or lost, so the job was interrupted (75), not failed."""
@@ -703,7 +734,7 @@ if __name__ == "__main__":
           test_a_worker_that_reaches_another_jobs_store_exits_2_and_that_job_goes_on,
           test_output_is_prefixed_line_by_line,
           test_exit_status_is_combined, test_a_failure_stops_the_other_workers, test_signals_are_forwarded_once,
-          test_a_forwarded_signal_reaches_what_a_worker_started,
+          test_a_forwarded_signal_reaches_what_a_worker_started, test_log_files_and_the_root_cause_of_a_failure,
           test_a_worker_ended_by_the_forwarded_signal_was_interrupted,
           test_a_failure_while_stopping_sends_no_second_signal, test_a_frozen_worker_is_stopped_when_another_ends,
           test_a_stop_before_any_step_says_there_is_nothing_to_resume,
