@@ -44,6 +44,8 @@ if(DLRUN_PYTHON)
   dlrun_e2e_test(image test_image.py)
   # Each Kubernetes manifest's pods as containers of the image: a stop, 75, an exact resume.
   dlrun_e2e_test(k8s_emulate test_k8s_emulate.py)
+  # Real torchrun growing a job from one node to two (about 45 s).
+  dlrun_e2e_test(torchrun_elastic test_torchrun_elastic.py)
   dlrun_e2e_test(profile test_profile.py)
   dlrun_e2e_test(bench_scripts test_bench_scripts.py)
   dlrun_e2e_test(shards test_shards.py)
