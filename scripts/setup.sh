@@ -37,7 +37,7 @@ TEST_DEBS=(prometheus  # the real scraper of the live metrics endpoint's e2e tes
       munge slurmctld slurmd slurm-client iproute2  # the real single-node Slurm and the two-host namespaces of the e2e tests
       openssl  # the TLS test's CA and certificates (e2e:remote_security)
       clang libclang-rt-14-dev  # the sanitizer + fuzz build (scripts/harden.sh)
-      mmdebstrap buildah podman runc skopeo)  # the container image (scripts/image.sh) and its e2e test
+      mmdebstrap buildah podman runc skopeo docker-registry)  # the container image (scripts/image.sh), its e2e test
 if [[ -n "${DLRUN_SETUP_MINIMAL:-}" ]]; then
   # torch (scripts/versions.sh lists it first) and numpy, without which importing torch warns
   PY_PINS=("${PY_PINS[0]}" $(printf '%s\n' "${PY_PINS[@]}" | grep '^numpy=='))
@@ -54,6 +54,11 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts the registry it installs as a service on port 5000; the image test starts its
+  # own on a free loopback port, so the service is stopped and left disabled.
+  if [[ " ${missing[*]} " == *" docker-registry "* ]] && command -v systemctl >/dev/null; then
+    $SUDO systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  fi
 fi
 
 # ---- Python virtual environment with the pinned torch ---------------------------------

@@ -2,7 +2,9 @@
 
 - it builds (the base layer cached on this machine between runs: a second build adds dlrun's
   layer alone) and its OCI archive is one skopeo reads: the labels (version, git revision, torch,
-  CUDA), the user, the entrypoint;
+  CUDA), the user, the entrypoint; `podman load` loads it, and skopeo pushes it to a registry
+  (Debian's docker-registry on 127.0.0.1, its storage kept in ~/.cache/dlrun/registry-e2e so that
+  the base's blob is uploaded once per machine), from which it reads the labels back;
 - `dlrun train configs/quickstart.yaml` runs in it as a non-root user on a read-only root file
   system, the run directory on a mounted volume;
 - stopped as the kubelet stops a container (`podman stop -t N`: SIGTERM, then SIGKILL after the
@@ -15,6 +17,7 @@ machines' hybrid cgroups; docs/deploy.md). Every container the test starts, it r
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,6 +65,41 @@ def train(volume, run_dir, *extra, name=None, detach=False, env=()):
     return sh(args, check=False, timeout=600)
 
 
+class Registry:
+    """Debian's docker-registry on a free loopback port; its storage persists between runs."""
+
+    def __init__(self):
+        self.root = os.path.expanduser("~/.cache/dlrun/registry-e2e")
+        os.makedirs(self.root, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.config = os.path.join(self.root, "config.yml")
+        with open(self.config, "w") as f:
+            f.write(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {self.root}/data\n"
+                    f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{self.port}\n")
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(["docker-registry", "serve", self.config], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                expect(self.proc.poll() is None and time.monotonic() < deadline, "the registry did not start")
+                time.sleep(0.1)
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        # The blobs no tag names any more (an earlier run's top layer): gone, so the storage stays
+        # about the size of one image.
+        subprocess.run(["docker-registry", "garbage-collect", self.config], capture_output=True, timeout=300)
+
+
 def summary(volume, run_dir):
     with open(os.path.join(volume, run_dir, "summary.json")) as f:
         return json.load(f)
@@ -77,6 +115,15 @@ def test_image_builds_runs_stops_and_resumes():
         p = sh([*PODMAN, *RUN, "--rm", f"{IMAGE}-loaded", "--version"])
         expect(p.stdout.startswith("dlrun "), p.stdout)
         sh(["podman", "rmi", f"{IMAGE}-loaded"])
+        with Registry() as reg:  # a registry push of the archive, and the image read back from there
+            # One tag, moved by every run: the blobs the previous run's top layer left are collected,
+            # the base's stays (pushed once per machine).
+            ref = f"docker://127.0.0.1:{reg.port}/dlrun:e2e-last"
+            t0 = time.monotonic()
+            sh(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci-archive:{archive}", ref], timeout=900)
+            pushed = json.loads(sh(["skopeo", "inspect", "--tls-verify=false", ref]).stdout)
+            expect(pushed["Labels"].get("org.opencontainers.image.title") == "dlrun", pushed["Labels"])
+            print(f"  pushed to a registry on 127.0.0.1 in {time.monotonic() - t0:.0f} s")
         second = build()  # only dlrun's layer: the base is cached
         expect("cached" in second, second)
 
