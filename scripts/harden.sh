@@ -5,7 +5,7 @@
 #   scripts/harden.sh fuzz [SECS]   run every fuzz target SECS seconds (default 60) from its seeds
 #                                   and the corpus earlier runs grew (build-harden/fuzz-corpus/)
 #   scripts/harden.sh tsan          build with TSan and run the same tests (loader, writer, watcher threads)
-#   scripts/harden.sh ci            asan, then fuzz 60 with two targets at a time (what
+#   scripts/harden.sh ci            asan, then fuzz 45 with two targets at a time (what
 #                                   scripts/test.sh runs in CI), each phase's seconds printed
 #
 # Builds go to build-harden/ (asan + fuzzers) and build-tsan/ beside build/; the venv and the
@@ -110,6 +110,6 @@ case "${1:-ci}" in
   fuzz) run_fuzz "${2:-60}" ;;
   ci) timed "sanitizer build" configure_build "$ROOT/build-harden" "address,undefined" &&
       timed "sanitizer tests" asan_tests &&
-      timed "fuzzing (two targets at a time)" fuzz_in_pairs "${2:-60}" ;;
+      timed "fuzzing (two targets at a time)" fuzz_in_pairs "${2:-45}" ;;
   *) echo "usage: scripts/harden.sh asan|tsan|fuzz [SECONDS]|ci" >&2; exit 2 ;;
 esac

@@ -67,7 +67,7 @@ ctest_logged() {  # LOG ARGS...: ctest with its output on the terminal and in LO
 }
 phase "tests: light ($LIGHT)" ctest_logged "$BUILD_DIR/Testing/light.log" -L "$LIGHT" -LE e2e -j 2
 phase "tests: e2e" ctest_logged "$BUILD_DIR/Testing/e2e.log" -L e2e -j "${DLRUN_E2E_JOBS:-2}"
-# The sanitizer tests and every fuzz target for a minute (scripts/harden.sh ci; docs/reliability.md).
+# The sanitizer tests and every fuzz target for 45 s (scripts/harden.sh ci; docs/reliability.md).
 if [[ "${DLRUN_HARDEN_CHECKS:-1}" != 0 ]]; then
   harden_logged() {
     set -o pipefail
