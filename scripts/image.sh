@@ -44,11 +44,16 @@ done
 [[ $(id -u) -eq 0 ]] || die "run as root: buildah's storage and mmdebstrap's chroot need it"
 for tool in mmdebstrap buildah dpkg-query; do command -v "$tool" >/dev/null || die "$tool is missing (apt-get install $tool)"; done
 [[ -x "$DLRUN" ]] || die "$DLRUN is missing: build it first (scripts/setup.sh)"
-SITE="$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
-VERSION="$("$DLRUN" --version | awk '{print $2}')"
-# the git revision the binary was built from, as its --version says it (dirty: "-dirty" follows)
-REVISION="$("$DLRUN" --version | sed -n 's/.*(git \([^,]*\),.*/\1/p')"
-CUDA="$("$VENV/bin/python" -c 'import torch; print(torch.version.cuda or "none")')"
+# The venv's site-packages, and the torch wheel's version and CUDA read from its files (importing
+# torch takes seconds).
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+[[ -f "$SITE/torch/version.py" ]] || die "no torch in $SITE (scripts/setup.sh installs it)"
+# "dlrun 0.1.0 (git 4ea2dcf3ea1e, torch 2.11.0, Release)": the version, and the git revision the
+# binary was built from (dirty: "-dirty" follows)
+said="$("$DLRUN" --version)"
+VERSION="$(awk '{print $2}' <<<"$said")"
+REVISION="$(sed -n 's/.*(git \([^,]*\),.*/\1/p' <<<"$said")"
+CUDA="$(sed -n "s/^cuda[^=]*= '\(.*\)'$/\1/p" "$SITE/torch/version.py")"; CUDA="${CUDA:-none}"
 TAG="${TAG:-$VERSION}"
 t0=$SECONDS
 
@@ -73,7 +78,7 @@ for d in "$SITE"/nvidia/*/lib; do libdirs+=("${d#"$SITE"/}"); done
 ld_path="$(printf '/opt/dlrun/site/%s:' "${libdirs[@]}")"; ld_path="${ld_path%:}"
 
 # ---- the base layer, cached by a key of all that goes into it ------------------------------
-key="$( { printf '%s\n' "$SUITE" "${packages[@]}" "${libdirs[@]}"; pip_torch="$("$VENV/bin/python" -m pip show torch 2>/dev/null | grep -i '^version')"; echo "$pip_torch";
+key="$( { printf '%s\n' "$SUITE" "${packages[@]}" "${libdirs[@]}"; grep -m1 '^Version:' "$SITE"/torch-*.dist-info/METADATA;
           sed -n '/^# ---- the base layer/,/^# ---- the top layer/p' "$0"; } | sha256sum | cut -c1-16)"
 BASE="localhost/dlrun-base:$key"
 if buildah inspect --type image "$BASE" >/dev/null 2>&1; then

@@ -37,7 +37,7 @@ TEST_DEBS=(prometheus  # the real scraper of the live metrics endpoint's e2e tes
       munge slurmctld slurmd slurm-client iproute2  # the real single-node Slurm and the two-host namespaces of the e2e tests
       openssl  # the TLS test's CA and certificates (e2e:remote_security)
       clang libclang-rt-14-dev  # the sanitizer + fuzz build (scripts/harden.sh)
-      mmdebstrap buildah podman runc skopeo docker-registry)  # the container image (scripts/image.sh), its e2e test
+      mmdebstrap buildah podman runc netavark skopeo docker-registry)  # the container image (scripts/image.sh), its e2e test
 if [[ -n "${DLRUN_SETUP_MINIMAL:-}" ]]; then
   # torch (scripts/versions.sh lists it first) and numpy, without which importing torch warns
   PY_PINS=("${PY_PINS[0]}" $(printf '%s\n' "${PY_PINS[@]}" | grep '^numpy=='))

@@ -16,42 +16,25 @@ machines' hybrid cgroups; docs/deploy.md). Every container the test starts, it r
 """
 import json
 import os
-import resource
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from common import DLRUN, SRC, expect, main
+from common import DLRUN, expect, main
+from containers import LIMITS, PODMAN, build_image, sh, tag
 
-TAG = "e2e-" + subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
+TAG = tag("e2e")
 IMAGE = f"localhost/dlrun:{TAG}"
-PODMAN = ["podman", "--runtime", "runc"]
-# Explicit limits, at most this process's own (runc may not raise them).
-NOFILE = min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-NPROC = min(4096, resource.getrlimit(resource.RLIMIT_NPROC)[0])
-RUN = ["run", "--ulimit", f"nofile={NOFILE}:{NOFILE}", "--ulimit", f"nproc={NPROC}:{NPROC}", "--read-only",
-       "--tmpfs", "/tmp", "--network", "none"]
+RUN = ["run", *LIMITS, "--read-only", "--tmpfs", "/tmp", "--network", "none"]
 STEPS = 60
 FIXED = ("run.deterministic=true", "run.threads=2", f"train.max_steps={STEPS}", "checkpoint.every_steps=10",
          "log.progress=none", "train.eval_at_end=false")
 
 
-def sh(args, check=True, timeout=600, **kw):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
-    if check:
-        expect(p.returncode == 0, f"{' '.join(args)} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p
-
-
 def build(*options):
-    t0 = time.monotonic()
-    p = sh(["bash", os.path.join(SRC, "scripts", "image.sh"), "--tag", TAG, *options],
-           env=dict(os.environ, DLRUN=DLRUN), timeout=1800)
-    print(f"  built in {time.monotonic() - t0:.0f} s:\n    " + "\n    ".join(p.stdout.strip().splitlines()))
-    return p.stdout
+    return build_image(TAG, *options)
 
 
 def train(volume, run_dir, *extra, name=None, detach=False, env=()):

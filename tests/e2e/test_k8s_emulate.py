@@ -16,7 +16,6 @@ Needs the image: it builds it (the base cached) unless DLRUN_IMAGE names one.
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -24,25 +23,15 @@ import time
 
 import yaml
 
-from common import DLRUN, SRC, cfg, expect, main
+from common import SRC, cfg, expect, main
+from containers import LIMITS, PODMAN, build_image, sh, tag
 
-TAG = "k8s-" + subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
-PODMAN = ["podman", "--runtime", "runc"]
-NOFILE = min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-NPROC = min(4096, resource.getrlimit(resource.RLIMIT_NPROC)[0])
+TAG = tag("k8s")
 STEPS = 30
 # The manifests' training command, kept up to the config; what follows it is replaced by these.
 TRAIN = ["/cfg/tiny.yaml", "--run-dir", "/scratch/run", f"train.max_steps={STEPS}", "checkpoint.every_steps=5",
          "run.threads=1", "run.deterministic=true", "log.progress=none", "train.eval_at_end=false",
          "preemption.deadline_s=60"]
-
-
-def sh(args, check=True, timeout=600, **kw):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
-    if check:
-        expect(p.returncode == 0, f"{' '.join(args)} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p
 
 
 def manifest(name):
@@ -100,8 +89,7 @@ def start(image, pod, index, words, env, scratch, fault=""):
     two share 127.0.0.1 as two pods reach each other through the Service."""
     name = f"{pod}-{index}"
     network = "none" if index == 0 else f"container:{pod}-0"
-    args = [*PODMAN, "run", "-d", "--network", network, "--name", name, "--ulimit", f"nofile={NOFILE}:{NOFILE}",
-            "--ulimit", f"nproc={NPROC}:{NPROC}", "--read-only", "--tmpfs", "/tmp", "-v", f"{scratch}:/scratch",
+    args = [*PODMAN, "run", "-d", "--network", network, "--name", name, *LIMITS, "--read-only", "--tmpfs", "/tmp", "-v", f"{scratch}:/scratch",
             "-v", f"{cfg('tiny.yaml')}:/cfg/tiny.yaml:ro", "--entrypoint", words[0]]
     for k, v in env.items():
         args += ["-e", f"{k}={v}"]
@@ -152,8 +140,7 @@ def run_pods(image, pod, specs, scratch, stop_one=False, elastic=False):
 def image():
     if os.environ.get("DLRUN_IMAGE"):
         return os.environ["DLRUN_IMAGE"]
-    sh(["bash", os.path.join(SRC, "scripts", "image.sh"), "--tag", TAG], env=dict(os.environ, DLRUN=DLRUN),
-       timeout=1800)
+    build_image(TAG)
     return f"localhost/dlrun:{TAG}"
 
 
